@@ -1,0 +1,1 @@
+"""The shipped spec files (`workload.toml`), installed as package data."""

@@ -1,0 +1,566 @@
+"""The authority: the thin shell around the pure core.
+
+`Authority.prepare(command, now)` reads the committed workload, verifies what
+needs keys (grant signatures) or other documents (a result id's owner), and
+calls `decide`. `Prepared.commit()` writes the decided workload with the
+version it was decided on; if another writer committed first, nothing of this
+call is written and it raises `WORKLOAD_CONFLICT`, and the next call decides
+on the committed version. The one-call methods (`admit`, `claim`, ...) are
+prepare then commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.admission import workload_id_for
+from workwarden.statemachine.commands import (
+    AdmitCommand,
+    AdmitReply,
+    CancelCommand,
+    CheckpointCommand,
+    ClaimCommand,
+    Command,
+    CompleteCommand,
+    ConfirmCancelCommand,
+    EnforceDeadlineCommand,
+    ExecutionContextCommand,
+    FailCommand,
+    HeartbeatCommand,
+    RecoverCommand,
+    RetryCommand,
+    StartCommand,
+    StateReply,
+    SweepReply,
+    TimeoutCommand,
+)
+from workwarden.statemachine.core import Decision, decide
+from workwarden.statemachine.grants import GrantVerifier
+from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.models import (
+    Attempt,
+    Checkpoint,
+    Claim,
+    CreateWorkload,
+    ExecutionContext,
+    Fence,
+    Result,
+    Workload,
+)
+from workwarden.statemachine.spec import Spec, default_spec
+from workwarden.storage.base import (
+    AuditRecord,
+    CandidateCursor,
+    Store,
+    StoreConflict,
+    StoredDocument,
+    StoreError,
+)
+
+__all__ = ["Authority", "Prepared", "invalid_from_validation"]
+
+_COMMAND = TypeAdapter(Command)
+_PAGE = 64
+
+
+def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.WorkloadError:
+    """A pydantic `ValidationError` as `WORKLOAD_INVALID`, naming each field path."""
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = ".".join(str(part) for part in err["loc"])
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        problems.append({"field": path, "message": err["msg"]})
+    first = problems[0] if problems else {"field": prefix, "message": "invalid"}
+    return errors.WorkloadError(
+        errors.INVALID, f"{first['field']}: {first['message']}", {"errors": problems}
+    )
+
+
+def _build(model: Any, **fields: Any) -> Any:
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc) from None
+
+
+def _parse(doc: StoredDocument) -> Workload:
+    try:
+        return Workload.model_validate_json(doc.document)
+    except ValidationError as exc:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE,
+            f"stored document {doc.key} version {doc.version} does not parse",
+            {"workload_id": doc.key},
+        ) from exc
+
+
+def serialise(workload: Workload) -> str:
+    """The document text a store keeps for `workload`."""
+    return workload.model_dump_json(by_alias=True)
+
+
+class Prepared:
+    """A decided call, not yet written: `commit()` writes it with the version it was decided on."""
+
+    def __init__(
+        self,
+        authority: Authority,
+        key: str,
+        expected_version: int | None,
+        decision: Decision,
+        now: int,
+        fencing_token: int | None,
+        operation: str,
+    ) -> None:
+        self.authority = authority
+        self.key = key
+        self.expected_version = expected_version
+        self.decision = decision
+        self.now = now
+        self.fencing_token = fencing_token
+        self.operation = operation
+        self._committed = False
+
+    @property
+    def writes(self) -> bool:
+        """Does committing write anything? (Replays and refusals decided earlier do not.)"""
+        return self.decision.workload is not None
+
+    def commit(self) -> Any:
+        """Write the decision (if it changes anything) and return the reply, or raise the refusal."""
+        if self._committed:
+            raise RuntimeError("a prepared call commits once")
+        self._committed = True
+        decision = self.decision
+        workload = decision.workload
+        if workload is not None:
+            self.authority._write(self, workload)
+        if decision.refusal is not None:
+            raise decision.refusal
+        return decision.reply
+
+
+class Authority:
+    """Admits work, leases it behind fencing tokens, and decides what becomes of it.
+
+    `grants` is required: a `GrantVerifier` with the keys admissions are
+    signed with, or `GrantVerifier.without_signatures()` to say explicitly
+    that signatures are not checked. `spec` defaults to the shipped spec.
+    """
+
+    def __init__(self, store: Store, *, grants: GrantVerifier, spec: Spec | None = None) -> None:
+        if not isinstance(grants, GrantVerifier):
+            raise TypeError("grants must be a GrantVerifier (or GrantVerifier.without_signatures())")
+        self.store = store
+        self.grants = grants
+        self.spec = spec if spec is not None else default_spec()
+
+    # -- the two phases --------------------------------------------------
+
+    def prepare(self, command: Command | Mapping[str, Any], now: int) -> Prepared:
+        """Read and decide `command` at `now`; nothing is written until `commit()`."""
+        if not isinstance(command, tuple(_COMMAND_TYPES)):
+            try:
+                command = _COMMAND.validate_python(command)
+            except ValidationError as exc:
+                raise invalid_from_validation(exc) from None
+        if isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= 2**53 - 1:
+            raise errors.WorkloadError(
+                errors.INVALID, "now must be an integer instant in milliseconds", {"field": "now"}
+            )
+        return self._prepare(command, now, command.op)
+
+    def _prepare(self, command: Command, now: int, operation: str) -> Prepared:
+        if isinstance(command, AdmitCommand):
+            self.grants.verify(command.request.authorization_snapshot)
+            key = workload_id_for(command.request)
+        else:
+            key = command.workload_id
+        if isinstance(command, CompleteCommand):
+            owner = self._store_call(self.store.find_result, command.result_id)
+            if owner is not None and owner != key:
+                raise errors.WorkloadError(
+                    errors.RESULT_DUPLICATE, "result id belongs to another workload"
+                )
+        doc = self._store_call(self.store.read, key)
+        workload = _parse(doc) if doc is not None else None
+        decision = decide(self.spec, workload, command, now)
+        fence = getattr(command, "fence", None)
+        return Prepared(
+            self,
+            key,
+            doc.version if doc is not None else None,
+            decision,
+            now,
+            fence.token if isinstance(fence, Fence) else None,
+            operation,
+        )
+
+    def execute(self, command: Command | Mapping[str, Any], now: int) -> Any:
+        """Prepare and commit `command` in one call."""
+        return self.prepare(command, now).commit()
+
+    def _store_call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except StoreError as exc:
+            raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
+
+    def _write(self, prepared: Prepared, workload: Workload) -> int:
+        document = serialise(workload)
+        digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
+        decision = prepared.decision
+        tx_seed = f"{prepared.key}\x1f{prepared.expected_version}\x1f{digest}".encode()
+        audit = AuditRecord(
+            transaction_id="tx_" + hashlib.sha256(tx_seed).hexdigest()[:24],
+            key=prepared.key,
+            version=0,
+            actor=decision.actor,
+            operation=prepared.operation,
+            tenant=workload.tenant_id,
+            application=workload.application_id,
+            at=prepared.now,
+            digest=digest,
+            worker=decision.worker_id,
+            attempt=workload.attempts[-1].attempt_id if workload.attempts else None,
+            result=workload.result.result_id if workload.result is not None else None,
+            fencing_token=prepared.fencing_token,
+        )
+        try:
+            return int(
+                self.store.write(
+                    prepared.key,
+                    document,
+                    index_fields(self.spec, workload),
+                    prepared.expected_version,
+                    audit,
+                )
+            )
+        except StoreConflict as exc:
+            raise errors.WorkloadError(
+                errors.CONFLICT,
+                "another writer committed this workload first; nothing was committed",
+                {"workload_id": prepared.key, "reason": str(exc)},
+            ) from None
+        except StoreError as exc:
+            raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
+
+    # -- reads ------------------------------------------------------------
+
+    def get(self, workload_id: str) -> Workload:
+        """The committed workload, or `WORKLOAD_NOT_FOUND`."""
+        doc = self._store_call(self.store.read, workload_id)
+        if doc is None:
+            raise errors.WorkloadError(
+                errors.NOT_FOUND, "workload not found", {"workload_id": workload_id}
+            )
+        return _parse(doc)
+
+    def list(self, tenant: str, application: str) -> list[Workload]:
+        """Every workload of a tenant and application, highest priority first, then oldest."""
+        return [_parse(doc) for doc in self._store_call(self.store.list, tenant, application)]
+
+    # -- admission and the worker's calls ---------------------------------
+
+    def admit(self, request: CreateWorkload | Mapping[str, Any], now: int) -> AdmitReply:
+        """Admit `request`, or answer the original admission of the same scoped key.
+
+        When a competing writer admits the same scope first, this call
+        converges on what it committed: the original for the same request,
+        `IDEMPOTENCY_KEY_REUSED` for a different one.
+        """
+        if not isinstance(request, CreateWorkload):
+            try:
+                request = CreateWorkload.model_validate(request)
+            except ValidationError as exc:
+                raise invalid_from_validation(exc, "request") from None
+        command = AdmitCommand(request=request)
+        try:
+            reply: AdmitReply = self.execute(command, now)
+        except errors.WorkloadError as exc:
+            if exc.code != errors.CONFLICT:
+                raise
+            reply = self.execute(command, now)
+        return reply
+
+    def claim(
+        self,
+        workload_id: str,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+    ) -> Claim:
+        """Claim READY work by id: a lease until `now + lease_ms` under a new fencing token."""
+        caps = tuple(capabilities) if not isinstance(capabilities, str) else capabilities
+        command = _build(
+            ClaimCommand,
+            workload_id=workload_id,
+            worker_id=worker_id,
+            capabilities=caps,
+            lease_ms=lease_ms,
+        )
+        claim: Claim = self.execute(command, now)
+        return claim
+
+    def claim_next(
+        self,
+        tenant: str,
+        application: str,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+    ) -> Claim | None:
+        """Claim the best claimable workload of a tenant and application, or None.
+
+        Highest priority first, then oldest. Skips work that is not yet
+        eligible, needs a capability the worker lacks, or waits on a
+        dependency; work that a claim dead-letters or times out is skipped
+        too. Never raises because of one ineligible workload.
+        """
+        caps = tuple(capabilities) if not isinstance(capabilities, str) else capabilities
+        probe = _build(
+            ClaimCommand, workload_id="-", worker_id=worker_id, capabilities=caps, lease_ms=lease_ms
+        )
+        held = set(probe.capabilities)
+        cursor: CandidateCursor | None = None
+        states: dict[str, Workload | None] = {}
+        while True:
+            page = self._store_call(
+                self.store.claim_candidates, tenant, application, now, _PAGE, cursor
+            )
+            if not page:
+                return None
+            for doc in page:
+                workload = _parse(doc)
+                if (
+                    workload.tenant_id != tenant
+                    or workload.application_id != application
+                    or not workload.is_eligible_at(now)
+                    or not held.issuperset(workload.capability_snapshot)
+                    or not self._dependencies_met(workload, states)
+                ):
+                    continue
+                command = probe.model_copy(update={"workload_id": doc.key})
+                try:
+                    prepared = self._prepare(command, now, "claim_next")
+                    claim: Claim = prepared.commit()
+                except errors.WorkloadError as exc:
+                    if exc.code in _SKIPPABLE_AT_CLAIM:
+                        continue
+                    raise
+                return claim
+            last = page[-1]
+            cursor = CandidateCursor(last.index.priority, last.index.created_at, last.key)
+
+    def _dependencies_met(self, workload: Workload, cache: dict[str, Workload | None]) -> bool:
+        for dependency in workload.dependencies:
+            if dependency.workload_id not in cache:
+                doc = self._store_call(self.store.read, dependency.workload_id)
+                cache[dependency.workload_id] = _parse(doc) if doc is not None else None
+            other = cache[dependency.workload_id]
+            if (
+                other is None
+                or other.tenant_id != workload.tenant_id
+                or other.application_id != workload.application_id
+                or other.state != dependency.required_state
+            ):
+                return False
+        return True
+
+    def start(self, workload_id: str, fence: Fence, now: int) -> Attempt:
+        """Start the claimed attempt."""
+        attempt: Attempt = self.execute(
+            _build(StartCommand, workload_id=workload_id, fence=fence), now
+        )
+        return attempt
+
+    def heartbeat(self, workload_id: str, fence: Fence, now: int, extend_ms: int) -> Claim:
+        """Extend the lease to `now + extend_ms`."""
+        claim: Claim = self.execute(
+            _build(HeartbeatCommand, workload_id=workload_id, fence=fence, extend_ms=extend_ms), now
+        )
+        return claim
+
+    def execution_context(
+        self, workload_id: str, fence: Fence, now: int, secret_references: Iterable[str] = ()
+    ) -> ExecutionContext:
+        """The input, every checkpoint so far, and the scopes, read through the fence."""
+        context: ExecutionContext = self.execute(
+            _build(
+                ExecutionContextCommand,
+                workload_id=workload_id,
+                fence=fence,
+                secret_references=tuple(secret_references),
+            ),
+            now,
+        )
+        return context
+
+    def checkpoint(self, workload_id: str, fence: Fence, state: Any, now: int) -> Checkpoint:
+        """Record progress of the running attempt."""
+        checkpoint: Checkpoint = self.execute(
+            _build(CheckpointCommand, workload_id=workload_id, fence=fence, state=state), now
+        )
+        return checkpoint
+
+    def complete(
+        self,
+        workload_id: str,
+        fence: Fence,
+        result_id: str,
+        output: Any,
+        now: int,
+        *,
+        artifacts: Iterable[str] = (),
+        schema_version: int = 1,
+    ) -> Result:
+        """Record the attempt's result; the same report repeated returns the same result."""
+        result: Result = self.execute(
+            _build(
+                CompleteCommand,
+                workload_id=workload_id,
+                fence=fence,
+                result_id=result_id,
+                output=output,
+                artifacts=tuple(artifacts),
+                schema_version=schema_version,
+            ),
+            now,
+        )
+        return result
+
+    def fail(
+        self,
+        workload_id: str,
+        fence: Fence,
+        kind: str,
+        error: str,
+        now: int,
+        *,
+        effect: str | None = None,
+    ) -> str:
+        """Report the attempt's failure; returns the state the failure policy decided."""
+        reply: StateReply = self.execute(
+            _build(
+                FailCommand,
+                workload_id=workload_id,
+                fence=fence,
+                kind=kind,
+                error=error,
+                effect=effect,
+            ),
+            now,
+        )
+        return reply.state
+
+    def confirm_cancel(self, workload_id: str, fence: Fence, now: int) -> str:
+        """The holding worker confirms a requested cancellation."""
+        reply: StateReply = self.execute(
+            _build(ConfirmCancelCommand, workload_id=workload_id, fence=fence), now
+        )
+        return reply.state
+
+    # -- operators ---------------------------------------------------------
+
+    def cancel(self, workload_id: str, actor: str, now: int) -> str:
+        """Cancel queued work, or request cancellation from the worker holding it."""
+        reply: StateReply = self.execute(
+            _build(CancelCommand, workload_id=workload_id, actor=actor), now
+        )
+        return reply.state
+
+    def timeout(self, workload_id: str, actor: str, now: int) -> str:
+        """An operator times the workload out; returns the state the policy decided."""
+        reply: StateReply = self.execute(
+            _build(TimeoutCommand, workload_id=workload_id, actor=actor), now
+        )
+        return reply.state
+
+    def retry(self, workload_id: str, actor: str, now: int, reason: str | None = None) -> str:
+        """Re-arm failed, timed-out or dead-lettered work: one more attempt, recorded with `reason`."""
+        reply: StateReply = self.execute(
+            _build(RetryCommand, workload_id=workload_id, actor=actor, reason=reason), now
+        )
+        return reply.state
+
+    # -- sweeps --------------------------------------------------------------
+
+    def _sweep(
+        self,
+        due: Any,
+        make: Any,
+        now: int,
+        tenant: str | None,
+        application: str | None,
+    ) -> list[str]:
+        changed: list[str] = []
+        seen: set[str] = set()
+        while True:
+            keys = [
+                key
+                for key in self._store_call(due, now, _PAGE, tenant, application)
+                if key not in seen
+            ]
+            if not keys:
+                return changed
+            for key in keys:
+                seen.add(key)
+                try:
+                    reply: SweepReply = self.execute(make(workload_id=key), now)
+                except errors.WorkloadError as exc:
+                    # Another writer committed it first (its own sweep, a
+                    # heartbeat, a completion): that commit decided.
+                    if exc.code in (errors.CONFLICT, errors.NOT_FOUND):
+                        continue
+                    raise
+                if reply.changed:
+                    changed.append(key)
+
+    def recover_expired(
+        self, now: int, *, tenant: str | None = None, application: str | None = None
+    ) -> list[str]:
+        """Recover every workload whose lease expired at or before `now`; returns their ids."""
+        return self._sweep(self.store.expired_leases, RecoverCommand, now, tenant, application)
+
+    def enforce_deadlines(
+        self, now: int, *, tenant: str | None = None, application: str | None = None
+    ) -> list[str]:
+        """Time out every workload with a deadline fallen at or before `now`; returns their ids."""
+        return self._sweep(self.store.deadlines_due, EnforceDeadlineCommand, now, tenant, application)
+
+
+_COMMAND_TYPES = (
+    AdmitCommand,
+    ClaimCommand,
+    StartCommand,
+    HeartbeatCommand,
+    ExecutionContextCommand,
+    CheckpointCommand,
+    CompleteCommand,
+    FailCommand,
+    CancelCommand,
+    ConfirmCancelCommand,
+    TimeoutCommand,
+    RetryCommand,
+    RecoverCommand,
+    EnforceDeadlineCommand,
+)
+
+_SKIPPABLE_AT_CLAIM = frozenset(
+    {
+        errors.CONFLICT,
+        errors.TIMED_OUT,
+        errors.ATTEMPTS_EXHAUSTED,
+        errors.NOT_READY,
+        errors.NOT_YET_ELIGIBLE,
+        errors.CAPABILITY_DENIED,
+    }
+)

@@ -1,0 +1,217 @@
+"""The commands the core decides on, and the replies it gives.
+
+A command is data: which operation, on which workload, with which arguments.
+The instant `now` is passed beside it, never read from a clock. Every command
+model refuses unknown fields, so a typo is `WORKLOAD_INVALID`, not silence.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from workwarden.statemachine.models import (
+    CreateWorkload,
+    Fence,
+    Name,
+    StrSet,
+    Workload,
+)
+
+__all__ = [
+    "AdmitCommand",
+    "AdmitReply",
+    "CancelCommand",
+    "CheckpointCommand",
+    "ClaimCommand",
+    "Command",
+    "CompleteCommand",
+    "ConfirmCancelCommand",
+    "EnforceDeadlineCommand",
+    "ExecutionContextCommand",
+    "FailCommand",
+    "HeartbeatCommand",
+    "RecoverCommand",
+    "RetryCommand",
+    "StartCommand",
+    "StateReply",
+    "SweepReply",
+    "TimeoutCommand",
+]
+
+LeaseMs = Annotated[int, Field(strict=True, ge=1, le=2**53 - 1)]
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AdmitCommand(_Command):
+    """Admit `request` (or answer the original admission under the same scoped key)."""
+
+    op: Literal["admit"] = "admit"
+    request: CreateWorkload
+
+
+class ClaimCommand(_Command):
+    """Claim READY work by id for `worker_id`, leased for `lease_ms`."""
+
+    op: Literal["claim"] = "claim"
+    workload_id: Name
+    worker_id: Name
+    capabilities: StrSet = ()
+    lease_ms: LeaseMs
+
+
+class StartCommand(_Command):
+    """Start the claimed attempt."""
+
+    op: Literal["start"] = "start"
+    workload_id: Name
+    fence: Fence
+
+
+class HeartbeatCommand(_Command):
+    """Extend the lease to `now + extend_ms`."""
+
+    op: Literal["heartbeat"] = "heartbeat"
+    workload_id: Name
+    fence: Fence
+    extend_ms: LeaseMs
+
+
+class ExecutionContextCommand(_Command):
+    """Read what the attempt needs; `secret_references` must all be `secret://` references."""
+
+    op: Literal["execution_context"] = "execution_context"
+    workload_id: Name
+    fence: Fence
+    secret_references: tuple[Annotated[str, Field(strict=True, max_length=1024)], ...] = ()
+
+
+class CheckpointCommand(_Command):
+    """Record progress of the running attempt."""
+
+    op: Literal["checkpoint"] = "checkpoint"
+    workload_id: Name
+    fence: Fence
+    state: JsonValue
+
+
+class CompleteCommand(_Command):
+    """Record the attempt's result under `result_id`."""
+
+    op: Literal["complete"] = "complete"
+    workload_id: Name
+    fence: Fence
+    result_id: Name
+    output: JsonValue
+    artifacts: tuple[Name, ...] = ()
+    schema_version: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1)] = 1
+
+
+class FailCommand(_Command):
+    """Report the attempt's failure: its `kind`, its `error` text, and what is known of its effect."""
+
+    op: Literal["fail"] = "fail"
+    workload_id: Name
+    fence: Fence
+    kind: Name
+    error: Annotated[str, Field(strict=True, max_length=4096)]
+    effect: Literal["none", "unknown"] | None = None
+
+
+class CancelCommand(_Command):
+    """Cancel, or request cancellation from the worker that holds it."""
+
+    op: Literal["cancel"] = "cancel"
+    workload_id: Name
+    actor: Name
+
+
+class ConfirmCancelCommand(_Command):
+    """The holding worker confirms a requested cancellation."""
+
+    op: Literal["confirm_cancel"] = "confirm_cancel"
+    workload_id: Name
+    fence: Fence
+
+
+class TimeoutCommand(_Command):
+    """An operator times the workload out; the operator-timeout policy decides what follows."""
+
+    op: Literal["timeout"] = "timeout"
+    workload_id: Name
+    actor: Name
+
+
+class RetryCommand(_Command):
+    """An operator re-arms failed, timed-out or dead-lettered work, granting one attempt."""
+
+    op: Literal["retry"] = "retry"
+    workload_id: Name
+    actor: Name
+    reason: Annotated[str, Field(strict=True, max_length=4096)] | None = None
+
+
+class RecoverCommand(_Command):
+    """Recover the workload if its lease has expired (the recovery sweep, one workload)."""
+
+    op: Literal["recover_expired"] = "recover_expired"
+    workload_id: Name
+
+
+class EnforceDeadlineCommand(_Command):
+    """Time the workload out if one of its deadlines has fallen (the deadline sweep, one workload)."""
+
+    op: Literal["enforce_deadlines"] = "enforce_deadlines"
+    workload_id: Name
+
+
+Command = Annotated[
+    AdmitCommand
+    | ClaimCommand
+    | StartCommand
+    | HeartbeatCommand
+    | ExecutionContextCommand
+    | CheckpointCommand
+    | CompleteCommand
+    | FailCommand
+    | CancelCommand
+    | ConfirmCancelCommand
+    | TimeoutCommand
+    | RetryCommand
+    | RecoverCommand
+    | EnforceDeadlineCommand,
+    Field(discriminator="op"),
+]
+"""Any command, told apart by `op`."""
+
+
+class AdmitReply(BaseModel):
+    """The admitted workload, and whether this call created it (False: a replay)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: Workload
+    created: bool
+
+
+class StateReply(BaseModel):
+    """The workload's state after the call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload_id: str
+    state: str
+
+
+class SweepReply(BaseModel):
+    """Whether the sweep changed the workload, and its state after."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload_id: str
+    changed: bool
+    state: str

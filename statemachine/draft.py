@@ -1,0 +1,68 @@
+"""A workload being changed inside one decision: every state change through the machine.
+
+`Draft` copies the committed workload, and the core edits the copy. A state
+change goes through `Draft.move`, which checks the edge's operations and
+actor classes in the spec, fires the edge through the shared machine, and
+appends the event with the next sequence number. Nothing else sets a state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.machine import fire
+from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.spec import Spec
+
+__all__ = ["Draft"]
+
+
+class Draft:
+    """A mutable copy of a workload and the events this decision added to it."""
+
+    __slots__ = ("events", "now", "operation", "spec", "workload")
+
+    def __init__(self, spec: Spec, workload: Workload, now: int, operation: str) -> None:
+        self.spec = spec
+        self.workload = workload.model_copy(deep=True)
+        self.now = now
+        self.operation = operation
+        self.events: list[Event] = []
+
+    def move(
+        self,
+        target: str,
+        *,
+        actor: str,
+        actor_class: str,
+        evidence: Mapping[str, str] | None = None,
+        operation: str | None = None,
+    ) -> Event:
+        """Take the edge from the current state to `target` and record it."""
+        w = self.workload
+        op = operation or self.operation
+        edge = self.spec.edge(w.state, target)
+        if edge is None or op not in edge.operations or actor_class not in edge.actors:
+            raise errors.WorkloadError(
+                errors.TRANSITION_DENIED,
+                f"{w.state} cannot transition to {target} by {op}",
+                {"from": w.state, "to": target, "operation": op},
+            )
+        source = w.state
+        w.state, event_type = fire(self.spec, source, target)
+        w.updated_at = self.now
+        history = w.execution_history
+        event = Event(
+            sequence=history[-1].sequence + 1 if history else 1,
+            type=event_type,
+            from_state=source,
+            to=target,
+            actor=actor,
+            actor_class=actor_class,
+            at=self.now,
+            evidence=dict(evidence or {}),
+        )
+        history.append(event)
+        self.events.append(event)
+        return event

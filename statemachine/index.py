@@ -1,0 +1,33 @@
+"""The index fields a store keeps beside each workload document, computed from the document.
+
+The store never looks inside a document; what the scheduler and the sweeps
+query ("claimable now", "lease expired", "deadline due") is computed here, by
+the core, on every write.
+"""
+
+from __future__ import annotations
+
+from workwarden.statemachine.deadlines import next_deadline_at
+from workwarden.statemachine.models import Workload
+from workwarden.statemachine.spec import Spec
+from workwarden.storage.base import IndexFields
+
+__all__ = ["index_fields"]
+
+
+def index_fields(spec: Spec, workload: Workload) -> IndexFields:
+    """The index fields of `workload` under `spec`."""
+    claimable = any(edge.to == "CLAIMED" for edge in spec.edges_for(workload.state, "claim"))
+    recoverable = bool(spec.edges_for(workload.state, "recover_expired"))
+    claim = workload.current_claim
+    return IndexFields(
+        tenant=workload.tenant_id,
+        application=workload.application_id,
+        state=workload.state,
+        priority=workload.priority,
+        created_at=workload.created_at,
+        eligible_at=(workload.next_attempt_at or 0) if claimable else None,
+        lease_expires_at=claim.expires_at if claim is not None and recoverable else None,
+        next_deadline_at=next_deadline_at(spec, workload),
+        result_id=workload.result.result_id if workload.result is not None else None,
+    )

@@ -1,0 +1,312 @@
+"""The data model: what is admitted, what is stored, what a worker holds.
+
+All instants are integer milliseconds since the Unix epoch and all durations
+integer milliseconds; nothing is truncated to seconds. Sets are stored as
+sorted tuples so that every document serialises to the same bytes wherever it
+is written (the digest in the audit log depends on it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+)
+
+from workwarden.statemachine.grants import SignedGrant, Subject
+
+__all__ = [
+    "MAX_INSTANT",
+    "Attempt",
+    "AttemptStatus",
+    "Backoff",
+    "Checkpoint",
+    "Claim",
+    "CreateWorkload",
+    "Dependency",
+    "Duration",
+    "Event",
+    "ExecutionContext",
+    "Fence",
+    "Instant",
+    "Name",
+    "Result",
+    "RetryPolicy",
+    "StrSet",
+    "Timeouts",
+    "Workload",
+]
+
+#: The largest instant or duration accepted: the largest integer a JSON number
+#: carries exactly in every common implementation (2**53 - 1).
+MAX_INSTANT = 2**53 - 1
+
+Instant = Annotated[int, Field(strict=True, ge=0, le=MAX_INSTANT)]
+"""Milliseconds since the Unix epoch."""
+
+Duration = Annotated[int, Field(strict=True, ge=0, le=MAX_INSTANT)]
+"""Milliseconds."""
+
+
+def _printable(value: str) -> str:
+    # NUL and other control characters cannot be stored in every backend's
+    # text columns and have no business in an identifier.
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+Name = Annotated[str, Field(strict=True, min_length=1, max_length=256), AfterValidator(_printable)]
+"""An identifier: 1 to 256 printable characters."""
+
+Text = Annotated[str, Field(strict=True, max_length=4096), AfterValidator(_printable)]
+
+
+def _as_sorted_set(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, list, tuple)):
+        items = list(value)
+        if all(isinstance(item, str) for item in items):
+            return tuple(sorted(set(items)))
+    return value
+
+
+StrSet = Annotated[tuple[Name, ...], BeforeValidator(_as_sorted_set)]
+"""A set of names, stored sorted and without duplicates."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+
+
+Backoff = Literal["fixed", "exponential"]
+
+
+class RetryPolicy(_Model):
+    """How many attempts a workload gets and how long it waits between them.
+
+    `retry_on` lists the failure kinds the policy retries; `worker_failure`
+    also covers a lost worker and a failure whose effect is unknown.
+    """
+
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=1000)] = 3
+    initial_delay_ms: Duration = 1000
+    max_delay_ms: Duration = 300_000
+    backoff: Backoff = "exponential"
+    retry_on: StrSet = ("timeout", "transient_connection", "worker_failure")
+
+
+class Timeouts(_Model):
+    """Optional deadlines, each in milliseconds; an omitted one never falls.
+
+    What each is measured from, and in which states it applies, is the
+    deadline table of the spec (`specs/workload.toml`, `deadlines`).
+    """
+
+    queue_ms: Duration | None = None
+    claim_ms: Duration | None = None
+    execution_ms: Duration | None = None
+    heartbeat_ms: Duration | None = None
+    overall_ms: Duration | None = None
+
+
+class Dependency(_Model):
+    """Gate for the scheduler: `workload_id` must be in `required_state`."""
+
+    workload_id: Name
+    required_state: Name = "SUCCEEDED"
+
+
+class CreateWorkload(_Model):
+    """An admission request. Defaults are the seeds' defaults.
+
+    `not_before` is the instant before which the workload must not be claimed;
+    one already in the past is the same as none. The admission instant is the
+    `now` of the call, not a field of the request.
+    """
+
+    tenant_id: Name
+    application_id: Name
+    environment: Name
+    definition_id: Name
+    definition_revision: Name
+    trigger: Name
+    input: JsonValue
+    requested_by: Subject
+    session_id: Name | None = None
+    authorization_snapshot: SignedGrant
+    capability_snapshot: StrSet = ()
+    connection_scopes: StrSet = ()
+    priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = 0
+    idempotency_key: Name
+    retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    dependencies: tuple[Dependency, ...] = ()
+    not_before: Instant | None = None
+
+
+class Fence(_Model):
+    """What a worker holds for its current claim: every worker call presents it."""
+
+    claim_id: Name
+    worker_id: Name
+    token: Annotated[int, Field(strict=True, ge=0, le=MAX_INSTANT)]
+
+
+class Claim(_Model):
+    """The lease a worker holds: who, since when, until when, under which token."""
+
+    claim_id: str
+    workload_id: str
+    worker_id: str
+    lease_id: str
+    fencing_token: int
+    capability_snapshot: StrSet
+    claimed_at: int
+    expires_at: int
+    last_heartbeat: int
+
+    @property
+    def fence(self) -> Fence:
+        """The fence a worker presents for this claim."""
+        return Fence(claim_id=self.claim_id, worker_id=self.worker_id, token=self.fencing_token)
+
+
+AttemptStatus = Literal[
+    "CLAIMED",
+    "RUNNING",
+    "CHECKPOINTED",
+    "SUCCEEDED",
+    "FAILED",
+    "TIMED_OUT",
+    "CANCELLED",
+    "WORKER_LOST",
+]
+
+
+class Attempt(_Model):
+    """One claim of the workload and what became of it."""
+
+    attempt_id: str
+    workload_id: str
+    worker_id: str
+    claim_id: str
+    fencing_token: int
+    started_at: int | None = None
+    ended_at: int | None = None
+    input_hash: str
+    result_hash: str | None = None
+    error: str | None = None
+    status: AttemptStatus
+
+
+class Checkpoint(_Model):
+    """Progress an attempt recorded; later attempts read every checkpoint."""
+
+    checkpoint_id: str
+    workload_id: str
+    attempt_id: str
+    sequence: int
+    state: JsonValue
+    state_hash: str
+    created_at: int
+    produced_by: str
+
+
+class Result(_Model):
+    """The one successful outcome of a workload."""
+
+    result_id: str
+    workload_id: str
+    attempt_id: str
+    status: str = "succeeded"
+    output: JsonValue
+    output_hash: str
+    artifacts: tuple[str, ...] = ()
+    provenance: dict[str, str] = Field(default_factory=dict)
+    produced_by: str
+    created_at: int
+    schema_version: int
+
+
+class Event(_Model):
+    """One committed state change in a workload's history.
+
+    `actor` is who took it (a worker id, an operator id, or `system.<policy>`),
+    `actor_class` its class in the spec (worker, system, operator), and
+    `evidence` why: the decision a policy made, the deadline that fell, the
+    claim that was lost.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    sequence: int
+    type: str
+    from_state: str | None = Field(default=None, alias="from")
+    to: str
+    actor: str
+    actor_class: str
+    at: int
+    evidence: dict[str, str] = Field(default_factory=dict)
+
+
+class ExecutionContext(_Model):
+    """What a fenced worker needs to run its attempt, including every checkpoint so far."""
+
+    workload_id: str
+    attempt_id: str
+    worker_id: str
+    capabilities: StrSet
+    connection_scopes: StrSet
+    secret_references: tuple[str, ...]
+    expires_at: int
+    fencing_token: int
+    input: JsonValue
+    checkpoints: tuple[Checkpoint, ...]
+
+
+class Workload(_Model):
+    """The durable document: the whole truth about one piece of work."""
+
+    contract_version: int
+    workload_id: str
+    tenant_id: str
+    application_id: str
+    environment: str
+    definition_id: str
+    definition_revision: str
+    trigger: str
+    input: JsonValue
+    input_hash: str
+    requested_by: Subject
+    session_id: str | None = None
+    authorization_snapshot: SignedGrant
+    capability_snapshot: StrSet
+    connection_scopes: StrSet
+    priority: int
+    idempotency_key: str
+    created_at: int
+    updated_at: int
+    state: str
+    execution_history: list[Event] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+    result: Result | None = None
+    retry_policy: RetryPolicy
+    timeouts: Timeouts
+    attempt_count: int = 0
+    retry_count: int = 0
+    next_attempt_at: int | None = None
+    last_failure: str | None = None
+    current_claim: Claim | None = None
+    fencing_token: int = 0
+    dependencies: tuple[Dependency, ...] = ()
+
+    def is_eligible_at(self, now: int) -> bool:
+        """Has the eligibility instant arrived? (The state must also be READY to claim.)"""
+        return self.next_attempt_at is None or self.next_attempt_at <= now

@@ -1,0 +1,101 @@
+"""Refusing plaintext secrets and oversized or malformed JSON before anything is decided.
+
+The patterns and limits are data (`[secrets]` and `[limits]` in the spec).
+The walk is iterative, so hostile nesting cannot exhaust the interpreter's
+stack before the depth limit refuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from workwarden.statemachine import errors
+
+if TYPE_CHECKING:
+    from workwarden.statemachine.spec import Spec
+
+__all__ = ["canonical_json", "check_json", "check_text", "digest"]
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, UTF-8 kept: the form every hash is taken over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def digest(value: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of `value`."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def _sensitive(spec: Spec, text: str) -> bool:
+    for pattern in spec.secrets.forbidden_text:
+        if pattern.contains is not None and pattern.contains in text:
+            return True
+        if pattern.prefix is not None and text.startswith(pattern.prefix):
+            return True
+    return False
+
+
+def check_text(spec: Spec, text: str, what: str) -> None:
+    """Refuse free text (an error message, a reason) that carries secret material."""
+    if _sensitive(spec, text):
+        raise errors.WorkloadError(
+            errors.SECRET_REJECTED, f"{what} may not contain secret material", {"field": what}
+        )
+
+
+def check_json(spec: Spec, value: Any, what: str) -> None:
+    """Refuse caller JSON that is too deep, too large, not finite, or holds a plaintext secret."""
+    forbidden = {key.lower() for key in spec.secrets.forbidden_keys}
+    max_depth = spec.limits.max_json_depth
+    stack: list[tuple[Any, int, str]] = [(value, 1, what)]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > max_depth:
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"{what} is nested deeper than {max_depth} levels",
+                {"field": path, "max_depth": max_depth},
+            )
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if not isinstance(key, str):
+                    raise errors.WorkloadError(
+                        errors.INVALID, f"{what} has a non-string key", {"field": path}
+                    )
+                if key.lower() in forbidden:
+                    raise errors.WorkloadError(
+                        errors.SECRET_REJECTED,
+                        "plaintext secrets are forbidden in workload state",
+                        {"field": f"{path}.{key}"},
+                    )
+                stack.append((child, depth + 1, f"{path}.{key}"))
+        elif isinstance(node, list):
+            for index, child in enumerate(node):
+                stack.append((child, depth + 1, f"{path}[{index}]"))
+        elif isinstance(node, str):
+            if _sensitive(spec, node):
+                raise errors.WorkloadError(
+                    errors.SECRET_REJECTED,
+                    "plaintext secrets are forbidden in workload state",
+                    {"field": path},
+                )
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                raise errors.WorkloadError(
+                    errors.INVALID, f"{what} holds a number that is not finite", {"field": path}
+                )
+        elif node is not None and not isinstance(node, (bool, int)):
+            raise errors.WorkloadError(
+                errors.INVALID, f"{what} holds a value that is not JSON", {"field": path}
+            )
+    size = len(canonical_json(value).encode("utf-8"))
+    if size > spec.limits.max_json_bytes:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"{what} is {size} bytes, over the limit of {spec.limits.max_json_bytes}",
+            {"field": what, "bytes": size, "max_bytes": spec.limits.max_json_bytes},
+        )

@@ -1,0 +1,159 @@
+"""`MemoryStore`: the `Store` protocol in one process's memory, behind one lock.
+
+For tests, the checker and short-lived tools. It keeps exactly the semantics
+of the durable backends: versions from 1, a require-absent create, a
+conflicting write that changes nothing, a unique result id, the audit record
+appended in the same critical section as its document.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from workwarden.storage.base import (
+    AuditRecord,
+    CandidateCursor,
+    IndexFields,
+    StoreConflict,
+    StoredDocument,
+)
+
+__all__ = ["MemoryStore"]
+
+
+def _order(doc: StoredDocument) -> tuple[int, int, str]:
+    return (-doc.index.priority, doc.index.created_at, doc.key)
+
+
+class MemoryStore:
+    """An in-memory CAS document store with index fields and an audit log."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._docs: dict[str, StoredDocument] = {}
+        self._results: dict[str, str] = {}
+        self._audit: list[AuditRecord] = []
+
+    def read(self, key: str) -> StoredDocument | None:
+        """The committed document under `key`, or None."""
+        with self._lock:
+            return self._docs.get(key)
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        """Compare-and-swap `document` and append `audit`, or raise `StoreConflict`."""
+        with self._lock:
+            current = self._docs.get(key)
+            if expected_version is None:
+                if current is not None:
+                    raise StoreConflict(f"{key} already exists")
+            elif current is None or current.version != expected_version:
+                found = None if current is None else current.version
+                raise StoreConflict(f"{key}: expected version {expected_version}, found {found}")
+            if index.result_id is not None:
+                owner = self._results.get(index.result_id)
+                if owner is not None and owner != key:
+                    raise StoreConflict(f"result id {index.result_id} belongs to {owner}")
+            version = 1 if current is None else current.version + 1
+            if current is not None and current.index.result_id not in (None, index.result_id):
+                self._results.pop(current.index.result_id, None)
+            if index.result_id is not None:
+                self._results[index.result_id] = key
+            self._docs[key] = StoredDocument(key=key, version=version, document=document, index=index)
+            self._audit.append(replace(audit, version=version, sequence=len(self._audit) + 1))
+            return version
+
+    def find_result(self, result_id: str) -> str | None:
+        """The key holding `result_id`, or None."""
+        with self._lock:
+            return self._results.get(result_id)
+
+    def claim_candidates(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        after: CandidateCursor | None = None,
+    ) -> Sequence[StoredDocument]:
+        """READY, eligible documents of a tenant and application, by priority then age."""
+        with self._lock:
+            rows = [
+                doc
+                for doc in self._docs.values()
+                if doc.index.tenant == tenant
+                and doc.index.application == application
+                and doc.index.eligible_at is not None
+                and doc.index.eligible_at <= now
+            ]
+        rows.sort(key=_order)
+        if after is not None:
+            bound = (-after.priority, after.created_at, after.key)
+            rows = [doc for doc in rows if _order(doc) > bound]
+        return rows[:limit]
+
+    def _due(
+        self,
+        field: str,
+        now: int,
+        limit: int,
+        tenant: str | None,
+        application: str | None,
+    ) -> list[str]:
+        with self._lock:
+            rows = [
+                (value, doc.key)
+                for doc in self._docs.values()
+                if (value := getattr(doc.index, field)) is not None
+                and value <= now
+                and (tenant is None or doc.index.tenant == tenant)
+                and (application is None or doc.index.application == application)
+            ]
+        rows.sort()
+        return [key for _, key in rows[:limit]]
+
+    def expired_leases(
+        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
+    ) -> Sequence[str]:
+        """Keys whose lease expired at or before `now`."""
+        return self._due("lease_expires_at", now, limit, tenant, application)
+
+    def deadlines_due(
+        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
+    ) -> Sequence[str]:
+        """Keys whose next deadline falls at or before `now`."""
+        return self._due("next_deadline_at", now, limit, tenant, application)
+
+    def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
+        """Every document of a tenant and application, by priority then age."""
+        with self._lock:
+            rows = [
+                doc
+                for doc in self._docs.values()
+                if doc.index.tenant == tenant and doc.index.application == application
+            ]
+        rows.sort(key=_order)
+        return rows
+
+    def scan(self) -> Iterator[StoredDocument]:
+        """Every document, by key."""
+        with self._lock:
+            rows = sorted(self._docs.values(), key=lambda doc: doc.key)
+        return iter(rows)
+
+    def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
+        """Audit records after sequence `after`, in commit order."""
+        with self._lock:
+            rows = self._audit[after:]
+        return rows if limit is None else rows[:limit]
+
+    def close(self) -> None:
+        """Nothing to release."""
