@@ -1,0 +1,85 @@
+"""Shared builders for the tests: a signed request, an authority over a fresh store.
+
+The fixture request mirrors the seeds' fixture: agent `a1` in tenant `t`,
+application `app`, definition `send`, input `{"id": 1}`, capability
+`email:send`, key `one`. Instants are milliseconds: the seeds' second `11`
+is `11_000` here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workwarden.statemachine import (
+    Authority,
+    CreateWorkload,
+    Grant,
+    GrantSigner,
+    GrantVerifier,
+    Spec,
+    Subject,
+)
+from workwarden.storage import Store
+
+KEY_ID = "k"
+SECRET = bytes(range(32))
+SIGNER = GrantSigner(KEY_ID, SECRET)
+VERIFIER = GrantVerifier({KEY_ID: SECRET})
+CAPS = ("email:send",)
+
+
+def grant_for(
+    agent: str = "a1",
+    *,
+    tenant: str = "t",
+    application: str = "app",
+    issued_at: int = 1_000,
+    expires_at: int = 9_999_000_000,
+    kind: str = "agent",
+) -> Grant:
+    """A grant for `agent` in one tenant and application."""
+    return Grant(
+        id="g",
+        issuer=Subject(kind="human", id="h"),
+        subject=Subject(kind=kind, id=agent),  # type: ignore[arg-type]
+        tenant_id=tenant,
+        application_id=application,
+        capabilities=("workload:execute",),
+        issued_at=issued_at,
+        expires_at=expires_at,
+    )
+
+
+def request(agent: str = "a1", **changes: Any) -> CreateWorkload:
+    """The fixture request made by `agent`, with `changes` applied."""
+    tenant = changes.pop("tenant_id", "t")
+    application = changes.pop("application_id", "app")
+    fields: dict[str, Any] = {
+        "tenant_id": tenant,
+        "application_id": application,
+        "environment": "production",
+        "definition_id": "send",
+        "definition_revision": "r1",
+        "trigger": "manual",
+        "input": {"id": 1},
+        "requested_by": Subject(kind="agent", id=agent),
+        "session_id": "session-1",
+        "authorization_snapshot": SIGNER.sign(
+            grant_for(agent, tenant=tenant, application=application)
+        ),
+        "capability_snapshot": CAPS,
+        "idempotency_key": "one",
+    }
+    fields.update(changes)
+    return CreateWorkload.model_validate(fields)
+
+
+def authority(store: Store, spec: Spec | None = None) -> Authority:
+    """An authority over `store` that verifies the fixture key's signatures."""
+    return Authority(store, grants=VERIFIER, spec=spec)
+
+
+def store_snapshot(store: Store) -> tuple[Any, ...]:
+    """Everything a store holds, for byte-for-byte comparisons."""
+    docs = tuple((d.key, d.version, d.document, d.index) for d in store.scan())
+    return docs, tuple(store.audit_log())
