@@ -11,6 +11,7 @@ prepare then commit.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -64,7 +65,7 @@ from workwarden.storage.base import (
 
 __all__ = ["Authority", "Prepared", "invalid_from_validation"]
 
-_COMMAND = TypeAdapter(Command)
+_COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
 _PAGE = 64
 
 
@@ -73,6 +74,8 @@ def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.Wo
     problems = []
     for err in exc.errors(include_url=False, include_input=False):
         path = ".".join(str(part) for part in err["loc"])
+        if not path and err["type"].startswith("union_tag"):
+            path = "op"
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         problems.append({"field": path, "message": err["msg"]})
@@ -80,6 +83,24 @@ def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.Wo
     return errors.WorkloadError(
         errors.INVALID, f"{first['field']}: {first['message']}", {"errors": problems}
     )
+
+
+def _check_now(now: Any) -> None:
+    """Refuse an instant that is not an integer number of milliseconds in range."""
+    if isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= 2**53 - 1:
+        message = "now must be an integer instant in milliseconds"
+        raise errors.WorkloadError(
+            errors.INVALID,
+            message,
+            {"field": "now", "errors": [{"field": "now", "message": message}]},
+        )
+
+
+def _names(values: Any) -> Any:
+    """A caller's collection of names as a tuple; anything else is left for validation to refuse."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        return values
+    return tuple(values)
 
 
 def _build(model: Any, **fields: Any) -> Any:
@@ -133,7 +154,7 @@ class Prepared:
         return self.decision.workload is not None
 
     def commit(self) -> Any:
-        """Write the decision (if it changes anything) and return the reply, or raise the refusal."""
+        """Write the decision (if it changes anything); return the reply or raise the refusal."""
         if self._committed:
             raise RuntimeError("a prepared call commits once")
         self._committed = True
@@ -156,7 +177,9 @@ class Authority:
 
     def __init__(self, store: Store, *, grants: GrantVerifier, spec: Spec | None = None) -> None:
         if not isinstance(grants, GrantVerifier):
-            raise TypeError("grants must be a GrantVerifier (or GrantVerifier.without_signatures())")
+            raise TypeError(
+                "grants must be a GrantVerifier (or GrantVerifier.without_signatures())"
+            )
         self.store = store
         self.grants = grants
         self.spec = spec if spec is not None else default_spec()
@@ -165,16 +188,15 @@ class Authority:
 
     def prepare(self, command: Command | Mapping[str, Any], now: int) -> Prepared:
         """Read and decide `command` at `now`; nothing is written until `commit()`."""
-        if not isinstance(command, tuple(_COMMAND_TYPES)):
+        if isinstance(command, _COMMAND_TYPES):
+            parsed: Command = command
+        else:
             try:
-                command = _COMMAND.validate_python(command)
+                parsed = _COMMAND.validate_python(command)
             except ValidationError as exc:
                 raise invalid_from_validation(exc) from None
-        if isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= 2**53 - 1:
-            raise errors.WorkloadError(
-                errors.INVALID, "now must be an integer instant in milliseconds", {"field": "now"}
-            )
-        return self._prepare(command, now, command.op)
+        _check_now(now)
+        return self._prepare(parsed, now, parsed.op)
 
     def _prepare(self, command: Command, now: int, operation: str) -> Prepared:
         if isinstance(command, AdmitCommand):
@@ -298,7 +320,7 @@ class Authority:
         lease_ms: int,
     ) -> Claim:
         """Claim READY work by id: a lease until `now + lease_ms` under a new fencing token."""
-        caps = tuple(capabilities) if not isinstance(capabilities, str) else capabilities
+        caps = _names(capabilities)
         command = _build(
             ClaimCommand,
             workload_id=workload_id,
@@ -325,7 +347,8 @@ class Authority:
         dependency; work that a claim dead-letters or times out is skipped
         too. Never raises because of one ineligible workload.
         """
-        caps = tuple(capabilities) if not isinstance(capabilities, str) else capabilities
+        _check_now(now)
+        caps = _names(capabilities)
         probe = _build(
             ClaimCommand, workload_id="-", worker_id=worker_id, capabilities=caps, lease_ms=lease_ms
         )
@@ -398,7 +421,7 @@ class Authority:
                 ExecutionContextCommand,
                 workload_id=workload_id,
                 fence=fence,
-                secret_references=tuple(secret_references),
+                secret_references=_names(secret_references),
             ),
             now,
         )
@@ -430,7 +453,7 @@ class Authority:
                 fence=fence,
                 result_id=result_id,
                 output=output,
-                artifacts=tuple(artifacts),
+                artifacts=_names(artifacts),
                 schema_version=schema_version,
             ),
             now,
@@ -485,7 +508,7 @@ class Authority:
         return reply.state
 
     def retry(self, workload_id: str, actor: str, now: int, reason: str | None = None) -> str:
-        """Re-arm failed, timed-out or dead-lettered work: one more attempt, recorded with `reason`."""
+        """Re-arm failed, timed-out or dead-lettered work: one more attempt, with `reason`."""
         reply: StateReply = self.execute(
             _build(RetryCommand, workload_id=workload_id, actor=actor, reason=reason), now
         )
@@ -500,8 +523,9 @@ class Authority:
         now: int,
         tenant: str | None,
         application: str | None,
-    ) -> list[str]:
-        changed: list[str] = []
+    ) -> builtins.list[str]:
+        _check_now(now)
+        changed: builtins.list[str] = []
         seen: set[str] = set()
         while True:
             keys = [
@@ -526,15 +550,17 @@ class Authority:
 
     def recover_expired(
         self, now: int, *, tenant: str | None = None, application: str | None = None
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Recover every workload whose lease expired at or before `now`; returns their ids."""
         return self._sweep(self.store.expired_leases, RecoverCommand, now, tenant, application)
 
     def enforce_deadlines(
         self, now: int, *, tenant: str | None = None, application: str | None = None
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Time out every workload with a deadline fallen at or before `now`; returns their ids."""
-        return self._sweep(self.store.deadlines_due, EnforceDeadlineCommand, now, tenant, application)
+        return self._sweep(
+            self.store.deadlines_due, EnforceDeadlineCommand, now, tenant, application
+        )
 
 
 _COMMAND_TYPES = (

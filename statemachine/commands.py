@@ -112,7 +112,7 @@ class CompleteCommand(_Command):
 
 
 class FailCommand(_Command):
-    """Report the attempt's failure: its `kind`, its `error` text, and what is known of its effect."""
+    """Report the attempt's failure: its `kind`, its `error` text, what is known of its effect."""
 
     op: Literal["fail"] = "fail"
     workload_id: Name
@@ -163,7 +163,7 @@ class RecoverCommand(_Command):
 
 
 class EnforceDeadlineCommand(_Command):
-    """Time the workload out if one of its deadlines has fallen (the deadline sweep, one workload)."""
+    """Time the workload out if one of its deadlines has fallen (the sweep, one workload)."""
 
     op: Literal["enforce_deadlines"] = "enforce_deadlines"
     workload_id: Name

@@ -186,7 +186,11 @@ def _claim(spec: Spec, w: Workload, cmd: ClaimCommand, now: int) -> Decision:
             refusal = errors.WorkloadError(
                 code,
                 f"workload decided {rule.spec.decision} at claim",
-                {"decision": rule.spec.decision, "attempts_used": w.attempt_count, "attempt_budget": budget},
+                {
+                    "decision": rule.spec.decision,
+                    "attempts_used": w.attempt_count,
+                    "attempt_budget": budget,
+                },
             )
             return Decision(
                 operation="claim",
@@ -271,7 +275,11 @@ def _heartbeat(spec: Spec, w: Workload, cmd: HeartbeatCommand, now: int) -> Deci
 def _execution_context(spec: Spec, w: Workload, cmd: ExecutionContextCommand, now: int) -> Decision:
     claim = _fence(w, cmd.fence, now)
     prefix = spec.secrets.reference_prefix
-    bad = [ref for ref in cmd.secret_references if not ref.startswith(prefix) or len(ref) <= len(prefix)]
+    bad = [
+        ref
+        for ref in cmd.secret_references
+        if not ref.startswith(prefix) or len(ref) <= len(prefix)
+    ]
     if bad:
         raise errors.WorkloadError(
             errors.SECRET_REJECTED,
@@ -290,7 +298,9 @@ def _execution_context(spec: Spec, w: Workload, cmd: ExecutionContextCommand, no
         input=w.input,
         checkpoints=tuple(w.checkpoints),
     )
-    return Decision(operation="execution_context", workload=None, reply=context, worker_id=cmd.fence.worker_id)
+    return Decision(
+        operation="execution_context", workload=None, reply=context, worker_id=cmd.fence.worker_id
+    )
 
 
 def _checkpoint(spec: Spec, w: Workload, cmd: CheckpointCommand, now: int) -> Decision:
@@ -334,7 +344,9 @@ def _complete(spec: Spec, w: Workload, cmd: CompleteCommand, now: int) -> Decisi
             and existing.output_hash == digest(cmd.output)
         )
         if same_report:
-            return Decision(operation="complete", workload=None, reply=existing, worker_id=cmd.fence.worker_id)
+            return Decision(
+                operation="complete", workload=None, reply=existing, worker_id=cmd.fence.worker_id
+            )
         raise errors.WorkloadError(
             errors.RESULT_CONFLICT, "the result id was already recorded by a different report"
         )
@@ -394,7 +406,9 @@ def _fail_replay(w: Workload, cmd: FailCommand) -> Decision | None:
             same_effect = cmd.effect is None or event.evidence.get("effect") == cmd.effect
             if same_kind and same_effect:
                 reply = StateReply(workload_id=w.workload_id, state=w.state)
-                return Decision(operation="fail", workload=None, reply=reply, worker_id=cmd.fence.worker_id)
+                return Decision(
+                    operation="fail", workload=None, reply=reply, worker_id=cmd.fence.worker_id
+                )
             return None
     return None
 
@@ -419,7 +433,10 @@ def _fail(spec: Spec, w: Workload, cmd: FailCommand, now: int) -> Decision:
         evidence["effect"] = effect
     draft.move("FAILED", actor=cmd.fence.worker_id, actor_class="worker", evidence=evidence)
     apply_policy(
-        draft, "failure", Facts(workload=d, failure_kind=cmd.kind, effect=effect), actor="system.failure"
+        draft,
+        "failure",
+        Facts(workload=d, failure_kind=cmd.kind, effect=effect),
+        actor="system.failure",
     )
     reply = StateReply(workload_id=d.workload_id, state=d.state)
     return _commit(draft, reply, cmd.fence.worker_id, cmd.fence.worker_id)
@@ -432,7 +449,9 @@ def _cancel(spec: Spec, w: Workload, cmd: CancelCommand, now: int) -> Decision:
     edges = spec.edges_for(w.state, "cancel")
     if not edges:
         raise errors.WorkloadError(
-            errors.TRANSITION_DENIED, f"a {w.state} workload cannot be cancelled", {"state": w.state}
+            errors.TRANSITION_DENIED,
+            f"a {w.state} workload cannot be cancelled",
+            {"state": w.state},
         )
     draft = Draft(spec, w, now, "cancel")
     target = edges[0].to
@@ -518,7 +537,9 @@ def _recover(spec: Spec, w: Workload, cmd: RecoverCommand, now: int) -> Decision
     claim = w.current_claim
     if claim is None or claim.expires_at > now or not spec.edges_for(w.state, "recover_expired"):
         reply = SweepReply(workload_id=w.workload_id, changed=False, state=w.state)
-        return Decision(operation="recover_expired", workload=None, reply=reply, actor="system.recovery")
+        return Decision(
+            operation="recover_expired", workload=None, reply=reply, actor="system.recovery"
+        )
     draft = Draft(spec, w, now, "recover_expired")
     d = draft.workload
     facts = Facts(workload=w)
@@ -538,7 +559,12 @@ def _recover(spec: Spec, w: Workload, cmd: RecoverCommand, now: int) -> Decision
         attempt.error = "worker_lost: claim lease expired"
         evidence["attempt_id"] = attempt.attempt_id
     apply_policy(
-        draft, "recovery", facts, actor="system.recovery", via_actor="system.recovery", via_evidence=evidence
+        draft,
+        "recovery",
+        facts,
+        actor="system.recovery",
+        via_actor="system.recovery",
+        via_evidence=evidence,
     )
     reply = SweepReply(workload_id=w.workload_id, changed=True, state=d.state)
     return _commit(draft, reply, "system.recovery", claim.worker_id)
@@ -548,7 +574,9 @@ def _enforce(spec: Spec, w: Workload, cmd: EnforceDeadlineCommand, now: int) -> 
     breach = deadline_breach(spec, w, now)
     if breach is None:
         reply = SweepReply(workload_id=w.workload_id, changed=False, state=w.state)
-        return Decision(operation="enforce_deadlines", workload=None, reply=reply, actor="system.deadline")
+        return Decision(
+            operation="enforce_deadlines", workload=None, reply=reply, actor="system.deadline"
+        )
     draft = Draft(spec, w, now, "enforce_deadlines")
     worker = w.current_claim.worker_id if w.current_claim is not None else None
     _expire(draft, *breach)

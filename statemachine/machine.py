@@ -31,7 +31,7 @@ class StateCursor:
 
 def build_machine(spec: Spec) -> Any:
     """A machine with the spec's states and one trigger per event (sources to target)."""
-    machine = Machine(
+    return Machine(
         model=None,
         states=list(spec.states),
         initial=None,
@@ -43,7 +43,6 @@ def build_machine(spec: Spec) -> Any:
         ignore_invalid_triggers=False,
         send_event=False,
     )
-    return machine
 
 
 def fire(spec: Spec, state: str, target: str) -> tuple[str, str]:

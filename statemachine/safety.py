@@ -22,7 +22,9 @@ __all__ = ["canonical_json", "check_json", "check_text", "digest"]
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, UTF-8 kept: the form every hash is taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def digest(value: Any) -> str:

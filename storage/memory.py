@@ -67,7 +67,9 @@ class MemoryStore:
                 self._results.pop(current.index.result_id, None)
             if index.result_id is not None:
                 self._results[index.result_id] = key
-            self._docs[key] = StoredDocument(key=key, version=version, document=document, index=index)
+            self._docs[key] = StoredDocument(
+                key=key, version=version, document=document, index=index
+            )
             self._audit.append(replace(audit, version=version, sequence=len(self._audit) + 1))
             return version
 

@@ -22,6 +22,7 @@ __all__ = ["main"]
 
 #: Modules that add subcommands, in the order they appear in `--help`.
 _MODULES = (
+    "workwarden.cli_demo",
     "workwarden.cli_spec",
 )
 
