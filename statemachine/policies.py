@@ -24,10 +24,12 @@ def backoff_delay(spec: Spec, workload: Workload) -> int:
     policy = workload.retry_policy
     multiplier = spec.backoff_multiplier[policy.backoff]
     exponent = max(workload.retry_count - 1, 0)
-    # Stop growing once past the cap: a huge retry count must not build a huge integer.
+    # Stop growing once it cannot change any more (past the cap, a zero initial
+    # delay, a fixed shape): a huge retry count must neither build a huge
+    # integer nor loop once per retry. At most ~53 doublings reach any cap.
     delay = policy.initial_delay_ms
     for _ in range(exponent):
-        if delay >= policy.max_delay_ms or multiplier == 1:
+        if delay == 0 or delay >= policy.max_delay_ms or multiplier == 1:
             break
         delay *= multiplier
     return min(delay, policy.max_delay_ms)

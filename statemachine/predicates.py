@@ -33,7 +33,9 @@ class Facts:
 
 def operator_retries(workload: Workload) -> int:
     """Operator re-arms recorded in the workload's own history."""
-    return sum(1 for event in workload.execution_history if event.evidence.get("retry") == "operator")
+    return sum(
+        1 for event in workload.execution_history if event.evidence.get("retry") == "operator"
+    )
 
 
 def attempt_budget(workload: Workload) -> int:
@@ -50,7 +52,10 @@ def _retries_worker_failure(facts: Facts) -> bool:
 
 
 def _retries_failure_kind(facts: Facts) -> bool:
-    return facts.failure_kind is not None and facts.failure_kind in facts.workload.retry_policy.retry_on
+    return (
+        facts.failure_kind is not None
+        and facts.failure_kind in facts.workload.retry_policy.retry_on
+    )
 
 
 def _retries_timeout(facts: Facts) -> bool:

@@ -1,0 +1,498 @@
+"""The semantic checks of a spec file: every name it uses must exist, and its parts must agree.
+
+`parse_spec_text` parses TOML text, validates its structure with the models
+of `spec_model` and then its meaning: states, operations, predicates,
+anchors and error codes are resolved against the registries, edges out of
+terminal states must be declared, every policy must end in a rule that
+always matches and may only decide what the table lets it do. The semantic
+checks run on whatever parsed, so one run reports every problem it can,
+each with the file and the field path.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.predicates import ANCHORS, PREDICATES
+from workwarden.statemachine.spec_model import (
+    BACKOFF_SHAPES,
+    DEADLINE_KINDS,
+    OPERATIONS,
+    POLICIES,
+    REQUIRED_STATES,
+    BackoffSpec,
+    DeadlineKindSpec,
+    ErrorSpec,
+    PolicySpec,
+    Problem,
+    RuleSpec,
+    SpecFile,
+    StateSpec,
+    TextPattern,
+    TransitionSpec,
+    split_test,
+)
+
+__all__ = ["parse_spec_text", "raised_codes"]
+
+_STATE_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+_EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+_ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+
+
+def _field_path(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(root)"
+
+
+def _type_message(err: Any) -> str:
+    """Pydantic's message, with the value it refused when that is a short scalar."""
+    value = err.get("input")
+    if err["type"] in ("missing", "extra_forbidden") or not isinstance(
+        value, (str, int, float, bool)
+    ):
+        return str(err["msg"])
+    shown = repr(value)
+    return f"{err['msg']} (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _model(model: type[_M], value: Any) -> _M | None:
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None
+
+
+def _table(model: type[_M], value: Any) -> dict[str, _M | None] | None:
+    """A TOML table of entries; an entry that does not parse is kept by name, as None."""
+    if not isinstance(value, dict):
+        return None
+    return {str(name): _model(model, entry) for name, entry in value.items()}
+
+
+def _items(model: type[_M], value: Any) -> tuple[list[tuple[int, _M]], bool] | None:
+    """The entries of an array that parse, by index, and whether all of them did."""
+    if not isinstance(value, list):
+        return None
+    parsed = [(i, _model(model, item)) for i, item in enumerate(value)]
+    kept = [(i, item) for i, item in parsed if item is not None]
+    return kept, len(kept) == len(parsed)
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyParts:
+    via: str | None
+    rules: list[tuple[int, RuleSpec]]
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What could be read of each section of a spec, for the semantic checks.
+
+    The semantic checks run even when the structure is broken in places, so
+    that one run reports every problem: a section is None when it is missing
+    or of the wrong shape, and an entry of a table that does not parse is
+    kept by name as None, so references to it are not reported as unknown.
+    Checks that need a whole section (is every edge a policy needs there?)
+    run only when that section parsed completely.
+    """
+
+    states: dict[str, StateSpec | None] | None
+    transitions: list[tuple[int, TransitionSpec]]
+    transitions_complete: bool
+    policies: dict[str, _PolicyParts | None] | None
+    backoff: dict[str, BackoffSpec | None] | None
+    deadline_order: list[str] | None
+    deadline_kinds: dict[str, DeadlineKindSpec | None] | None
+    forbidden_text: list[tuple[int, TextPattern]]
+    errors: dict[str, ErrorSpec | None] | None
+
+
+def _policy_parts(value: Any) -> _PolicyParts | None:
+    whole = _model(PolicySpec, value)
+    if whole is not None:
+        return _PolicyParts(whole.via, list(enumerate(whole.rules)), True)
+    if not isinstance(value, dict):
+        return None
+    via = value.get("via")
+    rules = _items(RuleSpec, value.get("rules"))
+    return _PolicyParts(via if isinstance(via, str) else None, rules[0] if rules else [], False)
+
+
+def _parts(raw: Mapping[str, Any]) -> _Parts:
+    transitions = _items(TransitionSpec, raw.get("transitions"))
+    policies = raw.get("policies")
+    deadlines = raw.get("deadlines")
+    deadlines = deadlines if isinstance(deadlines, dict) else {}
+    order = deadlines.get("order")
+    secrets = raw.get("secrets")
+    patterns = (
+        _items(TextPattern, secrets.get("forbidden_text")) if isinstance(secrets, dict) else None
+    )
+    return _Parts(
+        states=_table(StateSpec, raw.get("states")),
+        transitions=transitions[0] if transitions else [],
+        transitions_complete=transitions is not None and transitions[1],
+        policies=(
+            {str(name): _policy_parts(p) for name, p in policies.items()}
+            if isinstance(policies, dict)
+            else None
+        ),
+        backoff=_table(BackoffSpec, raw.get("backoff")),
+        deadline_order=(
+            order if isinstance(order, list) and all(isinstance(k, str) for k in order) else None
+        ),
+        deadline_kinds=_table(DeadlineKindSpec, deadlines.get("kinds")),
+        forbidden_text=patterns[0] if patterns else [],
+        errors=_table(ErrorSpec, raw.get("errors")),
+    )
+
+
+class _Checker:
+    """The semantic checks: every name a field uses must exist, and the parts must agree."""
+
+    def __init__(self, parts: _Parts, file: str) -> None:
+        self.parts = parts
+        self.file = file
+        self.problems: list[Problem] = []
+        states = parts.states
+        self.valid_states = ", ".join(states) if states is not None else ""
+        self.edges: dict[tuple[str, str], TransitionSpec] = {}
+        for _, edge in parts.transitions:
+            self.edges.setdefault((edge.from_state, edge.to), edge)
+
+    def add(self, field: str, message: str) -> None:
+        self.problems.append(Problem(self.file, field, message))
+
+    def kind(self, state: str) -> str | None:
+        """The state's kind, or None when it is not known."""
+        entry = self.parts.states.get(state) if self.parts.states is not None else None
+        return entry.kind if entry is not None else None
+
+    def check_state(self, field: str, state: str) -> bool:
+        """Report `state` at `field` if it is not declared; True when it is known to exist."""
+        if self.parts.states is None:
+            return False
+        if state not in self.parts.states:
+            self.add(field, f"unknown state {state!r} (valid: {self.valid_states})")
+            return False
+        return True
+
+    def run(self) -> list[Problem]:
+        self.states()
+        self.transitions()
+        self.policies()
+        self.backoff()
+        self.deadlines()
+        self.secrets()
+        self.errors()
+        return self.problems
+
+    def states(self) -> None:
+        states = self.parts.states
+        if states is None:
+            return
+        for name in states:
+            if not _STATE_NAME.match(name):
+                self.add(f"states.{name}", "a state name is SCREAMING_SNAKE_CASE")
+        for name in REQUIRED_STATES:
+            if name not in states:
+                self.add("states", f"missing state {name!r}, which the core refers to")
+
+    def transitions(self) -> None:
+        first_edge: dict[tuple[str, str], int] = {}
+        first_event: dict[tuple[str, str], tuple[int, str]] = {}
+        for i, edge in self.parts.transitions:
+            where = f"transitions[{i}]"
+            self.check_state(f"{where}.from", edge.from_state)
+            self.check_state(f"{where}.to", edge.to)
+            key = (edge.from_state, edge.to)
+            if key in first_edge:
+                self.add(
+                    where,
+                    f"duplicate edge {edge.from_state} -> {edge.to} "
+                    f"(first at transitions[{first_edge[key]}])",
+                )
+            else:
+                first_edge[key] = i
+            if not _EVENT_NAME.match(edge.event):
+                self.add(
+                    f"{where}.event", f"event name {edge.event!r} is not like 'workload.claimed'"
+                )
+            # One event out of one state must lead to one target, or the machine
+            # would move to whichever edge it met first.
+            seen = first_event.setdefault((edge.from_state, edge.event), (i, edge.to))
+            if seen[1] != edge.to:
+                self.add(
+                    f"{where}.event",
+                    f"event {edge.event!r} already leaves {edge.from_state} for {seen[1]} "
+                    f"(transitions[{seen[0]}]): the machine would be ambiguous",
+                )
+            for j, operation in enumerate(edge.operations):
+                if operation not in OPERATIONS:
+                    self.add(
+                        f"{where}.operations[{j}]",
+                        f"unknown operation {operation!r} (valid: {', '.join(OPERATIONS)})",
+                    )
+            self.exit(where, edge)
+
+    def exit(self, where: str, edge: TransitionSpec) -> None:
+        source, target = self.kind(edge.from_state), self.kind(edge.to)
+        if source == "terminal":
+            if edge.exit is None:
+                self.add(
+                    where,
+                    f"edge {edge.from_state} -> {edge.to} leaves terminal state "
+                    f"{edge.from_state} but is not declared as a re-arm or a close "
+                    '(set exit = "rearm" or exit = "close")',
+                )
+            elif edge.exit == "rearm" and target not in (None, "queued"):
+                self.add(f"{where}.exit", "a re-arm must lead to a queued state")
+            elif edge.exit == "close" and target not in (None, "terminal"):
+                self.add(f"{where}.exit", "a close must lead to a terminal state")
+        elif edge.exit is not None and source is not None:
+            self.add(
+                f"{where}.exit",
+                f"exit is only for edges out of a terminal state, not {edge.from_state}",
+            )
+
+    def edge_taking(self, source: str | None, target: str, operation: str) -> bool:
+        """Does an edge into `target` (from `source`, or from anywhere) let the system take it?"""
+        return any(
+            (source is None or edge.from_state == source)
+            and edge.to == target
+            and operation in edge.operations
+            and "system" in edge.actors
+            for edge in self.edges.values()
+        )
+
+    def policies(self) -> None:
+        policies = self.parts.policies
+        if policies is None:
+            return
+        for name in POLICIES:
+            if name not in policies:
+                self.add("policies", f"missing policy {name!r}, which the core consults")
+        for name, policy in policies.items():
+            where = f"policies.{name}"
+            if name not in POLICIES:
+                self.add(where, f"unknown policy {name!r} (valid: {', '.join(POLICIES)})")
+            if policy is not None:
+                self.policy(where, POLICIES.get(name), policy)
+
+    def policy(self, where: str, operation: str | None, policy: _PolicyParts) -> None:
+        via = policy.via
+        via_known = via is not None and self.check_state(f"{where}.via", via)
+        if via is not None and via_known and self.kind(via) not in (None, "transient"):
+            self.add(
+                f"{where}.via",
+                f"{via} is passed through within one commit, so it must be of kind transient",
+            )
+        if (
+            via_known
+            and via is not None
+            and operation is not None
+            and self.parts.transitions_complete
+            and not any(e.to == via and operation in e.operations for e in self.edges.values())
+        ):
+            self.add(f"{where}.via", f"no edge into {via} lists the operation {operation!r}")
+        always: int | None = None
+        for r, rule in policy.rules:
+            rwhere = f"{where}.rules[{r}]"
+            if always is not None:
+                self.add(rwhere, f"never reached: rules[{always}] before it always matches")
+            elif not rule.when:
+                always = r
+            self.rule(rwhere, rule, policy, operation, via if via_known else None)
+        if policy.complete and always is None:
+            name = where.removeprefix("policies.")
+            self.add(
+                f"{where}.rules",
+                f"policy {name!r} lacks a final rule that always matches (when = [])",
+            )
+
+    def rule(
+        self,
+        where: str,
+        rule: RuleSpec,
+        policy: _PolicyParts,
+        operation: str | None,
+        via: str | None,
+    ) -> None:
+        for t, test in enumerate(rule.when):
+            pname, _ = split_test(test)
+            if pname not in PREDICATES:
+                self.add(
+                    f"{where}.when[{t}]",
+                    f"unknown predicate {pname!r} (valid: {', '.join(PREDICATES)})",
+                )
+        if rule.to is None:
+            if policy.via is not None:
+                self.add(
+                    f"{where}.to", f"a rule of a policy with `via` must move on from {policy.via}"
+                )
+            elif rule.direct or rule.delay != "none":
+                self.add(where, "`direct` and `delay` need a target (`to`)")
+        elif self.check_state(f"{where}.to", rule.to) and operation is not None:
+            source = via if via is not None and not rule.direct else None
+            if self.parts.transitions_complete and not self.edge_taking(source, rule.to, operation):
+                start = f"{source} -> " if source is not None else "into "
+                self.add(
+                    f"{where}.to",
+                    f"no edge {start}{rule.to} in the table lets the system take it "
+                    f"by {operation!r}",
+                )
+        if rule.direct and policy.complete and policy.via is None:
+            self.add(f"{where}.direct", "direct only makes sense in a policy with `via`")
+        if rule.refuse is not None and self.parts.errors is not None:
+            if rule.refuse not in self.parts.errors:
+                self.add(f"{where}.refuse", f"unknown error code {rule.refuse!r}")
+            else:
+                entry = self.parts.errors[rule.refuse]
+                if entry is not None and not entry.records:
+                    self.add(
+                        f"{where}.refuse",
+                        f"{rule.refuse} is raised after the decision is committed, "
+                        "so its catalogue entry must say records = true",
+                    )
+
+    def backoff(self) -> None:
+        backoff = self.parts.backoff
+        if backoff is None:
+            return
+        for shape in BACKOFF_SHAPES:
+            if shape not in backoff:
+                self.add("backoff", f"missing backoff shape {shape!r}")
+        for shape in backoff:
+            if shape not in BACKOFF_SHAPES:
+                self.add(
+                    f"backoff.{shape}",
+                    f"unknown backoff shape (valid: {', '.join(BACKOFF_SHAPES)})",
+                )
+        fixed = backoff.get("fixed")
+        if fixed is not None and fixed.multiplier != 1:
+            self.add("backoff.fixed.multiplier", "a fixed backoff does not grow: multiplier = 1")
+
+    def deadlines(self) -> None:
+        kinds = self.parts.deadline_kinds
+        if kinds is not None:
+            for kind in DEADLINE_KINDS:
+                if kind not in kinds:
+                    self.add("deadlines.kinds", f"missing deadline {kind!r} (a Timeouts field)")
+            for kind, entry in kinds.items():
+                where = f"deadlines.kinds.{kind}"
+                if kind not in DEADLINE_KINDS:
+                    self.add(
+                        where, f"unknown deadline {kind!r} (valid: {', '.join(DEADLINE_KINDS)})"
+                    )
+                if entry is not None:
+                    self.deadline(where, entry)
+        order = self.parts.deadline_order
+        if order is not None and kinds is not None:
+            for k, kind in enumerate(order):
+                if kind not in kinds:
+                    self.add(f"deadlines.order[{k}]", f"unknown deadline {kind!r}")
+                elif kind in order[:k]:
+                    self.add(f"deadlines.order[{k}]", f"deadline {kind!r} is listed twice")
+            for kind in kinds:
+                if kind not in order:
+                    self.add("deadlines.order", f"deadline {kind!r} is not in the order")
+
+    def deadline(self, where: str, entry: DeadlineKindSpec) -> None:
+        if entry.anchor not in ANCHORS:
+            self.add(
+                f"{where}.anchor",
+                f"unknown anchor {entry.anchor!r} (valid: {', '.join(ANCHORS)})",
+            )
+        policy = self.parts.policies.get("deadline") if self.parts.policies is not None else None
+        via = policy.via if policy is not None else None
+        for s, state in enumerate(entry.while_states):
+            known = self.check_state(f"{where}.while[{s}]", state)
+            if (
+                known
+                and via is not None
+                and self.parts.transitions_complete
+                and not self.edge_taking(state, via, "enforce_deadlines")
+            ):
+                self.add(
+                    f"{where}.while[{s}]",
+                    f"no edge {state} -> {via} lets the system take it by 'enforce_deadlines'",
+                )
+
+    def secrets(self) -> None:
+        for i, pattern in self.parts.forbidden_text:
+            if (pattern.contains is None) == (pattern.prefix is None):
+                self.add(
+                    f"secrets.forbidden_text[{i}]", "set exactly one of `contains` or `prefix`"
+                )
+
+    def errors(self) -> None:
+        catalogue = self.parts.errors
+        if catalogue is None:
+            return
+        for code in catalogue:
+            if not _ERROR_CODE.match(code):
+                self.add(f"errors.{code}", "an error code is SCREAMING_SNAKE_CASE")
+        for code in raised_codes():
+            if code not in catalogue:
+                self.add("errors", f"missing error code {code!r}, which the core raises")
+
+
+def raised_codes() -> tuple[str, ...]:
+    """Every error code the core may raise (the constants of `errors`)."""
+    return tuple(
+        value for name, value in vars(errors).items() if name.isupper() and isinstance(value, str)
+    )
+
+
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
+
+
+def _toml_problem(exc: tomllib.TOMLDecodeError, text: str, file: str) -> Problem:
+    """A TOML syntax error, with its line and column in the field (the message says where)."""
+    message = str(exc)
+    at = _TOML_AT.search(message)
+    if at is not None:
+        where = f"line {at[1]}, column {at[2]}"
+        message = message[: at.start()]
+    else:
+        line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
+        where = f"line {line}, column {column} (end of file)"
+        message = _TOML_AT_END.sub("", message)
+    return Problem(file, f"(toml) {where}", f"not valid TOML: {message}")
+
+
+def parse_spec_text(text: str, file: str) -> tuple[SpecFile | None, list[Problem]]:
+    """Parse and check spec text: its model (None if its structure is broken), every problem."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return None, [_toml_problem(exc, text, file)]
+    problems: list[Problem] = []
+    data: SpecFile | None = None
+    try:
+        data = SpecFile.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(
+            Problem(file, _field_path(err["loc"]), _type_message(err))
+            for err in exc.errors(include_url=False)
+        )
+    problems.extend(_Checker(_parts(raw), file).run())
+    return data, problems

@@ -1,0 +1,238 @@
+"""The spec file's structure: its registries of names and the pydantic models of its tables.
+
+Every table and key of `specs/workload.toml` has a model here; the JSON
+Schema of the file is exported from them. What the names in the file must
+refer to (states, operations, predicates, anchors, error codes) is checked
+by `spec_checks`; the compiled form the core uses is `spec.Spec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ACTOR_CLASSES",
+    "BACKOFF_SHAPES",
+    "DEADLINE_KINDS",
+    "OPERATIONS",
+    "POLICIES",
+    "REQUIRED_STATES",
+    "BackoffSpec",
+    "DeadlineKindSpec",
+    "DeadlinesSpec",
+    "ErrorSpec",
+    "LimitsSpec",
+    "PolicySpec",
+    "Problem",
+    "RuleSpec",
+    "SecretsSpec",
+    "SpecFile",
+    "SpecHeader",
+    "StateSpec",
+    "TextPattern",
+    "TransitionSpec",
+    "spec_json_schema",
+    "split_test",
+]
+
+ActorClass = Literal["worker", "system", "operator"]
+ACTOR_CLASSES: tuple[str, ...] = ("worker", "system", "operator")
+
+#: The operations the core implements; edges name the ones that take them.
+OPERATIONS: dict[str, str] = {
+    "admit": "admit a workload (idempotent per requester-scoped key)",
+    "claim": "claim a READY workload by id",
+    "claim_next": "claim the next claimable workload of a tenant and application",
+    "start": "start the claimed attempt",
+    "heartbeat": "extend the lease of the current claim",
+    "execution_context": "read the input, checkpoints and scopes through a fence",
+    "checkpoint": "record progress of the running attempt",
+    "complete": "record the attempt's result",
+    "fail": "report the attempt's failure",
+    "cancel": "cancel the workload, or request cancellation from its worker",
+    "confirm_cancel": "the worker confirms a requested cancellation",
+    "timeout": "an operator times the workload out",
+    "retry": "an operator re-arms failed, timed-out or dead-lettered work",
+    "recover_expired": "the sweep recovers work whose lease expired",
+    "enforce_deadlines": "a fallen deadline is enforced (by the sweep, or at a worker call)",
+}
+
+#: The policies the core consults, and the operation each decides for.
+POLICIES: dict[str, str] = {
+    "failure": "fail",
+    "recovery": "recover_expired",
+    "deadline": "enforce_deadlines",
+    "operator_timeout": "timeout",
+    "claim": "claim",
+}
+
+#: States the core refers to by name; a spec must declare each.
+REQUIRED_STATES: tuple[str, ...] = (
+    "CREATED",
+    "READY",
+    "CLAIMED",
+    "RUNNING",
+    "CHECKPOINTED",
+    "RECOVERING",
+    "CANCELLATION_REQUESTED",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "TIMED_OUT",
+    "DEAD_LETTER",
+)
+
+#: Deadline kinds, one per field of `Timeouts` (`<kind>_ms`).
+DEADLINE_KINDS: tuple[str, ...] = ("overall", "queue", "claim", "execution", "heartbeat")
+
+#: Backoff shapes, one per value of `RetryPolicy.backoff`.
+BACKOFF_SHAPES: tuple[str, ...] = ("fixed", "exponential")
+
+
+class _Strict(BaseModel):
+    # Strict: a TOML string is not a number and an unknown key is a mistake,
+    # exactly as the exported JSON Schema says.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+
+
+class SpecHeader(_Strict):
+    """`[spec]`: the spec's name, the seed behaviour it reproduces, its contract version."""
+
+    name: str
+    seed_version: str
+    contract_version: Annotated[int, Field(ge=1)]
+
+
+class StateSpec(_Strict):
+    """`[states.NAME]`: a state's kind and one-line meaning."""
+
+    kind: Literal["queued", "active", "terminal", "transient"]
+    meaning: str
+
+
+class TransitionSpec(_Strict):
+    """One legal edge of the table."""
+
+    from_state: str = Field(alias="from")
+    to: str
+    event: str
+    actors: list[ActorClass] = Field(min_length=1)
+    operations: list[str] = Field(min_length=1)
+    exit: Literal["rearm", "close"] | None = None
+
+
+class RuleSpec(_Strict):
+    """One rule of a policy: when all predicates hold, `decision` decides."""
+
+    when: list[str] = Field(default_factory=list)
+    decision: str
+    to: str | None = None
+    direct: bool = False
+    delay: Literal["backoff", "initial", "none"] = "none"
+    refuse: str | None = None
+
+
+class PolicySpec(_Strict):
+    """`[policies.NAME]`: ordered rules, first match decides."""
+
+    via: str | None = None
+    meaning: str
+    rules: list[RuleSpec] = Field(min_length=1)
+
+
+class BackoffSpec(_Strict):
+    """`[backoff.SHAPE]`: the n-th retry waits initial * multiplier^(n-1), capped."""
+
+    multiplier: Annotated[int, Field(ge=1, le=16)]
+
+
+class DeadlineKindSpec(_Strict):
+    """`[deadlines.kinds.NAME]`: what a deadline runs from, while which states, what it bounds."""
+
+    anchor: str
+    while_states: list[str] = Field(alias="while", min_length=1)
+    bounds: Literal["work", "attempt"]
+    meaning: str
+
+
+class DeadlinesSpec(_Strict):
+    """`[deadlines]`: the contract version from which they apply, their order, the kinds."""
+
+    contract_version: Annotated[int, Field(ge=1)]
+    order: list[str]
+    kinds: dict[str, DeadlineKindSpec]
+
+
+class TextPattern(_Strict):
+    """A forbidden text pattern: exactly one of `contains` or `prefix`."""
+
+    contains: str | None = None
+    prefix: str | None = None
+
+
+class SecretsSpec(_Strict):
+    """`[secrets]`: forbidden keys, forbidden text, and the secret reference prefix."""
+
+    forbidden_keys: list[str]
+    forbidden_text: list[TextPattern]
+    reference_prefix: str = Field(min_length=1)
+
+
+class LimitsSpec(_Strict):
+    """`[limits]`: bounds on caller-supplied JSON and free text."""
+
+    max_json_bytes: Annotated[int, Field(ge=1)]
+    max_json_depth: Annotated[int, Field(ge=1, le=512)]
+    max_reason_chars: Annotated[int, Field(ge=1)]
+
+
+class ErrorSpec(_Strict):
+    """`[errors.CODE]`: what the code means and what the caller should do."""
+
+    meaning: str
+    action: Literal["retry_later", "give_up", "fix_request"]
+    records: bool = False
+
+
+class SpecFile(_Strict):
+    """The whole spec file, as written in TOML."""
+
+    spec: SpecHeader
+    states: dict[str, StateSpec]
+    transitions: list[TransitionSpec]
+    policies: dict[str, PolicySpec]
+    backoff: dict[str, BackoffSpec]
+    deadlines: DeadlinesSpec
+    secrets: SecretsSpec
+    limits: LimitsSpec
+    errors: dict[str, ErrorSpec]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a spec: where (file and field) and what."""
+
+    file: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}"
+
+
+def split_test(test: str) -> tuple[str, bool]:
+    """A rule's `when` entry as (predicate name, wanted truth): `not NAME` wants False."""
+    if test.startswith("not "):
+        return test[4:].strip(), False
+    return test.strip(), True
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the spec file, from the pydantic models."""
+    schema = SpecFile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "workwarden workload spec"
+    return schema

@@ -1,0 +1,729 @@
+"""The spec file: the shipped one is valid and complete, and every kind of mistake is reported.
+
+A copy of the shipped spec is edited in one place for each kind of problem;
+the loader must name the field and say what is wrong, report every problem
+of a file in one run, and never build a `Spec` from a file with any problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from transitions import Machine, MachineError
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.machine import StateCursor, fire
+from workwarden.statemachine.predicates import ANCHORS, PREDICATES
+from workwarden.statemachine.spec import (
+    OPERATIONS,
+    POLICIES,
+    Problem,
+    SpecFile,
+    check_spec_file,
+    default_spec,
+    load_spec,
+    load_spec_text,
+    raised_codes,
+    shipped_spec_text,
+    spec_json_schema,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = shipped_spec_text()
+README = (ROOT / "specs" / "README.md").read_text(encoding="utf-8")
+
+_LAST_EDGE_END = ' operations = ["claim", "claim_next"] },\n]\n'
+
+
+def edited(old: str, new: str, text: str = SHIPPED) -> str:
+    """`text` with its one occurrence of `old` replaced by `new`."""
+    assert text.count(old) == 1, f"expected exactly one {old!r} in the spec"
+    return text.replace(old, new)
+
+
+def with_edges(*edges: str, text: str = SHIPPED) -> str:
+    """`text` with `edges` appended to the transition table (from index 33 on)."""
+    added = "".join(f"  {edge},\n" for edge in edges)
+    return edited(_LAST_EDGE_END, _LAST_EDGE_END[:-2] + added + "]\n", text)
+
+
+def without_table(header: str, text: str = SHIPPED) -> str:
+    """`text` without the TOML table that starts at `header` (up to the next blank line)."""
+    start = text.index(header + "\n")
+    end = text.index("\n\n", start)
+    return text[:start] + text[end + 2 :]
+
+
+def problems_in(text: str, tmp_path: Path) -> list[Problem]:
+    """Every problem `check_spec_file` finds in `text`, written to a file."""
+    path = tmp_path / "copy.toml"
+    path.write_text(text, encoding="utf-8")
+    return check_spec_file(path)
+
+
+def fields_of(problems: list[Problem]) -> list[str]:
+    return [problem.field for problem in problems]
+
+
+# -- the shipped spec ----------------------------------------------------------
+
+
+def test_the_shipped_spec_validates_with_no_problem() -> None:
+    assert check_spec_file(ROOT / "specs" / "workload.toml") == []
+    assert load_spec(ROOT / "specs" / "workload.toml").data == default_spec().data
+
+
+def test_the_packaged_spec_is_the_repositorys_spec_file() -> None:
+    assert (ROOT / "specs" / "workload.toml").read_text(encoding="utf-8") == SHIPPED
+
+
+def test_the_shipped_spec_has_twelve_states_each_with_a_kind_and_a_meaning() -> None:
+    states = default_spec().states
+    assert len(states) == 12
+    for name, state in states.items():
+        assert state.kind in ("queued", "active", "terminal", "transient"), name
+        assert state.meaning.strip(), name
+
+
+def test_the_shipped_table_has_exactly_33_transitions_including_claimed_to_failed() -> None:
+    spec = default_spec()
+    assert len(spec.data.transitions) == 33
+    assert len(spec.edges) == 33
+    claimed_to_failed = spec.edge("CLAIMED", "FAILED")
+    assert claimed_to_failed is not None
+    assert claimed_to_failed.operations == ["fail"]
+    assert claimed_to_failed.actors == ["worker"]
+
+
+def test_every_error_code_the_core_raises_is_in_the_catalogue_with_meaning_and_action() -> None:
+    constants = [getattr(errors, name) for name in errors.__all__ if name.isupper()]
+    assert sorted(constants) == sorted(raised_codes())
+    catalogue = default_spec().errors
+    for code in constants:
+        assert code in catalogue, code
+        assert catalogue[code].meaning.strip(), code
+        assert catalogue[code].action in ("retry_later", "give_up", "fix_request"), code
+
+
+def test_the_refusals_that_record_their_decision_are_the_ones_the_catalogue_marks() -> None:
+    recorded = {code for code, entry in default_spec().errors.items() if entry.records}
+    assert recorded == {errors.TIMED_OUT, errors.ATTEMPTS_EXHAUSTED}
+
+
+def test_the_states_a_worker_holds_are_the_active_ones() -> None:
+    spec = default_spec()
+    assert spec.claimed_states == {"CLAIMED", "RUNNING", "CHECKPOINTED", "CANCELLATION_REQUESTED"}
+    assert spec.terminal_states == {"SUCCEEDED", "CANCELLED", "DEAD_LETTER"}
+
+
+# -- every problem in one run ------------------------------------------------
+
+THREE_PROBLEMS = with_edges(
+    '{ from = "LIMBO", to = "READY", event = "workload.ready", actors = ["system"], '
+    'operations = ["admit"] }',
+    '{ from = "CREATED", to = "READY", event = "workload.ready", actors = ["system"], '
+    'operations = ["admit"] }',
+    '{ from = "READY", to = "SUCCEEDED", event = "workload.completed", actors = ["worker"], '
+    'operations = ["teleport"] }',
+)
+THREE_FIELDS = ["transitions[33].from", "transitions[34]", "transitions[35].operations[0]"]
+
+
+def test_a_spec_with_an_unknown_state_a_duplicate_edge_and_an_unknown_operation_reports_all_three(
+    tmp_path: Path,
+) -> None:
+    problems = problems_in(THREE_PROBLEMS, tmp_path)
+    assert fields_of(problems) == THREE_FIELDS
+    unknown_state, duplicate, unknown_operation = problems
+    assert "unknown state 'LIMBO'" in unknown_state.message
+    assert "duplicate edge CREATED -> READY (first at transitions[0])" in duplicate.message
+    assert "unknown operation 'teleport'" in unknown_operation.message
+    assert all(problem.file == str(tmp_path / "copy.toml") for problem in problems)
+
+
+def test_loading_a_spec_with_three_problems_refuses_it_naming_all_three(tmp_path: Path) -> None:
+    path = tmp_path / "copy.toml"
+    path.write_text(THREE_PROBLEMS, encoding="utf-8")
+    with pytest.raises(WorkloadError) as raised:
+        load_spec(path)
+    assert raised.value.code == errors.SPEC_INVALID
+    assert raised.value.details is not None
+    reported = raised.value.details["problems"]
+    assert [problem["field"] for problem in reported] == THREE_FIELDS
+    assert all(problem["file"] == str(path) for problem in reported)
+    assert raised.value.message.startswith(f"3 problem(s) in {path}: ")
+    with pytest.raises(WorkloadError) as from_text:
+        load_spec_text(THREE_PROBLEMS, "copy.toml")
+    assert from_text.value.code == errors.SPEC_INVALID
+
+
+def test_a_problem_reads_file_then_field_then_message() -> None:
+    problem = Problem("copy.toml", "transitions[3].to", "unknown state 'X'")
+    assert str(problem) == "copy.toml: transitions[3].to: unknown state 'X'"
+
+
+# -- each kind of problem, with its field path --------------------------------
+
+_DL_CANCEL = 'operations = ["cancel"], exit = "close" }'
+_REARM = 'operations = ["retry"], exit = "rearm" }'
+_FIRST_EDGE = (
+    '{ from = "CREATED", to = "READY", event = "workload.ready", actors = ["system"], '
+    'operations = ["admit"] }'
+)
+_CLAIMABLE = '{ when = [], decision = "claimable" }'
+_RETRY_ON_FAILURE = '{ when = [], decision = "retry", to = "READY", delay = "backoff" }'
+
+PROBLEM_CASES: list[tuple[str, str, str, str]] = [
+    (
+        "unknown state in an edge",
+        with_edges(
+            '{ from = "LIMBO", to = "READY", event = "workload.ready", actors = ["system"], '
+            'operations = ["admit"] }'
+        ),
+        "transitions[33].from",
+        "unknown state 'LIMBO' (valid: CREATED, READY,",
+    ),
+    (
+        "unknown target state in an edge",
+        edited(_FIRST_EDGE, _FIRST_EDGE.replace('to = "READY"', 'to = "QUEUED"')),
+        "transitions[0].to",
+        "unknown state 'QUEUED'",
+    ),
+    (
+        "duplicate edge",
+        with_edges(_FIRST_EDGE),
+        "transitions[33]",
+        "duplicate edge CREATED -> READY (first at transitions[0])",
+    ),
+    (
+        "one event out of one state to two targets",
+        with_edges(
+            '{ from = "CREATED", to = "DEAD_LETTER", event = "workload.ready", '
+            'actors = ["system"], operations = ["admit"] }'
+        ),
+        "transitions[33].event",
+        "event 'workload.ready' already leaves CREATED for READY (transitions[0])",
+    ),
+    (
+        "event name not dotted",
+        edited(_FIRST_EDGE, _FIRST_EDGE.replace('"workload.ready"', '"Ready"')),
+        "transitions[0].event",
+        "event name 'Ready' is not like 'workload.claimed'",
+    ),
+    (
+        "edge out of a terminal state not declared as an exit",
+        edited(_DL_CANCEL, 'operations = ["cancel"] }'),
+        "transitions[14]",
+        "leaves terminal state DEAD_LETTER but is not declared as a re-arm or a close",
+    ),
+    (
+        "edge out of a terminal state with no exit at all",
+        with_edges(
+            '{ from = "SUCCEEDED", to = "READY", event = "workload.ready", '
+            'actors = ["operator"], operations = ["retry"] }'
+        ),
+        "transitions[33]",
+        "leaves terminal state SUCCEEDED",
+    ),
+    (
+        "close exit leading to a queued state",
+        edited(_REARM, 'operations = ["retry"], exit = "close" }'),
+        "transitions[24].exit",
+        "a close must lead to a terminal state",
+    ),
+    (
+        "re-arm exit leading to a terminal state",
+        edited(_DL_CANCEL, 'operations = ["cancel"], exit = "rearm" }'),
+        "transitions[14].exit",
+        "a re-arm must lead to a queued state",
+    ),
+    (
+        "exit on an edge out of a state that is not terminal",
+        edited(_FIRST_EDGE, _FIRST_EDGE.replace('["admit"] }', '["admit"], exit = "rearm" }')),
+        "transitions[0].exit",
+        "exit is only for edges out of a terminal state, not CREATED",
+    ),
+    (
+        "unknown operation",
+        edited(_FIRST_EDGE, _FIRST_EDGE.replace('["admit"]', '["admit", "teleport"]')),
+        "transitions[0].operations[1]",
+        "unknown operation 'teleport' (valid: admit, claim,",
+    ),
+    (
+        "unknown predicate in a policy rule",
+        edited(
+            '"not retries_worker_failure"], decision = "effect_unknown_not_retryable"',
+            '"not retries_worker_failures"], decision = "effect_unknown_not_retryable"',
+        ),
+        "policies.failure.rules[0].when[1]",
+        "unknown predicate 'retries_worker_failures' (valid: effect_unknown,",
+    ),
+    (
+        "policy without a final rule that always matches",
+        edited(_CLAIMABLE, '{ when = ["not budget_exhausted"], decision = "claimable" }'),
+        "policies.claim.rules",
+        "policy 'claim' lacks a final rule that always matches (when = [])",
+    ),
+    (
+        "rule after an always-matching rule",
+        edited(_CLAIMABLE, _CLAIMABLE + ",\n  " + _CLAIMABLE),
+        "policies.claim.rules[2]",
+        "never reached: rules[1] before it always matches",
+    ),
+    (
+        "unknown target state in a policy rule",
+        edited(_RETRY_ON_FAILURE, _RETRY_ON_FAILURE.replace('"READY"', '"WAITING"')),
+        "policies.failure.rules[3].to",
+        "unknown state 'WAITING'",
+    ),
+    (
+        "policy decision the table has no edge for",
+        edited(_RETRY_ON_FAILURE, _RETRY_ON_FAILURE.replace('"READY"', '"SUCCEEDED"')),
+        "policies.failure.rules[3].to",
+        "no edge FAILED -> SUCCEEDED in the table lets the system take it by 'fail'",
+    ),
+    (
+        "rule of a policy with via that does not move on",
+        edited(_RETRY_ON_FAILURE, '{ when = [], decision = "retry", delay = "backoff" }'),
+        "policies.failure.rules[3].to",
+        "a rule of a policy with `via` must move on from FAILED",
+    ),
+    (
+        "delay without a target",
+        edited(_CLAIMABLE, '{ when = [], decision = "claimable", delay = "backoff" }'),
+        "policies.claim.rules[1]",
+        "`direct` and `delay` need a target (`to`)",
+    ),
+    (
+        "policy passing through a state that is not transient",
+        edited('via = "FAILED"', 'via = "READY"'),
+        "policies.failure.via",
+        "READY is passed through within one commit, so it must be of kind transient",
+    ),
+    (
+        "policy through an unknown state",
+        edited('via = "FAILED"', 'via = "BROKEN"'),
+        "policies.failure.via",
+        "unknown state 'BROKEN'",
+    ),
+    (
+        "unknown error code refused",
+        edited('refuse = "WORKLOAD_ATTEMPTS_EXHAUSTED"', 'refuse = "WORKLOAD_GONE"'),
+        "policies.claim.rules[0].refuse",
+        "unknown error code 'WORKLOAD_GONE'",
+    ),
+    (
+        "refused error code that does not record its decision",
+        edited('refuse = "WORKLOAD_ATTEMPTS_EXHAUSTED"', 'refuse = "WORKLOAD_NOT_READY"'),
+        "policies.claim.rules[0].refuse",
+        "its catalogue entry must say records = true",
+    ),
+    (
+        "missing policy",
+        without_table("[policies.operator_timeout]"),
+        "policies",
+        "missing policy 'operator_timeout', which the core consults",
+    ),
+    (
+        "unknown policy",
+        edited("[policies.claim]", "[policies.claims]"),
+        "policies.claims",
+        "unknown policy 'claims' (valid: failure, recovery,",
+    ),
+    (
+        "missing state the core refers to",
+        edited(
+            '[states.CANCELLED]\nkind = "terminal"\n',
+            '[states.ABANDONED]\nkind = "terminal"\n',
+        ),
+        "states",
+        "missing state 'CANCELLED', which the core refers to",
+    ),
+    (
+        "state name not in capitals",
+        SHIPPED + '\n[states.Parked]\nkind = "queued"\nmeaning = "Waiting."\n',
+        "states.Parked",
+        "a state name is SCREAMING_SNAKE_CASE",
+    ),
+    (
+        "unknown anchor",
+        edited('anchor = "ready_or_eligible"', 'anchor = "enqueued"'),
+        "deadlines.kinds.queue.anchor",
+        "unknown anchor 'enqueued' (valid: admitted, ready_or_eligible,",
+    ),
+    (
+        "deadline in a state with no edge to enforce it",
+        edited(
+            'while = ["CLAIMED", "RUNNING", "CHECKPOINTED"]\nbounds = "attempt"\n'
+            'meaning = "From the last heartbeat',
+            'while = ["CLAIMED", "RUNNING", "CHECKPOINTED", "CANCELLATION_REQUESTED"]\n'
+            'bounds = "attempt"\nmeaning = "From the last heartbeat',
+        ),
+        "deadlines.kinds.heartbeat.while[3]",
+        "no edge CANCELLATION_REQUESTED -> TIMED_OUT lets the system take it",
+    ),
+    (
+        "deadline in an unknown state",
+        edited('while = ["READY"]', 'while = ["QUEUED"]'),
+        "deadlines.kinds.queue.while[0]",
+        "unknown state 'QUEUED'",
+    ),
+    (
+        "deadline kind left out of the order",
+        edited(
+            'order = ["overall", "queue", "claim", "execution", "heartbeat"]',
+            'order = ["overall", "queue", "claim", "execution"]',
+        ),
+        "deadlines.order",
+        "deadline 'heartbeat' is not in the order",
+    ),
+    (
+        "deadline kind listed twice in the order",
+        edited(
+            'order = ["overall", "queue", "claim", "execution", "heartbeat"]',
+            'order = ["overall", "queue", "claim", "execution", "heartbeat", "queue"]',
+        ),
+        "deadlines.order[5]",
+        "deadline 'queue' is listed twice",
+    ),
+    (
+        "unknown deadline kind",
+        SHIPPED
+        + '\n[deadlines.kinds.lunch]\nanchor = "admitted"\nwhile = ["READY"]\n'
+        + 'bounds = "work"\nmeaning = "x"\n',
+        "deadlines.kinds.lunch",
+        "unknown deadline 'lunch' (valid: overall, queue,",
+    ),
+    (
+        "fixed backoff that grows",
+        edited("[backoff.fixed]\nmultiplier = 1", "[backoff.fixed]\nmultiplier = 2"),
+        "backoff.fixed.multiplier",
+        "a fixed backoff does not grow: multiplier = 1",
+    ),
+    (
+        "missing backoff shape",
+        without_table("[backoff.exponential]"),
+        "backoff",
+        "missing backoff shape 'exponential'",
+    ),
+    (
+        "forbidden text pattern with both forms",
+        edited('{ prefix = "sk-" }', '{ prefix = "sk-", contains = "sk-" }'),
+        "secrets.forbidden_text[1]",
+        "set exactly one of `contains` or `prefix`",
+    ),
+    (
+        "missing error code the core raises",
+        without_table("[errors.WORKLOAD_CONFLICT]"),
+        "errors",
+        "missing error code 'WORKLOAD_CONFLICT', which the core raises",
+    ),
+    (
+        "wrong type of a limit",
+        edited("max_json_depth = 64", 'max_json_depth = "deep"'),
+        "limits.max_json_depth",
+        "Input should be a valid integer",
+    ),
+    (
+        "number written as a string",
+        edited("max_json_depth = 64", 'max_json_depth = "64"'),
+        "limits.max_json_depth",
+        "Input should be a valid integer (got '64')",
+    ),
+    (
+        "limit out of range",
+        edited("max_json_depth = 64", "max_json_depth = 0"),
+        "limits.max_json_depth",
+        "Input should be greater than or equal to 1",
+    ),
+    (
+        "unknown actor class",
+        edited(_FIRST_EDGE, _FIRST_EDGE.replace('actors = ["system"]', 'actors = ["robot"]')),
+        "transitions[0].actors[0]",
+        "Input should be 'worker', 'system' or 'operator'",
+    ),
+    (
+        "unknown state kind",
+        edited('[states.READY]\nkind = "queued"', '[states.READY]\nkind = "waiting"'),
+        "states.READY.kind",
+        "Input should be 'queued', 'active', 'terminal' or 'transient'",
+    ),
+    (
+        "missing field of an edge",
+        edited(_FIRST_EDGE, _FIRST_EDGE.replace('from = "CREATED", ', "")),
+        "transitions[0].from",
+        "Field required",
+    ),
+    (
+        "unknown key",
+        edited(
+            '[states.READY]\nkind = "queued"', '[states.READY]\ncolour = "red"\nkind = "queued"'
+        ),
+        "states.READY.colour",
+        "Extra inputs are not permitted",
+    ),
+    (
+        "wrong type of a policy rule list",
+        edited(
+            'rules = [\n  { when = ["budget_exhausted"], decision = "attempt_budget_exhausted", '
+            'to = "DEAD_LETTER", refuse',
+            'rules = [\n  { when = "budget_exhausted", decision = "attempt_budget_exhausted", '
+            'to = "DEAD_LETTER", refuse',
+        ),
+        "policies.claim.rules[0].when",
+        "Input should be a valid list",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"),
+    [pytest.param(text, field, fragment, id=name) for name, text, field, fragment in PROBLEM_CASES],
+)
+def test_each_kind_of_problem_is_reported_at_its_field(
+    text: str, field: str, fragment: str, tmp_path: Path
+) -> None:
+    problems = problems_in(text, tmp_path)
+    matching = [p for p in problems if p.field == field and fragment in p.message]
+    assert matching, f"no problem at {field} saying {fragment!r}; got:\n" + "\n".join(
+        map(str, problems)
+    )
+    with pytest.raises(WorkloadError) as raised:
+        load_spec_text(text, "copy.toml")
+    assert raised.value.code == errors.SPEC_INVALID
+
+
+def test_a_toml_syntax_error_is_reported_with_its_line(tmp_path: Path) -> None:
+    text = edited("max_json_bytes = 1048576", "max_json_bytes = = 1048576")
+    line = text[: text.index("max_json_bytes = =")].count("\n") + 1
+    problems = problems_in(text, tmp_path)
+    assert len(problems) == 1
+    assert problems[0].field.startswith(f"(toml) line {line}, column ")
+    assert problems[0].message.startswith("not valid TOML: ")
+
+
+def test_a_toml_syntax_error_at_the_end_of_the_file_is_reported_at_the_last_line(
+    tmp_path: Path,
+) -> None:
+    problems = problems_in("[spec]\nname = [", tmp_path)
+    assert fields_of(problems) == ["(toml) line 2, column 9 (end of file)"]
+
+
+def test_semantic_problems_are_reported_beside_structural_ones(tmp_path: Path) -> None:
+    text = edited('[states.SUCCEEDED]\nkind = "terminal"', "[states.SUCCEEDED]\nkind = 7")
+    text = edited('anchor = "ready_or_eligible"', 'anchor = "enqueued"', text)
+    text = edited(_FIRST_EDGE, _FIRST_EDGE.replace('["admit"]', '["teleport"]'), text)
+    text = edited('"effect_unknown", "not retries', '"effect_unkown", "not retries', text)
+    text = edited(
+        '{ from = "READY", to = "CLAIMED", event = "workload.claimed", actors = ["worker"]',
+        '{ from = "READY", to = "CLAIMED", event = "workload.claimed", actors = "worker"',
+        text,
+    )
+    problems = problems_in(text, tmp_path)
+    assert fields_of(problems) == [
+        "states.SUCCEEDED.kind",
+        "transitions[1].actors",
+        "transitions[0].operations[0]",
+        "policies.failure.rules[0].when[0]",
+        "deadlines.kinds.queue.anchor",
+    ]
+    # A state whose own fields are broken is still a known state name.
+    assert not any("unknown state 'SUCCEEDED'" in p.message for p in problems)
+
+
+def test_a_missing_section_is_reported_once_without_knock_on_problems(tmp_path: Path) -> None:
+    problems = problems_in(without_table("[secrets]"), tmp_path)
+    assert [(p.field, p.message) for p in problems] == [("secrets", "Field required")]
+
+
+def test_a_missing_policy_section_is_reported_once(tmp_path: Path) -> None:
+    text = SHIPPED
+    for name in POLICIES:
+        text = without_table(f"[policies.{name}]", text)
+    problems = problems_in(text, tmp_path)
+    # Deadlines need the deadline policy's `via`; without it nothing more is claimed.
+    assert [(p.field, p.message) for p in problems] == [("policies", "Field required")]
+
+
+def test_an_unreadable_spec_is_reported_as_a_problem_not_raised(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.toml"
+    assert [(p.field, p.message) for p in check_spec_file(missing)] == [
+        ("(file)", "cannot read the file: No such file or directory")
+    ]
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert [p.field for p in check_spec_file(binary)] == ["(file)"]
+    assert check_spec_file(binary)[0].message.startswith("not UTF-8 text: ")
+    with pytest.raises(WorkloadError) as raised:
+        load_spec(missing)
+    assert raised.value.code == errors.SPEC_INVALID
+    assert str(missing) in raised.value.message
+
+
+def test_a_spec_with_problems_is_never_compiled(tmp_path: Path) -> None:
+    for _, text, _, _ in PROBLEM_CASES:
+        with pytest.raises(WorkloadError):
+            load_spec_text(text)
+
+
+# -- the JSON Schema -----------------------------------------------------------
+
+
+def test_the_json_schema_is_draft_2020_12_and_describes_every_section() -> None:
+    schema = spec_json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
+    sections = set(SpecFile.model_fields)
+    assert set(schema["required"]) == sections
+    assert set(schema["properties"]) == sections
+    definitions = schema["$defs"]
+    # Keys are spelled as in the file, not as the Python attributes.
+    assert "from" in definitions["TransitionSpec"]["properties"]
+    assert "while" in definitions["DeadlineKindSpec"]["properties"]
+    for name, definition in definitions.items():
+        if definition.get("type") == "object" and "properties" in definition:
+            assert definition["additionalProperties"] is False, name
+
+
+def test_the_json_schema_accepts_the_shipped_file() -> None:
+    schema = spec_json_schema()
+    parsed = tomllib.loads(SHIPPED)
+    assert set(parsed) == set(schema["required"])
+    for section, value in parsed.items():
+        expected = schema["properties"][section]
+        if "$ref" in expected:
+            definition = schema["$defs"][expected["$ref"].rsplit("/", 1)[1]]
+            assert set(definition.get("required", ())) <= set(value), section
+            assert set(value) <= set(definition["properties"]), section
+    if importlib.util.find_spec("jsonschema") is not None:
+        jsonschema: Any = importlib.import_module("jsonschema")
+        jsonschema.Draft202012Validator.check_schema(schema)
+        jsonschema.Draft202012Validator(schema).validate(parsed)
+        broken = tomllib.loads(edited("max_json_depth = 64", 'max_json_depth = "deep"'))
+        assert not jsonschema.Draft202012Validator(schema).is_valid(broken)
+
+
+# -- the machine -----------------------------------------------------------------
+
+
+def test_the_machine_is_one_transitions_machine_shared_by_every_user_of_the_spec() -> None:
+    spec = default_spec()
+    assert isinstance(spec.machine, Machine)
+    assert default_spec() is spec
+    assert default_spec().machine is spec.machine
+
+
+def test_the_machine_has_a_trigger_for_every_edge_of_the_table() -> None:
+    spec = default_spec()
+    for edge in spec.data.transitions:
+        event = spec.machine.events[edge.event]
+        assert [t.dest for t in event.transitions[edge.from_state]] == [edge.to]
+        assert fire(spec, edge.from_state, edge.to) == (edge.to, edge.event)
+
+
+def test_the_machine_has_no_trigger_the_table_does_not_declare() -> None:
+    spec = default_spec()
+    declared = {(e.event, e.from_state, e.to) for e in spec.data.transitions}
+    built = {
+        (name, source, t.dest)
+        for name, event in spec.machine.events.items()
+        for source, moves in event.transitions.items()
+        for t in moves
+    }
+    assert built == declared
+
+
+def test_an_illegal_change_through_the_machine_is_denied() -> None:
+    spec = default_spec()
+    with pytest.raises(WorkloadError) as raised:
+        fire(spec, "SUCCEEDED", "RUNNING")
+    assert raised.value.code == errors.TRANSITION_DENIED
+    assert raised.value.details == {"from": "SUCCEEDED", "to": "RUNNING"}
+
+
+def test_the_machine_itself_refuses_an_event_from_a_state_it_does_not_leave() -> None:
+    cursor = StateCursor("SUCCEEDED")
+    with pytest.raises(MachineError):
+        default_spec().machine.events["workload.started"].trigger(cursor)
+    assert cursor.state == "SUCCEEDED"
+
+
+# -- specs/README.md documents every name ---------------------------------------
+
+
+def _models(model: type[BaseModel], seen: dict[str, type[BaseModel]]) -> None:
+    if model.__name__ in seen:
+        return
+    seen[model.__name__] = model
+    for field in model.model_fields.values():
+        stack: list[Any] = [field.annotation]
+        while stack:
+            annotation = stack.pop()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                _models(annotation, seen)
+            stack.extend(typing.get_args(annotation))
+
+
+def _spec_file_keys() -> set[str]:
+    models: dict[str, type[BaseModel]] = {}
+    _models(SpecFile, models)
+    return {
+        field.alias or name
+        for model in models.values()
+        for name, field in model.model_fields.items()
+    }
+
+
+def _literals() -> set[str]:
+    """Every value a Literal field of the spec file allows (kinds, actors, actions, ...)."""
+    models: dict[str, type[BaseModel]] = {}
+    _models(SpecFile, models)
+    values: set[str] = set()
+    for model in models.values():
+        for field in model.model_fields.values():
+            stack: list[Any] = [field.annotation]
+            while stack:
+                annotation = stack.pop()
+                if typing.get_origin(annotation) is typing.Literal:
+                    values.update(str(v) for v in typing.get_args(annotation))
+                else:
+                    stack.extend(typing.get_args(annotation))
+    return values
+
+
+def _documented(name: str) -> bool:
+    return re.search(rf"`{re.escape(name)}`", README) is not None
+
+
+@pytest.mark.parametrize(
+    ("what", "names"),
+    [
+        ("spec file key", sorted(_spec_file_keys())),
+        ("allowed value", sorted(_literals())),
+        ("predicate", sorted(PREDICATES)),
+        ("anchor", sorted(ANCHORS)),
+        ("operation", sorted(OPERATIONS)),
+        ("policy", sorted(POLICIES)),
+        ("deadline kind", sorted(default_spec().deadline_kinds)),
+        ("state", sorted(default_spec().states)),
+    ],
+)
+def test_specs_readme_documents_every_name(what: str, names: list[str]) -> None:
+    missing = [name for name in names if not _documented(name)]
+    assert not missing, f"specs/README.md does not document these {what}s: {missing}"
+
+
+def test_the_readme_keys_check_sees_the_nested_models() -> None:
+    keys = _spec_file_keys()
+    assert {"from", "while", "when", "contains", "max_reason_chars", "records"} <= keys
+    assert {"queued", "rearm", "backoff", "fix_request", "attempt"} <= _literals()
