@@ -24,6 +24,8 @@ __all__ = ["main"]
 _MODULES = (
     "workwarden.cli_demo",
     "workwarden.cli_spec",
+    "workwarden.cli_diagram",
+    "workwarden.cli_store",
 )
 
 

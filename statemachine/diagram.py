@@ -1,0 +1,560 @@
+"""The legal-transition diagram, derived from the spec: DOT, SVG, PNG and Mermaid text.
+
+Every state of the spec is a node, shaped and filled by its kind; every legal
+transition is one edge, labelled with the operations that take it and coloured
+by the actor classes that may take it (one parallel line per class when
+several may). Optional overlays come from outside the table: a checker's
+report (edges no step can take are dashed, states never at rest are marked),
+one workload's history (each committed step numbered in order on the edge it
+took) and observed counts per edge. The outputs are deterministic: nodes and
+edges in sorted order, sorted attributes, no timestamps, so a generated file
+diffs cleanly and a freshness test can compare it exactly.
+
+SVG and PNG are rendered by Graphviz's `dot`; when it is missing, rendering
+fails with `DiagramError` (`GRAPHVIZ_NOT_FOUND`) saying how to install it,
+never falling back to another renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Literal
+
+import graphviz
+
+from workwarden.statemachine.models import Event
+from workwarden.statemachine.spec import ACTOR_CLASSES, Spec, TransitionSpec
+
+__all__ = [
+    "ACTOR_COLOURS",
+    "FORMATS",
+    "HISTORY_COLOUR",
+    "KIND_ORDER",
+    "DiagramError",
+    "diagram_dot",
+    "diagram_graph",
+    "diagram_mermaid",
+    "render",
+    "write_diagrams",
+]
+
+#: Every output format of `write_diagrams`, and the suffix of its file.
+FORMATS: dict[str, str] = {"dot": ".dot", "svg": ".svg", "png": ".png", "mermaid": ".mmd"}
+
+#: The kinds of state, in the order nodes are listed and the legend shows them.
+KIND_ORDER: tuple[str, ...] = ("transient", "queued", "active", "terminal")
+
+#: The colour of each actor class (Okabe-Ito: told apart by colour-blind readers too).
+ACTOR_COLOURS: dict[str, str] = {
+    "worker": "#0072B2",
+    "system": "#009E73",
+    "operator": "#E69F00",
+}
+
+#: The colour of a drawn history's steps, and of observations off the table.
+HISTORY_COLOUR = "#D00000"
+
+# Label text in a darker shade of its edge's colour, so a label reads as its edge's.
+_LABEL_COLOURS: dict[str, str] = {
+    "worker": "#005A8C",
+    "system": "#00704F",
+    "operator": "#9A6500",
+}
+
+_INK = "#333333"
+_FONT = "Helvetica"
+
+# Shape and fill per kind. Terminal states have a double border; transient
+# states (which exist only inside one commit) a dashed hexagon.
+_KIND_NODE: dict[str, dict[str, str]] = {
+    "transient": {"shape": "hexagon", "style": "dashed,filled", "fillcolor": "#FFFFFF"},
+    "queued": {"shape": "box", "style": "rounded,filled", "fillcolor": "#FFF4CC"},
+    "active": {"shape": "box", "style": "filled", "fillcolor": "#DCEBF7"},
+    "terminal": {
+        "shape": "box",
+        "style": "rounded,filled",
+        "fillcolor": "#E4E4E4",
+        "peripheries": "2",
+    },
+}
+
+_KIND_MEANING: dict[str, str] = {
+    "transient": "inside one commit only",
+    "queued": "waiting for a worker",
+    "active": "held by a worker",
+    "terminal": "at rest, finished",
+}
+
+_MERMAID_STYLE: dict[str, str] = {
+    "transient": "fill:#FFFFFF,stroke:#333333,stroke-dasharray:5 5",
+    "queued": "fill:#FFF4CC,stroke:#333333",
+    "active": "fill:#DCEBF7,stroke:#333333",
+    "terminal": "fill:#E4E4E4,stroke:#333333,stroke-width:3px",
+}
+
+
+class DiagramError(Exception):
+    """A diagram could not be drawn or rendered.
+
+    `code` is stable: `DIAGRAM_INPUT_INVALID` (an overlay names a state or an
+    edge the spec does not have, or an unknown format is asked for),
+    `GRAPHVIZ_NOT_FOUND` (no `dot` executable), `GRAPHVIZ_FAILED` (`dot`
+    refused the source) or `DIAGRAM_WRITE_FAILED` (a file could not be written).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class _Overlay:
+    """The optional inputs, checked against the spec."""
+
+    unreachable: frozenset[tuple[str, str]]
+    never_at_rest: frozenset[str]
+    # (from, to) -> the numbers (from 1, in order) of the history's steps that took it.
+    steps: dict[tuple[str, str], list[int]]
+    counts: dict[tuple[str, str], int]
+
+    def off_table(self, spec: Spec) -> list[tuple[str, str]]:
+        """Observed steps (history or counts) that no edge of the table allows, sorted."""
+        return sorted((set(self.steps) | set(self.counts)) - set(spec.edges))
+
+
+def _invalid(message: str) -> DiagramError:
+    return DiagramError("DIAGRAM_INPUT_INVALID", message)
+
+
+def _overlay(
+    spec: Spec,
+    unreachable_edges: Collection[tuple[str, str]],
+    never_at_rest: Collection[str],
+    history: Sequence[Event],
+    observed_counts: Mapping[tuple[str, str], int] | None,
+) -> _Overlay:
+    for source, target in sorted(unreachable_edges):
+        if (source, target) not in spec.edges:
+            raise _invalid(f"unreachable edge {source} -> {target} is not a transition of the spec")
+    for state in sorted(never_at_rest):
+        if state not in spec.states:
+            raise _invalid(f"state {state} (never at rest) is not a state of the spec")
+    steps: dict[tuple[str, str], list[int]] = {}
+    taken = sorted(
+        ((event.sequence, event.from_state, event.to) for event in history if event.from_state),
+    )
+    for number, (sequence, source, target) in enumerate(taken, start=1):
+        for state in (source, target):
+            if state not in spec.states:
+                raise _invalid(
+                    f"history step {number} (event {sequence}) names state {state}, "
+                    "which the spec does not declare"
+                )
+        steps.setdefault((source, target), []).append(number)
+    counts = dict(observed_counts or {})
+    for (source, target), count in sorted(counts.items()):
+        if source not in spec.states or target not in spec.states:
+            raise _invalid(f"observed step {source} -> {target} names a state the spec lacks")
+        if count < 0:
+            raise _invalid(f"observed count of {source} -> {target} is negative ({count})")
+    return _Overlay(
+        unreachable=frozenset(unreachable_edges),
+        never_at_rest=frozenset(never_at_rest),
+        steps=steps,
+        counts=counts,
+    )
+
+
+def _states_by_kind(spec: Spec) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {kind: [] for kind in KIND_ORDER}
+    for name in sorted(spec.states):
+        groups[spec.states[name].kind].append(name)
+    return groups
+
+
+def _sorted_edges(spec: Spec) -> list[TransitionSpec]:
+    return [spec.edges[key] for key in sorted(spec.edges)]
+
+
+def _classes(edge: TransitionSpec) -> list[str]:
+    """The edge's actor classes in the canonical order (worker, system, operator)."""
+    return [actor for actor in ACTOR_CLASSES if actor in edge.actors]
+
+
+def _numbers(steps: Iterable[int]) -> str:
+    return ", ".join(str(step) for step in steps)
+
+
+def _stack(lines: Iterable[str]) -> str:
+    """An HTML-like label of centred lines, one table row each (rows keep lines apart)."""
+    rows = "".join(f"<TR><TD>{line}</TD></TR>" for line in lines)
+    return f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="1">{rows}</TABLE>>'
+
+
+def _small(text: str) -> str:
+    return f'<FONT POINT-SIZE="9">{text}</FONT>'
+
+
+def _node_label(name: str, kind: str, never_at_rest: bool) -> str:
+    lines = [f"<B>{escape(name)}</B>", _small(kind)]
+    if never_at_rest:
+        lines.append(_small("<I>never at rest</I>"))
+    return _stack(lines)
+
+
+def _edge_label(
+    edge: TransitionSpec | None, steps: list[int], count: int | None, unreachable: bool
+) -> str:
+    lines: list[str] = []
+    if steps:
+        lines.append(
+            f'<FONT COLOR="{HISTORY_COLOUR}" POINT-SIZE="12"><B>{_numbers(steps)}</B></FONT>'
+        )
+    if edge is None:
+        lines.append(f'<FONT COLOR="{HISTORY_COLOUR}"><I>not in the table</I></FONT>')
+    else:
+        lines.extend(escape(operation) for operation in edge.operations)
+        if edge.exit is not None:
+            lines.append(f"<I>exit: {edge.exit}</I>")
+    if unreachable:
+        lines.append("<I>unreachable</I>")
+    if count is not None:
+        lines.append(f"<B>\u00d7{count}</B>")
+    # A padded cell keeps the text clear of its edge (dot sets a label right beside it).
+    return (
+        '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3"><TR><TD>'
+        + "<BR/>".join(lines)
+        + "</TD></TR></TABLE>>"
+    )
+
+
+def _swatch(colour: str, meaning: str) -> str:
+    return (
+        f'<TR><TD BGCOLOR="{colour}" WIDTH="28" HEIGHT="4" FIXEDSIZE="TRUE"></TD>'
+        f'<TD ALIGN="LEFT">{meaning}</TD></TR>'
+    )
+
+
+def _legend(graph: graphviz.Digraph, spec: Spec, overlay: _Overlay) -> None:
+    """A legend cluster: a sample node per kind the spec uses, then what edges mean."""
+    rows = [_swatch(ACTOR_COLOURS[actor], actor) for actor in ACTOR_CLASSES]
+    rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT">{_small("several: one line each")}</TD></TR>')
+    if overlay.unreachable:
+        rows.append('<TR><TD>- - -</TD><TD ALIGN="LEFT">no step can take it</TD></TR>')
+    if overlay.steps:
+        rows.append(_swatch(HISTORY_COLOUR, "history, steps in order"))
+    if overlay.counts:
+        rows.append('<TR><TD>\u00d7N</TD><TD ALIGN="LEFT">times observed</TD></TR>')
+    table = (
+        '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="3" CELLPADDING="1">'
+        '<TR><TD COLSPAN="2" ALIGN="LEFT"><B>edges: actor class</B></TD></TR>'
+        + "".join(rows)
+        + "</TABLE>>"
+    )
+    kinds = _states_by_kind(spec)
+    with graph.subgraph(name="cluster_legend") as legend:
+        legend.attr(label="legend", fontsize="11", color="#AAAAAA", style="rounded")
+        samples = []
+        for kind in KIND_ORDER:
+            if kinds[kind]:
+                samples.append(f"legend_{kind}")
+                legend.node(
+                    samples[-1],
+                    label=_stack([f"<B>{kind}</B>", _small(_KIND_MEANING[kind])]),
+                    **_KIND_NODE[kind],
+                )
+        legend.node("legend_edges", label=table, shape="plaintext")
+        # Invisible edges stack the samples in order, the edge key last.
+        for tail, head in zip(samples, [*samples[1:], "legend_edges"], strict=True):
+            legend.edge(tail, head, style="invis")
+
+
+def diagram_graph(
+    spec: Spec,
+    *,
+    unreachable_edges: Collection[tuple[str, str]] = (),
+    never_at_rest: Collection[str] = (),
+    history: Sequence[Event] = (),
+    observed_counts: Mapping[tuple[str, str], int] | None = None,
+    name: str | None = None,
+) -> graphviz.Digraph:
+    """The legal-transition diagram of `spec` as a `graphviz.Digraph`.
+
+    - `unreachable_edges`: `(from, to)` edges no step can take (a checker's
+      finding); drawn dashed and labelled "unreachable".
+    - `never_at_rest`: states no committed step leaves the work in; marked
+      "never at rest", with a dashed border like a transient state's.
+    - `history`: one workload's committed events. Each step (events with a
+      from-state, in `sequence` order, numbered from 1) is drawn bold red on
+      the edge it took; an edge taken several times lists every number. A
+      step no edge allows is drawn as an extra red dashed edge labelled
+      "not in the table".
+    - `observed_counts`: `(from, to) -> times observed`, shown as "xN" on the
+      edge (a step off the table as for the history).
+    - `name`: the graph's name (the spec's name by default).
+
+    Raises `DiagramError` (`DIAGRAM_INPUT_INVALID`) when an overlay names a
+    state or an edge the spec does not have.
+    """
+    overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts)
+    header = spec.data.spec
+    graph = graphviz.Digraph(
+        name or header.name,
+        comment=(
+            f"The legal transitions of the {header.name} spec (seed {header.seed_version}). "
+            "Generated by `workwarden diagram`; do not edit."
+        ),
+    )
+    title = f"<B>{escape(header.name)}</B>: the legal transitions"
+    if overlay.steps:
+        title += f", and the {sum(len(s) for s in overlay.steps.values())} steps of one workload"
+    # Chosen by rendering the shipped spec and checking that no edge crosses a
+    # label: wide node and rank separation, more crossing-minimisation passes.
+    graph.attr(
+        label=f"<{title}>",
+        labelloc="t",
+        fontname=_FONT,
+        fontsize="16",
+        rankdir="TB",
+        nodesep="0.6",
+        ranksep="1.2",
+        mclimit="4",
+        pad="0.3",
+        splines="spline",
+    )
+    graph.attr("node", fontname=_FONT, fontsize="12", color=_INK, margin="0.12,0.06")
+    graph.attr("edge", fontname=_FONT, fontsize="10", fontcolor=_INK, arrowsize="0.7")
+
+    for kind, names in _states_by_kind(spec).items():
+        if not names:
+            continue
+        with graph.subgraph(name=f"kind_{kind}") as group:
+            for state in names:
+                attrs = dict(_KIND_NODE[kind])
+                marked = state in overlay.never_at_rest
+                if marked and "dashed" not in attrs["style"]:
+                    attrs["style"] += ",dashed"
+                group.node(state, label=_node_label(state, kind, marked), **attrs)
+
+    for edge in _sorted_edges(spec):
+        key = (edge.from_state, edge.to)
+        steps = overlay.steps.get(key, [])
+        unreachable = key in overlay.unreachable
+        classes = _classes(edge)
+        attrs = {
+            "color": ":".join(ACTOR_COLOURS[actor] for actor in classes),
+            "fontcolor": _LABEL_COLOURS[classes[0]] if len(classes) == 1 else _INK,
+        }
+        if steps:
+            attrs = {"color": HISTORY_COLOUR, "fontcolor": _INK, "penwidth": "2.5"}
+        if unreachable:
+            attrs["style"] = "dashed"
+        label = _edge_label(edge, steps, overlay.counts.get(key), unreachable)
+        graph.edge(edge.from_state, edge.to, label=label, **attrs)
+
+    for source, target in overlay.off_table(spec):
+        key = (source, target)
+        graph.edge(
+            source,
+            target,
+            label=_edge_label(None, overlay.steps.get(key, []), overlay.counts.get(key), False),
+            color=HISTORY_COLOUR,
+            penwidth="2.5",
+            style="dashed",
+        )
+
+    _legend(graph, spec, overlay)
+    return graph
+
+
+def diagram_dot(
+    spec: Spec,
+    *,
+    unreachable_edges: Collection[tuple[str, str]] = (),
+    never_at_rest: Collection[str] = (),
+    history: Sequence[Event] = (),
+    observed_counts: Mapping[tuple[str, str], int] | None = None,
+    name: str | None = None,
+) -> str:
+    """The DOT source of the diagram (the options are `diagram_graph`'s).
+
+    Deterministic: the same spec and options give the same text, byte for byte.
+    """
+    graph = diagram_graph(
+        spec,
+        unreachable_edges=unreachable_edges,
+        never_at_rest=never_at_rest,
+        history=history,
+        observed_counts=observed_counts,
+        name=name,
+    )
+    source: str = graph.source
+    return source
+
+
+def render(dot_source: str, fmt: Literal["svg", "png"]) -> bytes:
+    """Render DOT source to SVG or PNG bytes with Graphviz's `dot`.
+
+    Raises `DiagramError`: `GRAPHVIZ_NOT_FOUND` when `dot` is not installed
+    (the message says how to install Graphviz), `GRAPHVIZ_FAILED` when `dot`
+    rejects the source.
+    """
+    try:
+        output: bytes = graphviz.pipe("dot", fmt, dot_source.encode("utf-8"), quiet=True)
+    except graphviz.ExecutableNotFound:
+        raise DiagramError(
+            "GRAPHVIZ_NOT_FOUND",
+            f"rendering {fmt.upper()} needs Graphviz's `dot`, which is not on PATH; install "
+            "Graphviz (`apt-get install graphviz`, or `brew install graphviz`), or ask only "
+            "for the dot and mermaid formats",
+        ) from None
+    except graphviz.CalledProcessError as exc:
+        stderr = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else ""
+        raise DiagramError(
+            "GRAPHVIZ_FAILED", f"`dot` could not render {fmt.upper()}: {stderr.strip()}"
+        ) from None
+    return output
+
+
+def _mermaid_label(
+    edge: TransitionSpec | None, steps: list[int], count: int | None, unreachable: bool
+) -> str:
+    if edge is None:
+        parts = ["not in the table"]
+    else:
+        parts = [", ".join(edge.operations), "(" + ", ".join(_classes(edge)) + ")"]
+        if edge.exit is not None:
+            parts.append(f"exit {edge.exit}")
+    if unreachable:
+        parts.append("unreachable")
+    if steps:
+        parts.append("steps " + _numbers(steps))
+    if count is not None:
+        parts.append(f"x{count}")
+    # A colon or semicolon would end the label early.
+    return " ".join(parts).replace(":", " ").replace(";", ",")
+
+
+def diagram_mermaid(
+    spec: Spec,
+    *,
+    unreachable_edges: Collection[tuple[str, str]] = (),
+    never_at_rest: Collection[str] = (),
+    history: Sequence[Event] = (),
+    observed_counts: Mapping[tuple[str, str], int] | None = None,
+) -> str:
+    """The diagram as Mermaid `stateDiagram-v2` text, for Markdown documents.
+
+    Each state shows its name and kind and is styled by its kind (transient
+    states with a dashed border); states no edge enters start from `[*]` and
+    terminal states lead to `[*]`. Edges are labelled with their operations
+    and, in parentheses, the actor classes that take them (Mermaid cannot
+    colour single transitions). The overlays (see `diagram_graph`) add
+    "unreachable", "never at rest", "steps N, M" and "xN" as text.
+    Deterministic, and sorted like the DOT source.
+    """
+    overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts)
+    header = spec.data.spec
+    lines = [
+        "---",
+        f"title: {header.name} - the legal transitions",
+        "---",
+        "stateDiagram-v2",
+        f"    %% The legal transitions of the {header.name} spec (seed {header.seed_version}).",
+        "    %% Generated by `workwarden diagram`; do not edit.",
+        "    direction TB",
+    ]
+    kinds = _states_by_kind(spec)
+    for kind in KIND_ORDER:
+        for state in kinds[kind]:
+            note = " - never at rest" if state in overlay.never_at_rest else ""
+            lines.append(f"    {state} : {state}<br/>{kind}{note}")
+    entered = {target for _, target in spec.edges}
+    lines += [f"    [*] --> {state}" for state in sorted(spec.states) if state not in entered]
+    for edge in _sorted_edges(spec):
+        key = (edge.from_state, edge.to)
+        label = _mermaid_label(
+            edge, overlay.steps.get(key, []), overlay.counts.get(key), key in overlay.unreachable
+        )
+        lines.append(f"    {edge.from_state} --> {edge.to} : {label}")
+    for key in overlay.off_table(spec):
+        label = _mermaid_label(None, overlay.steps.get(key, []), overlay.counts.get(key), False)
+        lines.append(f"    {key[0]} --> {key[1]} : {label}")
+    lines += [f"    {state} --> [*]" for state in kinds["terminal"]]
+    for kind in KIND_ORDER:
+        if kinds[kind]:
+            lines.append(f"    classDef {kind} {_MERMAID_STYLE[kind]}")
+    for kind in KIND_ORDER:
+        if kinds[kind]:
+            lines.append(f"    class {','.join(kinds[kind])} {kind}")
+    marked = sorted(overlay.never_at_rest - set(kinds["transient"]))
+    if marked:
+        lines.append(f"    class {','.join(marked)} transient")
+    return "\n".join(lines) + "\n"
+
+
+def write_diagrams(
+    spec: Spec,
+    out_dir: str | Path,
+    *,
+    formats: Collection[str] = ("dot", "svg", "mermaid"),
+    name: str | None = None,
+    unreachable_edges: Collection[tuple[str, str]] = (),
+    never_at_rest: Collection[str] = (),
+    history: Sequence[Event] = (),
+    observed_counts: Mapping[tuple[str, str], int] | None = None,
+) -> list[Path]:
+    """Write the diagram of `spec` into `out_dir` in each of `formats`; return the paths.
+
+    Files are named `<name><suffix>` (`name` defaults to the spec's name; the
+    suffixes are in `FORMATS`: `.dot`, `.svg`, `.png`, `.mmd`) and returned
+    in the order of `FORMATS`. Everything is rendered before anything is
+    written, so a missing `dot` (`DiagramError`) leaves the directory as it
+    was; a file that cannot be written is `DIAGRAM_WRITE_FAILED`.
+    """
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise _invalid(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
+    stem = name or spec.data.spec.name
+    dot = diagram_dot(
+        spec,
+        unreachable_edges=unreachable_edges,
+        never_at_rest=never_at_rest,
+        history=history,
+        observed_counts=observed_counts,
+        name=stem,
+    )
+    outputs: dict[str, bytes] = {}
+    for fmt in FORMATS:
+        if fmt not in formats:
+            continue
+        if fmt == "dot":
+            outputs[fmt] = dot.encode("utf-8")
+        elif fmt == "mermaid":
+            mermaid = diagram_mermaid(
+                spec,
+                unreachable_edges=unreachable_edges,
+                never_at_rest=never_at_rest,
+                history=history,
+                observed_counts=observed_counts,
+            )
+            outputs[fmt] = mermaid.encode("utf-8")
+        else:
+            outputs[fmt] = render(dot, "svg" if fmt == "svg" else "png")
+    directory = Path(out_dir)
+    written = []
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for fmt, data in outputs.items():
+            path = directory / f"{stem}{FORMATS[fmt]}"
+            path.write_bytes(data)
+            written.append(path)
+    except OSError as exc:
+        raise DiagramError(
+            "DIAGRAM_WRITE_FAILED", f"cannot write into {directory}: {exc.strerror or exc}"
+        ) from None
+    return written

@@ -1,0 +1,143 @@
+"""`workwarden diagram`: write the legal-transition diagram of a spec, optionally with a history.
+
+`workwarden diagram [SPEC] [--out-dir DIR] [--format dot,svg,png,mermaid]
+[--history STORE_URL WORKLOAD_ID] [--name NAME]` writes `<NAME>.dot`,
+`.svg`, `.png` and `.mmd` (the formats asked for; dot, svg and mermaid by
+default) into DIR (`diagrams` by default). SPEC is a spec file, the shipped
+spec when omitted; NAME is the spec's name by default. `--history` draws one
+stored workload's committed steps, numbered in order, on the diagram (NAME
+then defaults to `<spec name>-<workload id>`). The drawing itself is
+`workwarden.statemachine.diagram`'s. Errors print as `CODE: message`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.diagram import FORMATS, DiagramError, write_diagrams
+from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.spec import load_spec
+from workwarden.storage import StoreError, open_store
+
+__all__ = ["read_history", "register"]
+
+_DEFAULT_FORMATS = "dot,svg,mermaid"
+
+
+def register(subparsers: Any) -> None:
+    """Add the `diagram` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "diagram",
+        help="write the legal-transition diagram of a spec (DOT, SVG, PNG, Mermaid)",
+        description=(
+            "Write the legal-transition diagram of a spec: states shaped by kind, edges "
+            "labelled with their operations and coloured by actor class. With --history, "
+            "one stored workload's steps are drawn on it, numbered in order."
+        ),
+    )
+    parser.add_argument(
+        "spec", nargs="?", metavar="SPEC", help="a spec file (TOML); the shipped spec by default"
+    )
+    parser.add_argument(
+        "--out-dir", default="diagrams", metavar="DIR", help="where to write (default: diagrams)"
+    )
+    parser.add_argument(
+        "--format",
+        default=_DEFAULT_FORMATS,
+        metavar="LIST",
+        help=f"comma-separated, from {','.join(FORMATS)} (default: {_DEFAULT_FORMATS})",
+    )
+    parser.add_argument(
+        "--history",
+        nargs=2,
+        metavar=("STORE_URL", "WORKLOAD_ID"),
+        help="draw this workload's history: memory:, sqlite:///path, or postgresql://...",
+    )
+    parser.add_argument(
+        "--name",
+        metavar="NAME",
+        help="file name stem and graph name (default: the spec's name)",
+    )
+    parser.set_defaults(handler=_run)
+
+
+def read_history(url: str, workload_id: str) -> list[Event]:
+    """The committed events of workload `workload_id` in the store at `url`.
+
+    Raises `WorkloadError`: `WORKLOAD_NOT_FOUND` when the store has no such
+    workload, `WORKLOAD_INVALID` for a URL no store answers to,
+    `WORKLOAD_STORAGE_FAILURE` when the store cannot be opened or read or the
+    stored document does not parse. Messages never repeat the URL, which may
+    hold a password.
+    """
+    try:
+        store = open_store(url)
+    except ValueError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID, f"--history: {exc}", {"field": "STORE_URL"}
+        ) from None
+    except StoreError as exc:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
+        ) from None
+    try:
+        doc = store.read(workload_id)
+    except StoreError as exc:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, f"cannot read workload {workload_id}: {exc}"
+        ) from None
+    finally:
+        store.close()
+    if doc is None:
+        raise errors.WorkloadError(
+            errors.NOT_FOUND,
+            f"the store has no workload {workload_id}",
+            {"workload_id": workload_id},
+        )
+    try:
+        workload = Workload.model_validate_json(doc.document)
+    except ValidationError:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE,
+            f"stored document {doc.key} version {doc.version} is not a workload",
+            {"workload_id": workload_id},
+        ) from None
+    return list(workload.execution_history)
+
+
+def _formats(text: str) -> list[str]:
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if not chosen or unknown:
+        raise DiagramError(
+            "DIAGRAM_INPUT_INVALID",
+            f"--format {text!r}: choose one or more of {','.join(FORMATS)}",
+        )
+    return chosen
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        formats = _formats(args.format)
+        spec = load_spec(args.spec)
+        history: list[Event] = []
+        name = args.name
+        if args.history is not None:
+            url, workload_id = args.history
+            history = read_history(url, workload_id)
+            if name is None:
+                # File-name safe: the id may hold any printable character.
+                name = f"{spec.data.spec.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', workload_id)}"
+        written = write_diagrams(spec, args.out_dir, formats=formats, name=name, history=history)
+    except DiagramError as exc:
+        print(f"{exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
