@@ -1,7 +1,8 @@
 """workwarden.storage: the compare-and-swap `Store` protocol and its backends.
 
-`MemoryStore` for tests and tools. Every backend passes the same conformance
-suite.
+`MemoryStore` for tests and tools, `SQLiteStore` for one machine, and
+`open_store(url)` to name either (or PostgreSQL) in one string. Every backend
+passes the same conformance suite, `workwarden.storage.testing`.
 """
 
 from workwarden.storage.base import (
@@ -15,15 +16,19 @@ from workwarden.storage.base import (
     StoreFailure,
 )
 from workwarden.storage.memory import MemoryStore
+from workwarden.storage.sqlite import SQLiteStore
+from workwarden.storage.urls import open_store
 
 __all__ = [
     "AuditRecord",
     "CandidateCursor",
     "IndexFields",
     "MemoryStore",
+    "SQLiteStore",
     "Store",
     "StoreConflict",
     "StoreError",
     "StoreFailure",
     "StoredDocument",
+    "open_store",
 ]

@@ -1,0 +1,915 @@
+"""The store conformance suite: the checks every `Store` backend must pass.
+
+Point it at a factory of your own backend: a zero-argument callable that
+returns a fresh, empty store each time it is called. Every check takes its
+own store from the factory and closes it when done (so `close` may be called
+on a store the factory also cleans up later: make it harmless twice).
+
+    import itertools
+    from workwarden.storage.testing import run_store_conformance
+
+    def test_my_store_conforms(tmp_path):
+        numbers = itertools.count()
+        run_store_conformance(lambda: MyStore(tmp_path / f"{next(numbers)}.db"))
+
+A failing run raises `ConformanceFailure` (an `AssertionError`) naming every
+check that failed and why. For one pytest test per check, subclass
+`StoreConformance` and define `make_store`.
+
+The checks: compare-and-swap (versions from 1, create requires absence, the
+expected version must hold, a conflicting write changes nothing: documents,
+index answers and audit log alike), audit atomicity (one record per committed
+write, in commit order), unique result ids, the claim query (priority, age,
+key order; keyset paging; eligibility; tenant and application isolation),
+the lease and deadline queries (due at or before `now`), listing and
+scanning, and writers racing in threads (exactly one wins each version).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Final
+
+from workwarden.storage.base import (
+    AuditRecord,
+    CandidateCursor,
+    IndexFields,
+    Store,
+    StoreConflict,
+    StoredDocument,
+)
+
+__all__ = [
+    "CHECK_NAMES",
+    "ConformanceFailure",
+    "StoreConformance",
+    "run_store_conformance",
+]
+
+_THREADS: Final = 8
+_ROUNDS: Final = 12
+_BARRIER_TIMEOUT_S: Final = 60.0
+_BIG: Final = 2**53 - 1
+
+
+class ConformanceFailure(AssertionError):
+    """One or more conformance checks failed; `failures` maps each check's name to why."""
+
+    def __init__(self, failures: Mapping[str, str], passed: Sequence[str]) -> None:
+        self.failures = dict(failures)
+        self.passed = tuple(passed)
+        lines = [
+            f"store conformance: {len(self.failures)} of"
+            f" {len(self.failures) + len(self.passed)} check(s) failed"
+        ]
+        lines += [f"- {name}: {why}" for name, why in self.failures.items()]
+        super().__init__("\n".join(lines))
+
+
+# -- building blocks ----------------------------------------------------------
+
+
+def _expect(condition: bool, message: str) -> None:
+    # Not `assert`: the suite must check under `python -O` too.
+    if not condition:
+        raise AssertionError(message)
+
+
+def _equal(actual: Any, expected: Any, what: str) -> None:
+    _expect(actual == expected, f"{what}: expected {expected!r}, got {actual!r}")
+
+
+def _index(
+    tenant: str = "t",
+    application: str = "a",
+    *,
+    state: str = "READY",
+    priority: int = 0,
+    created_at: int = 0,
+    eligible_at: int | None = None,
+    lease_expires_at: int | None = None,
+    next_deadline_at: int | None = None,
+    result_id: str | None = None,
+) -> IndexFields:
+    return IndexFields(
+        tenant=tenant,
+        application=application,
+        state=state,
+        priority=priority,
+        created_at=created_at,
+        eligible_at=eligible_at,
+        lease_expires_at=lease_expires_at,
+        next_deadline_at=next_deadline_at,
+        result_id=result_id,
+    )
+
+
+def _audit(key: str, index: IndexFields, step: int = 0, **fields: Any) -> AuditRecord:
+    record = AuditRecord(
+        transaction_id=f"tx-{key}-{step}",
+        key=key,
+        version=0,
+        actor="conformance",
+        operation="write",
+        tenant=index.tenant,
+        application=index.application,
+        at=1_000 + step,
+        digest=f"digest-{key}-{step}",
+    )
+    return replace(record, **fields)
+
+
+def _text(key: str, step: int) -> str:
+    return json.dumps({"key": key, "step": step}, sort_keys=True)
+
+
+class _Writer:
+    """Writes to a store the way the authority does, remembering what it committed."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.committed: list[AuditRecord] = []
+        self._steps = 0
+
+    def put(self, key: str, index: IndexFields, document: str | None = None) -> StoredDocument:
+        """Create `key` or overwrite its current version; returns what was committed."""
+        current = self.store.read(key)
+        self._steps += 1
+        audit = _audit(key, index, self._steps)
+        text = document if document is not None else _text(key, self._steps)
+        version = self.store.write(
+            key, text, index, None if current is None else current.version, audit
+        )
+        self.committed.append(replace(audit, version=version))
+        return StoredDocument(key=key, version=version, document=text, index=index)
+
+
+def _snapshot(store: Store, probes: Iterable[str] = ()) -> tuple[Any, ...]:
+    """Everything a store answers: documents, audit log, and each index query over the probes."""
+    documents = tuple(store.scan())
+    scopes = sorted({(doc.index.tenant, doc.index.application) for doc in documents})
+    instants = sorted(
+        {0, _BIG}
+        | {
+            value
+            for doc in documents
+            for value in (
+                doc.index.eligible_at,
+                doc.index.lease_expires_at,
+                doc.index.next_deadline_at,
+            )
+            if value is not None
+        }
+    )
+    keys = sorted({doc.key for doc in documents} | set(probes))
+    results = sorted({doc.index.result_id for doc in documents if doc.index.result_id})
+    return (
+        documents,
+        tuple(store.audit_log()),
+        tuple(store.read(key) for key in keys),
+        tuple(store.find_result(result) for result in results),
+        tuple(tuple(store.list(t, a)) for t, a in scopes),
+        tuple(
+            tuple(store.claim_candidates(t, a, now, 1_000)) for t, a in scopes for now in instants
+        ),
+        tuple(tuple(store.expired_leases(now, 1_000)) for now in instants),
+        tuple(tuple(store.deadlines_due(now, 1_000)) for now in instants),
+    )
+
+
+def _conflicts(what: str, attempt: Callable[[], object]) -> None:
+    try:
+        attempt()
+    except StoreConflict:
+        return
+    raise AssertionError(f"{what}: expected StoreConflict, but the write was accepted")
+
+
+def _unchanged(store: Store, before: tuple[Any, ...], what: str, probes: Iterable[str]) -> None:
+    after = _snapshot(store, probes)
+    if after != before:
+        parts = (
+            "documents",
+            "audit log",
+            "reads",
+            "result ids",
+            "lists",
+            "claim candidates",
+            "expired leases",
+            "deadlines due",
+        )
+        changed = [name for name, b, a in zip(parts, before, after, strict=True) if a != b]
+        raise AssertionError(f"{what} changed the store ({', '.join(changed)})")
+
+
+def _order(doc: StoredDocument) -> tuple[int, int, str]:
+    return (-doc.index.priority, doc.index.created_at, doc.key)
+
+
+def _keys(docs: Iterable[StoredDocument]) -> list[str]:
+    return [doc.key for doc in docs]
+
+
+# -- compare-and-swap -----------------------------------------------------------
+
+
+def _versions_count_from_one(store: Store) -> None:
+    _equal(store.read("absent"), None, "read of a key never written")
+    writes = [
+        (_text("k", 1), _index(priority=1, created_at=5, eligible_at=0)),
+        (_text("k", 2), _index(state="CLAIMED", priority=1, created_at=5, lease_expires_at=9)),
+        (_text("k", 3), _index(state="DONE", priority=1, created_at=5, result_id="r")),
+    ]
+    expected: int | None = None
+    for step, (text, index) in enumerate(writes, start=1):
+        version = store.write("k", text, index, expected, _audit("k", index, step))
+        _equal(version, step, f"version returned by write {step}")
+        _equal(
+            store.read("k"),
+            StoredDocument(key="k", version=step, document=text, index=index),
+            f"read after write {step}",
+        )
+        expected = version
+
+
+def _documents_round_trip_exactly(store: Store) -> None:
+    cases = {
+        "plain": ("{}", _index()),
+        "ünïcødé-キー": (
+            json.dumps({"text": 'naïve ☃ 𝄞 "quoted" \\ back', "n": [1, 2.5, None]}),
+            _index("tenant-é", "app/ß", state="RUNNING", priority=-(2**31), created_at=_BIG),
+        ),
+        "every-field": (
+            json.dumps({"big": "x" * 100_000}),
+            _index(
+                state="CLAIMED",
+                priority=2**31 - 1,
+                created_at=1,
+                eligible_at=_BIG,
+                lease_expires_at=_BIG - 1,
+                next_deadline_at=0,
+                result_id="result ☃",
+            ),
+        ),
+    }
+    for key, (text, index) in cases.items():
+        store.write(key, text, index, None, _audit(key, index))
+    for key, (text, index) in cases.items():
+        _equal(
+            store.read(key),
+            StoredDocument(key=key, version=1, document=text, index=index),
+            f"read of {key!r}",
+        )
+
+
+def _require_absent_refuses_an_existing_key(store: Store) -> None:
+    index = _index(eligible_at=0)
+    store.write("k", _text("k", 1), index, None, _audit("k", index, 1))
+    before = _snapshot(store)
+    _conflicts(
+        "create of an existing key",
+        lambda: store.write("k", _text("k", 2), index, None, _audit("k", index, 2)),
+    )
+    _unchanged(store, before, "a refused create", ())
+
+
+def _expected_version_must_match(store: Store) -> None:
+    writer = _Writer(store)
+    writer.put("k", _index(eligible_at=0))
+    writer.put("k", _index(eligible_at=0))
+    index = _index(state="CLAIMED", lease_expires_at=10)
+
+    def expecting(version: int, key: str = "k") -> Callable[[], object]:
+        return lambda: store.write(key, "{}", index, version, _audit(key, index, 9))
+
+    for version in (1, 3, 0):
+        _conflicts(f"a write expecting version {version} of a key at version 2", expecting(version))
+    _conflicts("a write expecting version 1 of an absent key", expecting(1, "absent"))
+    _equal(store.read("absent"), None, "read of an absent key after a refused write")
+    committed = writer.put("k", _index())
+    _equal(committed.version, 3, "version written with the right expected version")
+    _equal(store.read("k"), committed, "read after the refused writes and a right one")
+
+
+def _a_conflicting_write_changes_nothing(store: Store) -> None:
+    writer = _Writer(store)
+    writer.put("a", _index(priority=2, created_at=1, eligible_at=0))
+    writer.put("b", _index(state="CLAIMED", created_at=2, lease_expires_at=50))
+    writer.put("b", _index(state="RUNNING", created_at=2, lease_expires_at=60, next_deadline_at=70))
+    writer.put("c", _index("u", "a", state="DONE", created_at=3, result_id="r-c"))
+    probes = ("absent",)
+    before = _snapshot(store, probes)
+    every_change = _index(
+        "other",
+        "other",
+        state="X",
+        priority=99,
+        created_at=0,
+        eligible_at=0,
+        lease_expires_at=0,
+        next_deadline_at=0,
+    )
+    attempts: list[tuple[str, Callable[[], object]]] = [
+        (
+            "a write expecting a stale version",
+            lambda: store.write("b", "{}", every_change, 1, _audit("b", every_change, 90)),
+        ),
+        (
+            "a write expecting a future version",
+            lambda: store.write("b", "{}", every_change, 3, _audit("b", every_change, 91)),
+        ),
+        (
+            "a create of an existing key",
+            lambda: store.write("a", "{}", every_change, None, _audit("a", every_change, 92)),
+        ),
+        (
+            "a write expecting a version of an absent key",
+            lambda: store.write(
+                "absent", "{}", every_change, 1, _audit("absent", every_change, 93)
+            ),
+        ),
+        (
+            "a write taking another key's result id",
+            lambda: store.write(
+                "b",
+                "{}",
+                replace(every_change, result_id="r-c"),
+                2,
+                _audit("b", every_change, 94),
+            ),
+        ),
+        (
+            "a create taking another key's result id",
+            lambda: store.write(
+                "absent",
+                "{}",
+                replace(every_change, result_id="r-c"),
+                None,
+                _audit("absent", every_change, 95),
+            ),
+        ),
+    ]
+    for what, attempt in attempts:
+        _conflicts(what, attempt)
+        _unchanged(store, before, what, probes)
+
+
+# -- the audit log ----------------------------------------------------------------
+
+
+def _each_write_appends_one_audit_record(store: Store) -> None:
+    writer = _Writer(store)
+    writer.put("b", _index(eligible_at=0))
+    writer.put("a", _index("u", "x", priority=3))
+    writer.put("b", _index(state="CLAIMED", lease_expires_at=10))
+    # A refused write in between must leave no record.
+    index = _index()
+    _conflicts("a stale write", lambda: store.write("b", "{}", index, 1, _audit("b", index, 50)))
+    # The store fills in version and sequence, whatever the caller passed.
+    doc = store.read("b")
+    if doc is None:
+        raise AssertionError("read of a key just written returned None")
+    full = _audit(
+        "b",
+        index,
+        60,
+        version=77,
+        sequence=42,
+        worker="w-1",
+        attempt="att-1",
+        result="res-1",
+        fencing_token=7,
+        actor="system.policy",
+        operation="complete",
+    )
+    version = store.write("b", _text("b", 60), _index(state="DONE"), doc.version, full)
+    writer.committed.append(replace(full, version=version))
+    writer.put("a", _index("u", "x", priority=3))
+    records = list(store.audit_log())
+    _equal(len(records), len(writer.committed), "number of audit records after 6 writes")
+    sequences = [record.sequence for record in records]
+    _expect(
+        all(s > 0 for s in sequences) and sequences == sorted(set(sequences)),
+        f"audit sequences are not positive and strictly increasing: {sequences}",
+    )
+    for position, (record, expected) in enumerate(zip(records, writer.committed, strict=True)):
+        _equal(
+            replace(record, sequence=0),
+            replace(expected, sequence=0),
+            f"audit record {position + 1} (in commit order)",
+        )
+
+
+def _audit_log_pages_by_sequence(store: Store) -> None:
+    writer = _Writer(store)
+    for step in range(7):
+        writer.put(f"k{step % 3}", _index(created_at=step))
+    records = list(store.audit_log())
+    _equal(len(records), 7, "number of audit records after 7 writes")
+    for position, record in enumerate(records):
+        _equal(
+            list(store.audit_log(after=record.sequence)),
+            records[position + 1 :],
+            f"audit_log(after={record.sequence})",
+        )
+        _equal(
+            list(store.audit_log(after=record.sequence, limit=2)),
+            records[position + 1 : position + 3],
+            f"audit_log(after={record.sequence}, limit=2)",
+        )
+    _equal(list(store.audit_log(limit=3)), records[:3], "audit_log(limit=3)")
+    _equal(list(store.audit_log(limit=0)), [], "audit_log(limit=0)")
+    _equal(list(store.audit_log(after=0)), records, "audit_log(after=0)")
+
+
+# -- result ids -----------------------------------------------------------------------
+
+
+def _result_ids_are_unique(store: Store) -> None:
+    writer = _Writer(store)
+    _equal(store.find_result("r"), None, "find_result of an unknown id")
+    writer.put("a", _index(state="DONE", result_id="r"))
+    writer.put("b", _index(state="RUNNING"))
+    writer.put("c", _index(state="RUNNING"))
+    writer.put("d", _index(state="RUNNING"))
+    _equal(store.find_result("r"), "a", "find_result after a write recording it")
+    before = _snapshot(store, ("e",))
+    taken = _index(state="DONE", result_id="r")
+    _conflicts(
+        "a create with a taken result id",
+        lambda: store.write("e", "{}", taken, None, _audit("e", taken)),
+    )
+    _conflicts(
+        "an update to a taken result id",
+        lambda: store.write("b", "{}", taken, 1, _audit("b", taken)),
+    )
+    _unchanged(store, before, "a refused result id", ("e",))
+    writer.put("a", _index(state="DONE", result_id="r"))
+    _equal(store.find_result("r"), "a", "find_result after rewriting its holder")
+    writer.put("a", _index(state="DONE", result_id="r2"))
+    _equal(store.find_result("r2"), "a", "find_result of the holder's new result id")
+    _equal(store.find_result("r"), None, "find_result of a result id its holder gave up")
+    writer.put("b", _index(state="DONE", result_id="r"))
+    _equal(store.find_result("r"), "b", "find_result of a released result id taken again")
+
+
+# -- the claim query -----------------------------------------------------------------
+
+
+def _claim_candidates_order_by_priority_then_age_then_key(store: Store) -> None:
+    writer = _Writer(store)
+    shapes = [
+        (priority, created_at, key)
+        for priority in (-3, 0, 5)
+        for created_at in (10, 20)
+        for key in ("k-b", "k-a", "k-c")
+    ]
+    random.Random(7).shuffle(shapes)
+    for priority, created_at, key in shapes:
+        name = f"{key}-{priority}-{created_at}"
+        writer.put(name, _index(priority=priority, created_at=created_at, eligible_at=0))
+    expected = [name for _, _, name in sorted((-p, c, f"{k}-{p}-{c}") for p, c, k in shapes)]
+    got = store.claim_candidates("t", "a", 100, 1_000)
+    _equal(_keys(got), expected, "claim_candidates order")
+    _equal(sorted(got, key=_order), list(got), "claim_candidates order by their own index fields")
+    _equal(_keys(store.claim_candidates("t", "a", 100, 4)), expected[:4], "claim_candidates limit")
+    _equal(list(store.claim_candidates("t", "a", 100, 0)), [], "claim_candidates limit 0")
+
+
+def _claim_candidates_page_with_a_keyset_cursor(store: Store) -> None:
+    writer = _Writer(store)
+    for number in range(23):
+        writer.put(
+            f"k{number:02d}",
+            _index(priority=number % 3, created_at=number % 4, eligible_at=number % 2),
+        )
+    everything = list(store.claim_candidates("t", "a", 10, 1_000))
+    _equal(len(everything), 23, "number of claim candidates")
+    pages: list[StoredDocument] = []
+    cursor: CandidateCursor | None = None
+    for _ in range(10):
+        page = list(store.claim_candidates("t", "a", 10, 5, cursor))
+        if not page:
+            break
+        _expect(len(page) <= 5, f"a page of limit 5 held {len(page)} candidates")
+        pages += page
+        last = page[-1]
+        cursor = CandidateCursor(last.index.priority, last.index.created_at, last.key)
+    _equal(_keys(pages), _keys(everything), "claim candidates read page by page")
+    # A cursor between rows (its key was never written) starts after its place.
+    between = CandidateCursor(1, 1, "k04z")
+    _equal(
+        _keys(store.claim_candidates("t", "a", 10, 1_000, between)),
+        [doc.key for doc in everything if _order(doc) > (-1, 1, "k04z")],
+        "claim candidates after a cursor between rows",
+    )
+    past_the_end = CandidateCursor(-(2**31), _BIG, "\U0010ffff")
+    _equal(
+        list(store.claim_candidates("t", "a", 10, 5, past_the_end)),
+        [],
+        "claim candidates after a cursor past the last row",
+    )
+
+
+def _claim_candidates_are_only_eligible_documents(store: Store) -> None:
+    writer = _Writer(store)
+    writer.put("never", _index(state="CLAIMED"))
+    writer.put("at-zero", _index(eligible_at=0))
+    writer.put("at-now", _index(eligible_at=100))
+    writer.put("later", _index(eligible_at=101))
+    _equal(
+        sorted(_keys(store.claim_candidates("t", "a", 100, 10))),
+        ["at-now", "at-zero"],
+        "claim candidates at 100 (eligible at 0, 100, 101, never)",
+    )
+    _equal(
+        sorted(_keys(store.claim_candidates("t", "a", 101, 10))),
+        ["at-now", "at-zero", "later"],
+        "claim candidates at 101",
+    )
+    writer.put("at-zero", _index(state="CLAIMED", lease_expires_at=200))
+    writer.put("never", _index(eligible_at=50))
+    _equal(
+        sorted(_keys(store.claim_candidates("t", "a", 100, 10))),
+        ["at-now", "never"],
+        "claim candidates follow the latest write",
+    )
+    latest = store.claim_candidates("t", "a", 100, 10)
+    _equal(
+        [doc.version for doc in sorted(latest, key=lambda doc: doc.key)],
+        [1, 2],
+        "versions of claim candidates",
+    )
+
+
+def _claim_candidates_isolate_tenants_and_applications(store: Store) -> None:
+    writer = _Writer(store)
+    scopes = [("t", "a"), ("t", "b"), ("u", "a"), ("u", "b")]
+    for tenant, application in scopes:
+        for number in range(3):
+            writer.put(
+                f"{tenant}-{application}-{number}",
+                _index(tenant, application, created_at=number, eligible_at=0),
+            )
+    for tenant, application in scopes:
+        got = store.claim_candidates(tenant, application, 10, 100)
+        _equal(
+            _keys(got),
+            [f"{tenant}-{application}-{number}" for number in range(3)],
+            f"claim candidates of tenant {tenant!r}, application {application!r}",
+        )
+        _equal(
+            list(store.claim_candidates(tenant, "nobody", 10, 100)),
+            [],
+            f"claim candidates of tenant {tenant!r}, an application with no work",
+        )
+
+
+# -- the lease and deadline queries --------------------------------------------------
+
+
+def _due_query(
+    store: Store,
+    query: Callable[..., Sequence[str]],
+    due: Callable[[IndexFields, int | None], IndexFields],
+    name: str,
+) -> None:
+    writer = _Writer(store)
+    shapes = [
+        ("d-late", "t", "a", 300),
+        ("d-now-b", "t", "a", 200),
+        ("d-now-a", "t", "b", 200),
+        ("d-early", "u", "a", 100),
+        ("d-zero", "t", "a", 0),
+        ("d-none", "t", "a", None),
+    ]
+    for key, tenant, application, value in shapes:
+        writer.put(key, due(_index(tenant, application), value))
+    _equal(list(query(199, 100)), ["d-zero", "d-early"], f"{name}(now=199)")
+    _equal(
+        list(query(200, 100)),
+        ["d-zero", "d-early", "d-now-a", "d-now-b"],
+        f"{name}(now=200): due at or before now, earliest first, then by key",
+    )
+    _equal(list(query(200, 2)), ["d-zero", "d-early"], f"{name}(now=200, limit=2)")
+    _equal(list(query(200, 0)), [], f"{name}(now=200, limit=0)")
+    _equal(list(query(200, 100, "t")), ["d-zero", "d-now-a", "d-now-b"], f"{name} of tenant t")
+    _equal(list(query(200, 100, None, "a")), ["d-zero", "d-early", "d-now-b"], f"{name} of app a")
+    _equal(list(query(200, 100, "t", "a")), ["d-zero", "d-now-b"], f"{name} of t and a")
+    _equal(list(query(_BIG, 100, "nobody")), [], f"{name} of a tenant with no work")
+    writer.put("d-zero", due(_index(), None))
+    writer.put("d-late", due(_index(), 150))
+    _equal(
+        list(query(200, 100)),
+        ["d-early", "d-late", "d-now-a", "d-now-b"],
+        f"{name} follow the latest write",
+    )
+
+
+def _expired_leases_are_due_at_or_before_now(store: Store) -> None:
+    _due_query(
+        store,
+        store.expired_leases,
+        lambda index, value: replace(index, lease_expires_at=value),
+        "expired_leases",
+    )
+
+
+def _deadlines_due_are_due_at_or_before_now(store: Store) -> None:
+    _due_query(
+        store,
+        store.deadlines_due,
+        lambda index, value: replace(index, next_deadline_at=value),
+        "deadlines_due",
+    )
+
+
+# -- listing and scanning -------------------------------------------------------------
+
+
+def _list_returns_a_scope_by_priority_then_age(store: Store) -> None:
+    writer = _Writer(store)
+    writer.put("z", _index(state="DONE", priority=1, created_at=5, result_id="r"))
+    writer.put("y", _index(state="READY", priority=1, created_at=5, eligible_at=999))
+    writer.put("x", _index(state="RUNNING", priority=2, created_at=9, lease_expires_at=1))
+    writer.put("w", _index(state="READY", priority=-1, created_at=0, eligible_at=0))
+    writer.put("v", _index("t", "other", priority=5))
+    writer.put("u", _index("other", "a", priority=5))
+    latest = writer.put("x", _index(state="RUNNING", priority=2, created_at=9, next_deadline_at=4))
+    got = list(store.list("t", "a"))
+    _equal(_keys(got), ["x", "y", "z", "w"], "list of tenant t, application a")
+    _equal(got[0], latest, "list holds the latest version")
+    _equal(list(store.list("nobody", "a")), [], "list of a tenant with no work")
+
+
+def _scan_returns_every_document_by_key(store: Store) -> None:
+    _equal(list(store.scan()), [], "scan of an empty store")
+    writer = _Writer(store)
+    latest: dict[str, StoredDocument] = {}
+    # More than a page of a backend that scans 256 documents at a time.
+    keys = [f"k{number:04d}" for number in range(300)] + ["B", "a", "é", "Z"]
+    random.Random(3).shuffle(keys)
+    for number, key in enumerate(keys):
+        tenant = ("t", "u")[number % 2]
+        latest[key] = writer.put(key, _index(tenant, "a", created_at=number))
+    for key in keys[:10]:
+        latest[key] = writer.put(key, _index("v", "b", state="DONE"))
+    got = list(store.scan())
+    _equal(_keys(got), sorted(keys), "scan order (by key, code point order)")
+    _equal(got, [latest[key] for key in sorted(keys)], "scan holds the latest versions")
+
+
+# -- writers racing ---------------------------------------------------------------------
+
+
+def _race(store: Store, work: Callable[[int, threading.Barrier], object]) -> list[object]:
+    """Run `work(thread_number, barrier)` in threads together; returns their results."""
+    barrier = threading.Barrier(_THREADS, timeout=_BARRIER_TIMEOUT_S)
+    results: list[object] = [None] * _THREADS
+    errors: list[str] = []
+
+    def run(number: int) -> None:
+        try:
+            results[number] = work(number, barrier)
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread
+            errors.append(f"thread {number}: {type(exc).__name__}: {exc}")
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(_BARRIER_TIMEOUT_S * (_ROUNDS + 2))
+    _expect(not any(t.is_alive() for t in threads), "racing writers did not finish")
+    _expect(not errors, "racing writers failed: " + "; ".join(sorted(errors)))
+    return results
+
+
+def _concurrent_writers_win_once_per_version(store: Store) -> None:
+    def race(number: int, barrier: threading.Barrier) -> list[int | None]:
+        won: list[int | None] = []
+        index = _index(created_at=number)
+        for round_ in range(_ROUNDS + 1):
+            barrier.wait()
+            expected = None if round_ == 0 else round_
+            audit = _audit("k", index, number, transaction_id=f"tx-{round_}-{number}")
+            try:
+                won.append(store.write("k", _text("k", number), index, expected, audit))
+            except StoreConflict:
+                won.append(None)
+        return won
+
+    results = _race(store, race)
+    for round_ in range(_ROUNDS + 1):
+        winners = [
+            number
+            for number, won in enumerate(results)
+            if isinstance(won, list) and won[round_] is not None
+        ]
+        what = "the create" if round_ == 0 else f"version {round_}"
+        _equal(len(winners), 1, f"number of {_THREADS} racing writers that won {what}")
+    doc = store.read("k")
+    _equal(None if doc is None else doc.version, _ROUNDS + 1, "version after the race")
+    records = [record for record in store.audit_log() if record.key == "k"]
+    _equal(
+        [record.version for record in records],
+        list(range(1, _ROUNDS + 2)),
+        "versions in the audit log after the race (one record each, in order)",
+    )
+
+
+def _concurrent_writes_to_distinct_keys_all_commit(store: Store) -> None:
+    writes = 10
+
+    def race(number: int, barrier: threading.Barrier) -> int:
+        barrier.wait()
+        version: int | None = None
+        for step in range(writes):
+            key = f"k{number}"
+            index = _index(created_at=number, eligible_at=step)
+            version = store.write(key, _text(key, step), index, version, _audit(key, index, step))
+        return version or 0
+
+    results = _race(store, race)
+    _equal(results, [writes] * _THREADS, "final versions returned to each writer")
+    records = list(store.audit_log())
+    _equal(len(records), writes * _THREADS, "number of audit records")
+    sequences = [record.sequence for record in records]
+    _expect(len(set(sequences)) == len(sequences), "audit sequences repeat")
+    for number in range(_THREADS):
+        key = f"k{number}"
+        _equal(
+            [record.version for record in records if record.key == key],
+            list(range(1, writes + 1)),
+            f"audit versions of {key}, in sequence order",
+        )
+        doc = store.read(key)
+        _equal(None if doc is None else doc.document, _text(key, writes - 1), f"document {key}")
+
+
+# -- running the checks ----------------------------------------------------------------
+
+_CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
+    ("versions_count_from_one", _versions_count_from_one),
+    ("documents_round_trip_exactly", _documents_round_trip_exactly),
+    ("require_absent_refuses_an_existing_key", _require_absent_refuses_an_existing_key),
+    ("expected_version_must_match", _expected_version_must_match),
+    ("a_conflicting_write_changes_nothing", _a_conflicting_write_changes_nothing),
+    ("each_write_appends_one_audit_record", _each_write_appends_one_audit_record),
+    ("audit_log_pages_by_sequence", _audit_log_pages_by_sequence),
+    ("result_ids_are_unique", _result_ids_are_unique),
+    (
+        "claim_candidates_order_by_priority_then_age_then_key",
+        _claim_candidates_order_by_priority_then_age_then_key,
+    ),
+    ("claim_candidates_page_with_a_keyset_cursor", _claim_candidates_page_with_a_keyset_cursor),
+    ("claim_candidates_are_only_eligible_documents", _claim_candidates_are_only_eligible_documents),
+    (
+        "claim_candidates_isolate_tenants_and_applications",
+        _claim_candidates_isolate_tenants_and_applications,
+    ),
+    ("expired_leases_are_due_at_or_before_now", _expired_leases_are_due_at_or_before_now),
+    ("deadlines_due_are_due_at_or_before_now", _deadlines_due_are_due_at_or_before_now),
+    ("list_returns_a_scope_by_priority_then_age", _list_returns_a_scope_by_priority_then_age),
+    ("scan_returns_every_document_by_key", _scan_returns_every_document_by_key),
+    ("concurrent_writers_win_once_per_version", _concurrent_writers_win_once_per_version),
+    (
+        "concurrent_writes_to_distinct_keys_all_commit",
+        _concurrent_writes_to_distinct_keys_all_commit,
+    ),
+)
+
+CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
+"""The name of every check, in the order `run_store_conformance` runs them."""
+
+
+def run_store_conformance(
+    factory: Callable[[], Store], *, checks: Iterable[str] | None = None
+) -> tuple[str, ...]:
+    """Run every check (or the ones named in `checks`) on fresh stores from `factory`.
+
+    Returns the names of the checks that passed. Raises `ConformanceFailure`
+    naming each check that failed (an assertion it made, or anything it
+    raised), after running them all. An unknown name in `checks` is a
+    `ValueError`.
+    """
+    selected = CHECK_NAMES if checks is None else tuple(checks)
+    unknown = [name for name in selected if name not in CHECK_NAMES]
+    if unknown:
+        raise ValueError(f"unknown conformance check(s) {unknown}; known: {list(CHECK_NAMES)}")
+    registry = dict(_CHECKS)
+    passed: list[str] = []
+    failures: dict[str, str] = {}
+    for name in selected:
+        try:
+            store = factory()
+        except Exception as exc:  # noqa: BLE001 - reported as the check's failure
+            failures[name] = f"the factory raised {type(exc).__name__}: {exc}"
+            continue
+        try:
+            registry[name](store)
+        except AssertionError as exc:
+            failures[name] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - reported as the check's failure
+            failures[name] = f"raised {type(exc).__name__}: {exc}"
+        else:
+            passed.append(name)
+        finally:
+            store.close()
+    if failures:
+        raise ConformanceFailure(failures, passed)
+    return tuple(passed)
+
+
+class StoreConformance:
+    """Every conformance check as a pytest test: subclass it and define `make_store`.
+
+        class TestMyStore(StoreConformance):
+            def make_store(self) -> Store:
+                return MyStore(...)
+
+    The class name must start with `Test` for pytest to collect it.
+    """
+
+    def make_store(self) -> Store:
+        """A fresh, empty store of the backend under test."""
+        raise NotImplementedError("define make_store() to return a fresh, empty store")
+
+    def _check(self, name: str) -> None:
+        run_store_conformance(self.make_store, checks=(name,))
+
+    def test_versions_count_from_one(self) -> None:
+        """Versions count 1, 2, 3 and a read returns exactly what was written."""
+        self._check("versions_count_from_one")
+
+    def test_documents_round_trip_exactly(self) -> None:
+        """Text, Unicode, large documents and every index field read back unchanged."""
+        self._check("documents_round_trip_exactly")
+
+    def test_require_absent_refuses_an_existing_key(self) -> None:
+        """A create of an existing key conflicts and changes nothing."""
+        self._check("require_absent_refuses_an_existing_key")
+
+    def test_expected_version_must_match(self) -> None:
+        """A stale, future or absent expected version conflicts."""
+        self._check("expected_version_must_match")
+
+    def test_a_conflicting_write_changes_nothing(self) -> None:
+        """After any conflicting write, every answer of the store is as before."""
+        self._check("a_conflicting_write_changes_nothing")
+
+    def test_each_write_appends_one_audit_record(self) -> None:
+        """One audit record per committed write, in commit order, version filled in."""
+        self._check("each_write_appends_one_audit_record")
+
+    def test_audit_log_pages_by_sequence(self) -> None:
+        """`audit_log(after, limit)` pages by sequence."""
+        self._check("audit_log_pages_by_sequence")
+
+    def test_result_ids_are_unique(self) -> None:
+        """A result id belongs to one key at a time."""
+        self._check("result_ids_are_unique")
+
+    def test_claim_candidates_order_by_priority_then_age_then_key(self) -> None:
+        """Highest priority first, then oldest, then by key."""
+        self._check("claim_candidates_order_by_priority_then_age_then_key")
+
+    def test_claim_candidates_page_with_a_keyset_cursor(self) -> None:
+        """Pages read with a cursor are the full list, in order."""
+        self._check("claim_candidates_page_with_a_keyset_cursor")
+
+    def test_claim_candidates_are_only_eligible_documents(self) -> None:
+        """Only documents eligible at or before `now`, as of their latest write."""
+        self._check("claim_candidates_are_only_eligible_documents")
+
+    def test_claim_candidates_isolate_tenants_and_applications(self) -> None:
+        """A tenant and application see only their own candidates."""
+        self._check("claim_candidates_isolate_tenants_and_applications")
+
+    def test_expired_leases_are_due_at_or_before_now(self) -> None:
+        """Leases expired at or before `now`, earliest first, filtered by scope."""
+        self._check("expired_leases_are_due_at_or_before_now")
+
+    def test_deadlines_due_are_due_at_or_before_now(self) -> None:
+        """Deadlines fallen at or before `now`, earliest first, filtered by scope."""
+        self._check("deadlines_due_are_due_at_or_before_now")
+
+    def test_list_returns_a_scope_by_priority_then_age(self) -> None:
+        """Every document of a scope, whatever its state, by priority then age."""
+        self._check("list_returns_a_scope_by_priority_then_age")
+
+    def test_scan_returns_every_document_by_key(self) -> None:
+        """Every document, latest version, by key."""
+        self._check("scan_returns_every_document_by_key")
+
+    def test_concurrent_writers_win_once_per_version(self) -> None:
+        """Threads racing for one version: exactly one wins each."""
+        self._check("concurrent_writers_win_once_per_version")
+
+    def test_concurrent_writes_to_distinct_keys_all_commit(self) -> None:
+        """Threads writing their own keys all commit, each write audited once."""
+        self._check("concurrent_writes_to_distinct_keys_all_commit")

@@ -1,0 +1,472 @@
+"""What the PostgreSQL backend adds to the common store contract.
+
+One statement per compare-and-swap (document and audit record commit
+together or not at all), a schema that several processes may create at
+once, a store reopened on the same database answering exactly as before,
+durable commits unless turned off, and claimers that do not all race for the
+same workload, in threads of one process and across processes.
+
+Run as a script (`python test_postgres_store.py DSN NAME`), this file is one
+of the worker processes of the multi-process test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pg import postgres_database, server
+from support import CAPS, request, store_snapshot
+from support import authority as make_authority
+from workwarden.statemachine import Authority, Workload
+from workwarden.storage import (
+    AuditRecord,
+    CandidateCursor,
+    IndexFields,
+    StoreConflict,
+    StoredDocument,
+    StoreFailure,
+)
+from workwarden.storage.postgres import SCHEMA_VERSION, PostgresStore
+
+pytestmark = pytest.mark.postgres
+
+ADMITTED_AT = 10_000
+CLAIM_AT = 20_000
+LEASE = 600_000
+MANY = 2_000
+
+
+@pytest.fixture
+def dsn() -> Iterator[str]:
+    """The connection string of an empty database holding the schema."""
+    with postgres_database() as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def store(dsn: str) -> Iterator[PostgresStore]:
+    """A PostgresStore on an empty database."""
+    with contextlib.closing(PostgresStore(dsn)) as opened:
+        yield opened
+
+
+def index(state: str = "READY", **changes: Any) -> IndexFields:
+    fields: dict[str, Any] = {
+        "tenant": "t",
+        "application": "app",
+        "state": state,
+        "priority": 0,
+        "created_at": 1_000,
+        "eligible_at": 0 if state == "READY" else None,
+    }
+    fields.update(changes)
+    return IndexFields(**fields)
+
+
+def audit(key: str, **changes: Any) -> AuditRecord:
+    fields: dict[str, Any] = {
+        "transaction_id": f"tx-{key}",
+        "key": key,
+        "version": 0,
+        "actor": "tester",
+        "operation": "write",
+        "tenant": "t",
+        "application": "app",
+        "at": 1_000,
+        "digest": "d",
+    }
+    fields.update(changes)
+    return AuditRecord(**fields)
+
+
+def admit_many(authority: Authority, count: int) -> list[str]:
+    return [
+        authority.admit(request(idempotency_key=f"key-{n}"), now=ADMITTED_AT).workload.workload_id
+        for n in range(count)
+    ]
+
+
+# -- one statement per compare-and-swap ----------------------------------------
+
+
+def test_a_write_with_a_stale_version_changes_neither_document_nor_audit(
+    store: PostgresStore,
+) -> None:
+    store.write("a", '{"n": 1}', index(), None, audit("a"))
+    store.write("a", '{"n": 2}', index(), 1, audit("a"))
+    before = store_snapshot(store)
+    with pytest.raises(StoreConflict):
+        store.write("a", '{"n": 3}', index(), 1, audit("a", transaction_id="stale"))
+    with pytest.raises(StoreConflict):
+        store.write("a", '{"n": 3}', index(), None, audit("a", transaction_id="again"))
+    with pytest.raises(StoreConflict):
+        store.write("missing", '{"n": 1}', index(), 1, audit("missing"))
+    assert store_snapshot(store) == before
+
+
+def test_a_result_id_held_by_another_key_is_a_conflict_that_writes_nothing(
+    store: PostgresStore,
+) -> None:
+    store.write("a", "{}", index("SUCCEEDED", result_id="r"), None, audit("a"))
+    store.write("b", "{}", index(), None, audit("b"))
+    before = store_snapshot(store)
+    with pytest.raises(StoreConflict):
+        store.write("b", "{}", index("SUCCEEDED", result_id="r"), 1, audit("b"))
+    with pytest.raises(StoreConflict):
+        store.write("c", "{}", index("SUCCEEDED", result_id="r"), None, audit("c"))
+    assert store_snapshot(store) == before
+    assert store.find_result("r") == "a"
+
+
+def test_a_document_whose_audit_record_cannot_be_stored_is_not_written(
+    store: PostgresStore,
+) -> None:
+    store.write("a", '{"n": 1}', index(), None, audit("a"))
+    before = store_snapshot(store)
+    out_of_range = 2**63  # more than an audit instant column holds
+    with pytest.raises(StoreFailure):
+        store.write("a", '{"n": 2}', index(), 1, audit("a", at=out_of_range))
+    with pytest.raises(StoreFailure):
+        store.write("b", '{"n": 1}', index(), None, audit("b", at=out_of_range))
+    assert store_snapshot(store) == before
+
+
+def test_audit_records_are_numbered_from_one_in_the_order_of_their_writes(
+    store: PostgresStore,
+) -> None:
+    for key in ("b", "a", "c"):
+        store.write(key, "{}", index(), None, audit(key))
+    store.write("a", "{}", index(), 1, audit("a"))
+    records = store.audit_log()
+    assert [(r.sequence, r.key, r.version) for r in records] == [
+        (1, "b", 1),
+        (2, "a", 1),
+        (3, "c", 1),
+        (4, "a", 2),
+    ]
+    assert [r.sequence for r in store.audit_log(after=2, limit=1)] == [3]
+
+
+def test_text_postgresql_cannot_hold_is_a_store_failure_that_writes_nothing(
+    store: PostgresStore,
+) -> None:
+    with pytest.raises(StoreFailure):
+        store.write("nul\x00key", "{}", index(), None, audit("nul\x00key"))
+    assert store_snapshot(store) == ((), ())
+
+
+# -- schema and reopening -----------------------------------------------------------
+
+
+def test_stores_constructed_at_once_on_a_fresh_database_all_work() -> None:
+    with postgres_database(schema=False) as empty, ThreadPoolExecutor(6) as pool:
+        ready = threading.Barrier(6)
+
+        def construct() -> PostgresStore:
+            ready.wait()
+            return PostgresStore(empty, pool_size=1)
+
+        futures = [pool.submit(construct) for _ in range(6)]
+        stores = [future.result() for future in futures]
+        try:
+            stores[0].write("a", "{}", index(), None, audit("a"))
+            for other in stores:
+                read = other.read("a")
+                assert read is not None
+                assert read.version == 1
+            with stores[0].connection() as conn:
+                rows = conn.execute("SELECT version FROM workwarden_schema_version").fetchall()
+            assert rows == [(SCHEMA_VERSION,)]
+        finally:
+            for opened in stores:
+                opened.close()
+
+
+def test_a_database_with_a_newer_schema_is_refused() -> None:
+    with postgres_database(schema=False) as empty:
+        with contextlib.closing(PostgresStore(empty)) as store, store.connection() as conn:
+            conn.execute(
+                "INSERT INTO workwarden_schema_version (version) VALUES (%s)",
+                (SCHEMA_VERSION + 1,),
+            )
+        with pytest.raises(StoreFailure, match="schema version"):
+            PostgresStore(empty)
+
+
+def everything_read(store: PostgresStore, keys: Sequence[str]) -> dict[str, Any]:
+    """Every answer a store gives about what it holds."""
+    pages: list[Sequence[StoredDocument]] = []
+    cursor: CandidateCursor | None = None
+    while page := store.claim_candidates("t", "app", CLAIM_AT + 5_000, 2, cursor):
+        pages.append(page)
+        last = page[-1]
+        cursor = CandidateCursor(last.index.priority, last.index.created_at, last.key)
+    return {
+        "reads": [store.read(key) for key in [*keys, "absent"]],
+        "scan": list(store.scan()),
+        "list": store.list("t", "app"),
+        "other list": store.list("t", "other"),
+        "candidates": pages,
+        "leases": [store.expired_leases(now, 100) for now in (0, CLAIM_AT + LEASE, 2**53)],
+        "leases of t": store.expired_leases(2**53, 100, "t", "app"),
+        "deadlines": [store.deadlines_due(now, 100) for now in (0, 10**12, 2**53)],
+        "deadlines of t": store.deadlines_due(2**53, 1, tenant="t"),
+        "results": [store.find_result(f"result-{key}") for key in keys],
+        "audit": store.audit_log(),
+        "audit page": store.audit_log(after=3, limit=4),
+    }
+
+
+def test_a_reopened_store_answers_every_read_as_before(dsn: str) -> None:
+    with contextlib.closing(PostgresStore(dsn)) as store:
+        authority = make_authority(store)
+        keys = [
+            authority.admit(
+                request(idempotency_key=f"key-{n}", priority=n % 3), now=ADMITTED_AT + n
+            ).workload.workload_id
+            for n in range(9)
+        ]
+        for n, key in enumerate(keys[:4]):
+            claim = authority.claim(key, f"worker-{n}", CAPS, now=CLAIM_AT + n, lease_ms=LEASE)
+            if n % 2 == 0:
+                authority.start(key, claim.fence, now=CLAIM_AT + 10)
+                authority.complete(key, claim.fence, f"result-{key}", {"n": n}, CLAIM_AT + 20)
+        before = everything_read(store, keys)
+    with contextlib.closing(PostgresStore(dsn)) as reopened:
+        assert everything_read(reopened, keys) == before
+    assert sum(len(page) for page in before["candidates"]) == 5
+    assert len(before["audit"]) == 9 + 4 + 2 * 2
+
+
+# -- durability ---------------------------------------------------------------------------
+
+
+def test_commits_are_synchronous_unless_turned_off(dsn: str) -> None:
+    with contextlib.closing(PostgresStore(dsn)) as store, store.connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    fast = PostgresStore(dsn, synchronous_commit=False)
+    with contextlib.closing(fast), fast.connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+
+
+# -- claim spreading -----------------------------------------------------------------------
+
+
+class FirstCandidates(PostgresStore):
+    """A PostgresStore remembering, per thread, the first candidate handed out since `forget`."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self._first = threading.local()
+
+    def forget(self) -> None:
+        self._first.key = None
+
+    def first(self) -> str | None:
+        key: str | None = self._first.key
+        return key
+
+    def claim_candidates(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        after: CandidateCursor | None = None,
+    ) -> Sequence[StoredDocument]:
+        page = super().claim_candidates(tenant, application, now, limit, after)
+        if getattr(self._first, "key", None) is None and page:
+            self._first.key = page[0].key
+        return page
+
+
+def keys(page: Sequence[StoredDocument]) -> list[str]:
+    return [doc.key for doc in page]
+
+
+def five_candidates(store: PostgresStore) -> None:
+    for n in range(5):
+        store.write(f"k{n}", "{}", index(created_at=n), None, audit(f"k{n}"))
+
+
+def test_a_claimer_is_handed_a_different_first_candidate_than_one_still_claiming(
+    store: PostgresStore,
+) -> None:
+    five_candidates(store)
+    handed = threading.Event()
+    done = threading.Event()
+
+    def first_claimer() -> list[str]:
+        page = keys(store.claim_candidates("t", "app", 0, 3))
+        handed.set()
+        done.wait()
+        return page
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(first_claimer)
+        handed.wait()
+        try:
+            second = keys(store.claim_candidates("t", "app", 0, 3))
+            rest = keys(store.claim_candidates("t", "app", 0, 3, CandidateCursor(0, 2, "k2")))
+        finally:
+            done.set()
+        assert first.result() == ["k0", "k1", "k2"]
+    assert second == ["k1", "k0", "k2"]  # the last row stays last: the cursor skips nothing
+    assert rest == ["k3", "k4"]
+
+
+def test_a_claimer_in_another_process_is_handed_a_different_first_candidate(dsn: str) -> None:
+    with (
+        contextlib.closing(PostgresStore(dsn)) as here,
+        contextlib.closing(PostgresStore(dsn)) as there,
+    ):
+        five_candidates(here)
+        assert keys(here.claim_candidates("t", "app", 0, 3)) == ["k0", "k1", "k2"]
+        assert keys(there.claim_candidates("t", "app", 0, 3)) == ["k1", "k0", "k2"]
+        # Asking again, a claimer keeps the candidate it was offered.
+        assert keys(here.claim_candidates("t", "app", 0, 5))[0] == "k0"
+    with contextlib.closing(PostgresStore(dsn)) as alone:
+        assert keys(alone.claim_candidates("t", "app", 0, 5)) == ["k0", "k1", "k2", "k3", "k4"]
+
+
+def test_a_claimer_that_moved_on_no_longer_holds_back_its_candidate(
+    store: PostgresStore,
+) -> None:
+    five_candidates(store)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(store.claim_candidates, "t", "app", 0, 3).result()
+    # The thread that was handed k0 has ended; one caller alone sees the exact order.
+    assert keys(store.claim_candidates("t", "app", 0, 3)) == ["k0", "k1", "k2"]
+    assert keys(store.claim_candidates("t", "app", 0, 3)) == ["k0", "k1", "k2"]
+
+
+def test_most_concurrent_claimers_win_the_first_workload_they_try(dsn: str) -> None:
+    with contextlib.closing(FirstCandidates(dsn)) as store:
+        authority = make_authority(store)
+        admitted = admit_many(authority, MANY)
+        ready = threading.Barrier(8)
+
+        def claimer(worker: str) -> list[tuple[str, bool]]:
+            ready.wait()
+            claimed: list[tuple[str, bool]] = []
+            while True:
+                store.forget()
+                claim = authority.claim_next("t", "app", worker, CAPS, CLAIM_AT, LEASE)
+                if claim is None:
+                    return claimed
+                claimed.append((claim.workload_id, claim.workload_id == store.first()))
+
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(claimer, f"w{n}") for n in range(8)]
+            claims = [claim for future in futures for claim in future.result()]
+    assert sorted(key for key, _ in claims) == sorted(admitted)
+    first_try = sum(1 for _, first in claims if first) / len(claims)
+    print(f"first-try claim rate with 8 threads: {first_try:.3f}")
+    assert first_try > 0.5
+
+
+# -- the private server --------------------------------------------------------------------
+
+_START_A_SERVER = """
+import sys
+import pg
+server = pg.server()
+print(server.pid, server.root, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_private_server_stops_when_the_run_that_started_it_is_killed() -> None:
+    server()  # skipped, or failed, as every test here is, without server binaries
+    run = subprocess.Popen(
+        [sys.executable, "-c", _START_A_SERVER],
+        cwd=Path(__file__).parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert run.stdout is not None
+    pid, root = run.stdout.readline().split()
+    assert Path(f"/proc/{pid}").exists()
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 30
+    while (Path(f"/proc/{pid}").exists() or Path(root).exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
+    assert not Path(root).exists()
+
+
+# -- several processes -----------------------------------------------------------------------
+
+
+def work(dsn: str, worker: str) -> int:
+    """Claim, start and complete workloads until none is left; returns how many."""
+    done = 0
+    with contextlib.closing(PostgresStore(dsn, pool_size=2)) as store:
+        authority = make_authority(store)
+        while (
+            claim := authority.claim_next("t", "app", worker, CAPS, CLAIM_AT, LEASE)
+        ) is not None:
+            key = claim.workload_id
+            authority.start(key, claim.fence, now=CLAIM_AT + 1)
+            authority.complete(key, claim.fence, f"result-{key}", {"by": worker}, CLAIM_AT + 2)
+            done += 1
+    return done
+
+
+def test_four_processes_complete_every_workload_exactly_once(dsn: str) -> None:
+    with contextlib.closing(PostgresStore(dsn)) as store:
+        admitted = admit_many(make_authority(store), MANY)
+        workers = [
+            subprocess.Popen(
+                [sys.executable, str(Path(__file__)), dsn, f"process-{n}"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(4)
+        ]
+        counts = []
+        for process in workers:
+            out, _ = process.communicate(timeout=300)
+            assert process.returncode == 0
+            counts.append(json.loads(out)["done"])
+        documents = {doc.key: doc for doc in store.scan()}
+        records = store.audit_log()
+
+    assert sum(counts) == MANY
+    assert all(count > 0 for count in counts)
+    assert sorted(documents) == sorted(admitted)
+    workloads = [Workload.model_validate_json(doc.document) for doc in documents.values()]
+    assert {w.state for w in workloads} == {"SUCCEEDED"}
+    completions = Counter(r.key for r in records if r.operation == "complete")
+    assert completions == Counter(admitted)
+    for workload in workloads:
+        tokens = [
+            int(event.evidence["fencing_token"])
+            for event in workload.execution_history
+            if event.to == "CLAIMED"
+        ]
+        assert tokens == sorted(set(tokens))
+        assert workload.fencing_token == len(tokens)
+    versions: dict[str, list[int]] = {}
+    for record in records:
+        versions.setdefault(record.key, []).append(record.version)
+    assert versions == {key: list(range(1, doc.version + 1)) for key, doc in documents.items()}
+    assert [r.sequence for r in records] == sorted({r.sequence for r in records})
+
+
+if __name__ == "__main__":
+    print(json.dumps({"done": work(sys.argv[1], sys.argv[2])}))

@@ -1,0 +1,314 @@
+"""Exporting a store to JSON Lines and importing it into another, from Python and the CLI.
+
+The source is a SQLite store holding workloads in several states; the target
+is each backend of `tests/backends.py` in turn. An export imported elsewhere
+exports the same bytes, importing twice changes nothing, and a file that
+conflicts with the target changes nothing and names the workload.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends import BACKENDS
+from support import CAPS, request, store_snapshot
+from support import authority as make_authority
+from workwarden.cli import main
+from workwarden.migrate import export_lines, export_workloads, import_workloads
+from workwarden.statemachine import Timeouts, WorkloadError
+from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.models import Workload
+from workwarden.statemachine.spec import default_spec
+from workwarden.storage import AuditRecord, SQLiteStore, Store
+
+NOW = 99_000
+
+
+def populate(store: Store) -> list[str]:
+    """Queued, deferred, leased, succeeded and retrying workloads, in two applications."""
+    authority = make_authority(store)
+    ids = []
+    for number in range(6):
+        changes: dict[str, Any] = {
+            "idempotency_key": f"key-{number}",
+            "priority": number % 3,
+            "input": {"n": number, "text": "naïve ☃"},
+            "timeouts": Timeouts(heartbeat_ms=5_000),
+        }
+        if number == 1:
+            changes["not_before"] = 30_000
+        if number == 5:
+            changes["application_id"] = "other"
+        ids.append(authority.admit(request(**changes), now=10_000 + number).workload.workload_id)
+    leased = authority.claim(ids[2], "w1", CAPS, now=11_000, lease_ms=10_000)
+    authority.start(ids[2], leased.fence, now=11_500)
+    done = authority.claim(ids[3], "w2", CAPS, now=12_000, lease_ms=10_000)
+    authority.start(ids[3], done.fence, now=12_500)
+    authority.complete(ids[3], done.fence, "result-3", {"ok": True}, now=13_000)
+    failed = authority.claim(ids[4], "w3", CAPS, now=12_000, lease_ms=10_000)
+    authority.fail(ids[4], failed.fence, "timeout", "slow", now=12_100)
+    return ids
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Iterator[SQLiteStore]:
+    with SQLiteStore(tmp_path / "source.db") as store:
+        populate(store)
+        yield store
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def target(request: pytest.FixtureRequest) -> Iterator[Store]:
+    with BACKENDS[request.param]() as store:
+        yield store
+
+
+def exported(store: Store) -> str:
+    out = io.StringIO()
+    export_workloads(store, out)
+    return out.getvalue()
+
+
+def test_an_export_is_json_lines_sorted_by_key_and_the_same_every_time(
+    source: SQLiteStore,
+) -> None:
+    text = exported(source)
+    assert text == exported(source)
+    assert text.isascii()
+    assert text.endswith("\n")
+    lines = [json.loads(line) for line in text.splitlines()]
+    keys = [line["key"] for line in lines]
+    assert keys == sorted(keys) == sorted(doc.key for doc in source.scan())
+    for line in lines:
+        stored = source.read(line["key"])
+        assert stored is not None
+        assert line == {
+            "key": stored.key,
+            "version": stored.version,
+            "document": json.loads(stored.document),
+        }
+
+
+def test_an_export_imported_elsewhere_exports_the_same_bytes(
+    source: SQLiteStore, target: Store
+) -> None:
+    text = exported(source)
+    report = import_workloads(target, text.splitlines(), now=NOW)
+    assert sorted(report.imported) == sorted(doc.key for doc in source.scan())
+    assert report.skipped == ()
+    assert exported(target) == text
+
+
+def test_imported_workloads_answer_every_index_query_as_in_the_source(
+    source: SQLiteStore, target: Store
+) -> None:
+    import_workloads(target, exported(source).splitlines(), now=NOW)
+    for doc in source.scan():
+        copy = target.read(doc.key)
+        assert copy is not None
+        assert (copy.version, copy.document, copy.index) == (doc.version, doc.document, doc.index)
+    for now in (0, 10_003, 16_000, 30_000, 2**53 - 1):
+        assert target.claim_candidates("t", "app", now, 100) == source.claim_candidates(
+            "t", "app", now, 100
+        )
+        assert target.expired_leases(now, 100) == source.expired_leases(now, 100)
+        assert target.deadlines_due(now, 100) == source.deadlines_due(now, 100)
+    assert target.find_result("result-3") == source.find_result("result-3")
+
+
+def test_every_imported_version_is_audited_as_an_import(source: SQLiteStore, target: Store) -> None:
+    import_workloads(target, exported(source).splitlines(), now=NOW, actor="operator-7")
+    records = list(target.audit_log())
+    assert {(r.operation, r.actor, r.at) for r in records} == {("import", "operator-7", NOW)}
+    for doc in target.scan():
+        mine = [r for r in records if r.key == doc.key]
+        assert [r.version for r in mine] == list(range(1, doc.version + 1))
+        workload = Workload.model_validate_json(doc.document)
+        assert {(r.tenant, r.application) for r in mine} == {
+            (workload.tenant_id, workload.application_id)
+        }
+
+
+def test_importing_the_same_file_twice_changes_nothing(source: SQLiteStore, target: Store) -> None:
+    lines = exported(source).splitlines()
+    first = import_workloads(target, lines, now=NOW)
+    before = store_snapshot(target)
+    again = import_workloads(target, lines, now=NOW + 1)
+    assert again.imported == ()
+    assert sorted(again.skipped) == sorted(first.imported)
+    assert store_snapshot(target) == before
+
+
+def carry_on(store: Store) -> list[tuple[str, int, str]]:
+    """Recover, enforce deadlines, then claim and complete whatever can be claimed."""
+    authority = make_authority(store)
+    authority.recover_expired(now=NOW)
+    authority.enforce_deadlines(now=NOW)
+    for application in ("app", "other"):
+        while claim := authority.claim_next("t", application, "w9", CAPS, now=NOW, lease_ms=1_000):
+            authority.start(claim.workload_id, claim.fence, now=NOW)
+            result = f"r-{claim.workload_id}"
+            authority.complete(claim.workload_id, claim.fence, result, {"ok": 1}, now=NOW)
+    return [(doc.key, doc.version, doc.document) for doc in store.scan()]
+
+
+def test_imported_workloads_carry_on_exactly_as_the_originals(
+    source: SQLiteStore, target: Store
+) -> None:
+    import_workloads(target, exported(source).splitlines(), now=NOW)
+    after = carry_on(source)
+    assert carry_on(target) == after
+    assert any('"state":"SUCCEEDED"' in document for _, _, document in after)
+
+
+def overwrite(store: Store, key: str, workload: Workload) -> None:
+    """Commit `workload` under `key` as the next version, as another writer would."""
+    present = store.read(key)
+    assert present is not None
+    audit = AuditRecord("tx-other", key, 0, "other", "write", "t", "app", NOW, "digest")
+    document = workload.model_dump_json(by_alias=True)
+    index = index_fields(default_spec(), workload)
+    store.write(key, document, index, present.version, audit)
+
+
+def test_a_conflicting_file_imports_nothing_and_names_the_workload(
+    source: SQLiteStore, target: Store
+) -> None:
+    lines = exported(source).splitlines()
+    chosen = json.loads(lines[2])
+    # The target already holds that workload, changed since the export.
+    import_workloads(target, [lines[2]], now=NOW)
+    workload = Workload.model_validate(chosen["document"])
+    overwrite(target, chosen["key"], workload.model_copy(update={"updated_at": NOW}))
+    before = store_snapshot(target)
+    with pytest.raises(WorkloadError) as refused:
+        import_workloads(target, lines, now=NOW)
+    assert refused.value.code == "WORKLOAD_MIGRATION_CONFLICT"
+    assert chosen["key"] in refused.value.message
+    assert refused.value.details is not None
+    assert refused.value.details["workload_id"] == chosen["key"]
+    assert store_snapshot(target) == before
+
+
+def test_a_workload_whose_result_id_is_taken_imports_nothing(
+    source: SQLiteStore, target: Store
+) -> None:
+    lines = exported(source).splitlines()
+    holder = next(line for line in lines if '"result_id":"result-3"' in line)
+    # Another workload of the target already holds the same result id.
+    other = Workload.model_validate(json.loads(holder)["document"])
+    other = other.model_copy(update={"workload_id": "wl_somebody_else"})
+    document = json.loads(other.model_dump_json(by_alias=True))
+    line = json.dumps({"key": "wl_somebody_else", "version": 1, "document": document})
+    import_workloads(target, [line], now=NOW)
+    before = store_snapshot(target)
+    with pytest.raises(WorkloadError) as refused:
+        import_workloads(target, lines, now=NOW)
+    assert refused.value.code == "WORKLOAD_MIGRATION_CONFLICT"
+    assert "result-3" in refused.value.message
+    assert store_snapshot(target) == before
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "line 2: not JSON"),
+        ("[1, 2]", "line 2: an export line is an object"),
+        ('{"key": "k", "version": 1}', "line 2: an export line is an object"),
+        ('{"key": "", "version": 1, "document": {}}', "line 2: key must be"),
+        ('{"key": "k", "version": 0, "document": {}}', "line 2: version must be"),
+        ('{"key": "k", "version": true, "document": {}}', "line 2: version must be"),
+        ('{"key": "k", "version": 1, "document": {"state": "READY"}}', "line 2: document."),
+    ],
+)
+def test_a_malformed_line_is_refused_by_its_number_and_nothing_is_imported(
+    source: SQLiteStore, target: Store, line: str, message: str
+) -> None:
+    lines = exported(source).splitlines()
+    with pytest.raises(WorkloadError, match=message) as refused:
+        import_workloads(target, [lines[0], line, *lines[1:]], now=NOW)
+    assert refused.value.code == "WORKLOAD_INVALID"
+    assert list(target.scan()) == []
+    assert list(target.audit_log()) == []
+
+
+def test_a_line_whose_key_is_not_its_workload_is_refused(
+    source: SQLiteStore, target: Store
+) -> None:
+    first, second = exported(source).splitlines()[:2]
+    swapped = json.loads(first)
+    swapped["key"] = json.loads(second)["key"]
+    with pytest.raises(WorkloadError, match=r"line 1: key .* is not the document's workload_id"):
+        import_workloads(target, [json.dumps(swapped)], now=NOW)
+    assert list(target.scan()) == []
+
+
+def test_a_workload_twice_in_one_file_is_refused(source: SQLiteStore, target: Store) -> None:
+    lines = exported(source).splitlines()
+    with pytest.raises(WorkloadError, match=r"line 3: workload .* is also on line 1"):
+        import_workloads(target, [lines[0], lines[1], lines[0]], now=NOW)
+    assert list(target.scan()) == []
+
+
+def test_blank_lines_are_ignored(source: SQLiteStore, target: Store) -> None:
+    lines = export_lines(source)
+    report = import_workloads(target, ["", *(f"{line}\n\n" for line in lines), "  "], now=NOW)
+    assert len(report.imported) == len(list(source.scan()))
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def test_the_command_line_exports_and_imports_between_files(
+    source: SQLiteStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = tmp_path / "work.jsonl"
+    assert main(["export", "--store", f"sqlite://{source.path}", "--out", str(dump)]) == 0
+    assert dump.read_text(encoding="ascii") == exported(source)
+    copy = tmp_path / "copy.db"
+    assert main(["import", "--store", str(copy), str(dump)]) == 0
+    assert "imported 6 workload(s), skipped 0 already present" in capsys.readouterr().out
+    assert main(["import", "--store", f"sqlite:{copy}", str(dump)]) == 0
+    assert "imported 0 workload(s), skipped 6 already present" in capsys.readouterr().out
+    assert main(["export", "--store", str(copy)]) == 0
+    assert capsys.readouterr().out == dump.read_text(encoding="ascii")
+
+
+def test_the_command_line_reports_a_conflict_and_imports_nothing(
+    source: SQLiteStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = exported(source).splitlines()
+    copy = tmp_path / "copy.db"
+    key = json.loads(lines[0])["key"]
+    with SQLiteStore(copy) as target:
+        import_workloads(target, lines[:1], now=NOW)
+        present = target.read(key)
+        assert present is not None
+        workload = Workload.model_validate_json(present.document)
+        overwrite(target, key, workload.model_copy(update={"priority": workload.priority + 1}))
+        before = store_snapshot(target)
+    dump = tmp_path / "work.jsonl"
+    dump.write_text("\n".join(lines) + "\n", encoding="ascii")
+    assert main(["import", "--store", str(copy), str(dump)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"WORKLOAD_MIGRATION_CONFLICT: workload {key} is already present")
+    with SQLiteStore(copy) as target:
+        assert store_snapshot(target) == before
+
+
+def test_the_command_line_refuses_an_unknown_store_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "--store", "ftp://example/store"]) == 2
+    assert "unknown store URL scheme 'ftp'" in capsys.readouterr().err
+
+
+def test_the_command_line_refuses_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["import", "--store", "memory:", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err

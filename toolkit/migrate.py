@@ -1,0 +1,257 @@
+"""Moving workloads between stores: export to JSON Lines, import from them.
+
+The export format is one workload a line, sorted by key, without spaces and
+ASCII only; the document is the stored JSON with its keys in their stored
+order, so the same store always exports the same bytes:
+
+    {"document":{...the workload...},"key":"wl_...","version":4}
+
+`import_workloads` loads such lines into a store, idempotently. It reads and
+checks every line first, then writes: a workload already present with the
+same document is skipped (whatever its version); one present with a
+different document is `WORKLOAD_MIGRATION_CONFLICT`, and then nothing of the
+file is written. A new workload is written with its index fields recomputed
+from the document under the spec, and at the version it was exported at: a
+store's versions count its writes from 1, so the import commits the
+document that many times, each write audited with operation `import`. A
+store the workloads went through therefore exports the same bytes again,
+and a migration can be checked with `diff`.
+
+Import into a store nothing else is writing. If another writer commits one
+of the workloads while the import runs, the import stops there with
+`WORKLOAD_MIGRATION_CONFLICT`; the workloads before it are imported, and
+running the import again finishes the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.authority import invalid_from_validation, serialise
+from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.models import Workload
+from workwarden.statemachine.spec import Spec, default_spec
+from workwarden.storage.base import AuditRecord, Store, StoreConflict, StoreError
+
+__all__ = [
+    "ImportReport",
+    "export_lines",
+    "export_workloads",
+    "import_workloads",
+]
+
+_FIELDS = frozenset({"key", "version", "document"})
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import did: the workloads it wrote and those already present, by key."""
+
+    imported: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    number: int
+    key: str
+    version: int
+    workload: Workload
+
+
+def _storage_failure(exc: StoreError) -> errors.WorkloadError:
+    return errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}")
+
+
+def _line(key: str, version: int, document: Any) -> str:
+    return json.dumps(
+        {"document": document, "key": key, "version": version},
+        separators=(",", ":"),
+        ensure_ascii=True,
+        allow_nan=False,
+    )
+
+
+def export_lines(store: Store) -> Iterator[str]:
+    """Every workload of `store` as one export line (without its newline), by key."""
+    try:
+        for doc in store.scan():
+            try:
+                document = json.loads(doc.document)
+            except ValueError:
+                raise errors.WorkloadError(
+                    errors.STORAGE_FAILURE,
+                    f"stored document {doc.key} version {doc.version} is not JSON",
+                    {"workload_id": doc.key},
+                ) from None
+            yield _line(doc.key, doc.version, document)
+    except StoreError as exc:
+        raise _storage_failure(exc) from None
+
+
+def export_workloads(store: Store, out: TextIO) -> int:
+    """Write every workload of `store` to `out` as JSON Lines, by key; returns how many."""
+    count = 0
+    for line in export_lines(store):
+        out.write(line + "\n")
+        count += 1
+    return count
+
+
+def _invalid(
+    number: int, message: str, details: dict[str, Any] | None = None
+) -> errors.WorkloadError:
+    return errors.WorkloadError(
+        errors.INVALID, f"line {number}: {message}", {"line": number, **(details or {})}
+    )
+
+
+def _parse(number: int, text: str) -> _Line:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise _invalid(number, f"not JSON ({exc})") from None
+    if not isinstance(data, dict) or set(data) != _FIELDS:
+        raise _invalid(number, "an export line is an object with key, version and document")
+    key, version, document = data["key"], data["version"], data["document"]
+    if not isinstance(key, str) or not key:
+        raise _invalid(number, "key must be a non-empty string")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _invalid(number, "version must be an integer from 1")
+    try:
+        workload = Workload.model_validate(document)
+    except ValidationError as exc:
+        refusal = invalid_from_validation(exc, "document")
+        raise _invalid(number, refusal.message, refusal.details) from None
+    if workload.workload_id != key:
+        raise _invalid(number, f"key {key} is not the document's workload_id")
+    return _Line(number, key, version, workload)
+
+
+def _read_lines(lines: Iterable[str]) -> list[_Line]:
+    parsed: list[_Line] = []
+    seen: dict[str, int] = {}
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        line = _parse(number, text)
+        if line.key in seen:
+            raise _invalid(number, f"workload {line.key} is also on line {seen[line.key]}")
+        seen[line.key] = number
+        parsed.append(line)
+    return parsed
+
+
+def _same(stored: str, workload: Workload) -> bool:
+    """Is the stored document the same workload? (Key order and spacing aside.)"""
+    try:
+        present = Workload.model_validate_json(stored)
+    except ValidationError:
+        return False
+    as_json: Any = json.loads(serialise(present))
+    return bool(as_json == json.loads(serialise(workload)))
+
+
+def _audit(
+    key: str, version: int, workload: Workload, document: str, at: int, actor: str
+) -> AuditRecord:
+    digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
+    seed = f"import\x1f{key}\x1f{version}\x1f{digest}".encode()
+    return AuditRecord(
+        transaction_id="tx_" + hashlib.sha256(seed).hexdigest()[:24],
+        key=key,
+        version=version,
+        actor=actor,
+        operation="import",
+        tenant=workload.tenant_id,
+        application=workload.application_id,
+        at=at,
+        digest=digest,
+        attempt=workload.attempts[-1].attempt_id if workload.attempts else None,
+        result=workload.result.result_id if workload.result is not None else None,
+    )
+
+
+def import_workloads(
+    store: Store,
+    lines: Iterable[str],
+    *,
+    now: int,
+    spec: Spec | None = None,
+    actor: str = "import",
+) -> ImportReport:
+    """Import export lines into `store` at instant `now` (see the module docstring).
+
+    Raises `WORKLOAD_INVALID` naming the line for a malformed one and
+    `WORKLOAD_MIGRATION_CONFLICT` naming the workload (details list every
+    conflicting one) for a workload present with other contents; in both
+    cases nothing is written.
+    """
+    if isinstance(now, bool) or not isinstance(now, int) or now < 0:
+        raise errors.WorkloadError(
+            errors.INVALID, "now must be an integer instant in milliseconds", {"field": "now"}
+        )
+    spec = spec if spec is not None else default_spec()
+    parsed = _read_lines(lines)
+    writes: list[tuple[_Line, str]] = []
+    skipped: list[str] = []
+    conflicts: list[dict[str, str]] = []
+    results: dict[str, str] = {}
+    try:
+        for line in parsed:
+            text = serialise(line.workload)
+            present = store.read(line.key)
+            if present is not None:
+                if _same(present.document, line.workload):
+                    skipped.append(line.key)
+                else:
+                    conflicts.append(
+                        {
+                            "workload_id": line.key,
+                            "reason": "is already present with different contents",
+                        }
+                    )
+                continue
+            writes.append((line, text))
+            result = line.workload.result
+            if result is None:
+                continue
+            owner = results.get(result.result_id) or store.find_result(result.result_id)
+            if owner is not None:
+                reason = f"holds result id {result.result_id}, which belongs to workload {owner}"
+                conflicts.append({"workload_id": line.key, "reason": reason})
+            results[result.result_id] = line.key
+    except StoreError as exc:
+        raise _storage_failure(exc) from None
+    if conflicts:
+        first = conflicts[0]
+        raise errors.WorkloadError(
+            errors.MIGRATION_CONFLICT,
+            f"workload {first['workload_id']} {first['reason']}; nothing was imported",
+            {"workload_id": first["workload_id"], "conflicts": conflicts},
+        )
+    imported: list[str] = []
+    for line, text in writes:
+        index = index_fields(spec, line.workload)
+        try:
+            for version in range(1, line.version + 1):
+                audit = _audit(line.key, version, line.workload, text, now, actor)
+                store.write(line.key, text, index, None if version == 1 else version - 1, audit)
+        except StoreConflict:
+            raise errors.WorkloadError(
+                errors.MIGRATION_CONFLICT,
+                f"workload {line.key} was written by another writer during the import;"
+                " the workloads before it were imported, import again to finish",
+                {"workload_id": line.key, "imported": imported},
+            ) from None
+        except StoreError as exc:
+            raise _storage_failure(exc) from None
+        imported.append(line.key)
+    return ImportReport(imported=tuple(imported), skipped=tuple(skipped))
