@@ -7,12 +7,24 @@ version it was decided on; if another writer committed first, nothing of this
 call is written and it raises `WORKLOAD_CONFLICT`, and the next call decides
 on the committed version. The one-call methods (`admit`, `claim`, ...) are
 prepare then commit.
+
+Deciding without reading first: a one-call method may decide on a version
+the authority did not read just now, and let the compare-and-swap confirm it.
+`claim_next` decides on the candidate page it read; an authority built with
+`remember=N` decides a command on the version it last wrote itself for that
+key (one of its N latest writes), and an admission on absence. Only a
+decision that writes, and records no refusal, is committed that way: the
+write succeeding proves the version was the committed one. Anything else (a
+refusal, an answer that writes nothing, a conflict) is decided again on a
+fresh read, so a refusal is never issued from an unconfirmed version.
 """
 
 from __future__ import annotations
 
 import builtins
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -146,6 +158,8 @@ class Prepared:
         self.now = now
         self.fencing_token = fencing_token
         self.operation = operation
+        self.written: int | None = None
+        """The version `commit()` wrote, once it has."""
         self._committed = False
 
     @property
@@ -161,7 +175,7 @@ class Prepared:
         decision = self.decision
         workload = decision.workload
         if workload is not None:
-            self.authority._write(self, workload)
+            self.written = self.authority._write(self, workload)
         if decision.refusal is not None:
             raise decision.refusal
         return decision.reply
@@ -173,16 +187,36 @@ class Authority:
     `grants` is required: a `GrantVerifier` with the keys admissions are
     signed with, or `GrantVerifier.without_signatures()` to say explicitly
     that signatures are not checked. `spec` defaults to the shipped spec.
+
+    `remember` (default 0: off) is how many of its latest writes the
+    authority keeps, to decide the next one-call command on such a key
+    without reading it first (see the module docstring): a worker's claim,
+    start, heartbeat and completion then cost one round trip each instead of
+    two. The compare-and-swap confirms every such decision, so it is safe
+    with any store that honours the expected version, shared with any number
+    of other writers.
     """
 
-    def __init__(self, store: Store, *, grants: GrantVerifier, spec: Spec | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        grants: GrantVerifier,
+        spec: Spec | None = None,
+        remember: int = 0,
+    ) -> None:
         if not isinstance(grants, GrantVerifier):
             raise TypeError(
                 "grants must be a GrantVerifier (or GrantVerifier.without_signatures())"
             )
+        if isinstance(remember, bool) or not isinstance(remember, int) or remember < 0:
+            raise ValueError("remember must be a whole number of writes, 0 or more")
         self.store = store
         self.grants = grants
         self.spec = spec if spec is not None else default_spec()
+        self.remember = remember
+        self._known: OrderedDict[str, StoredDocument] = OrderedDict()
+        self._known_lock = threading.Lock()
 
     # -- the two phases --------------------------------------------------
 
@@ -212,21 +246,115 @@ class Authority:
                 )
         doc = self._store_call(self.store.read, key)
         workload = _parse(doc) if doc is not None else None
-        decision = decide(self.spec, workload, command, now)
+        decision = self._decide(workload, command, now)
+        version = doc.version if doc is not None else None
+        return self._prepared(command, key, version, decision, now, operation)
+
+    def _prepared(
+        self,
+        command: Command,
+        key: str,
+        version: int | None,
+        decision: Decision,
+        now: int,
+        operation: str | None = None,
+    ) -> Prepared:
         fence = getattr(command, "fence", None)
         return Prepared(
             self,
             key,
-            doc.version if doc is not None else None,
+            version,
             decision,
             now,
             fence.token if isinstance(fence, Fence) else None,
-            operation,
+            operation or command.op,
         )
+
+    def _unconfirmed(
+        self,
+        command: Command,
+        now: int,
+        operation: str,
+        key: str,
+        doc: StoredDocument | None,
+        workload: Workload | None = None,
+    ) -> Prepared | None:
+        """A decision on `doc` (None: absent), a version not read just now, if it may commit.
+
+        None when the decision refuses, writes nothing or records a refusal:
+        only a fresh read may decide those.
+        """
+        if workload is None and doc is not None:
+            workload = _parse(doc)
+        try:
+            decision = self._decide(workload, command, now)
+        except errors.WorkloadError:
+            return None
+        if decision.workload is None or decision.refusal is not None:
+            return None
+        version = doc.version if doc is not None else None
+        return self._prepared(command, key, version, decision, now, operation)
+
+    def _speculate(self, command: Command, now: int, operation: str) -> Prepared | None:
+        """With `remember`, a decision on this authority's own last write of the key."""
+        if self.remember == 0:
+            return None
+        if isinstance(command, AdmitCommand):
+            self.grants.verify(command.request.authorization_snapshot)
+            key = workload_id_for(command.request)
+            return self._unconfirmed(command, now, operation, key, None)
+        key = command.workload_id
+        with self._known_lock:
+            doc = self._known.get(key)
+        if doc is None:
+            return None
+        return self._unconfirmed(command, now, operation, key, doc)
+
+    def _run(
+        self, command: Command, now: int, operation: str, prepared: Prepared | None = None
+    ) -> Any:
+        """Commit `prepared`, decided on an unconfirmed version, or else decide on a fresh read.
+
+        When the unconfirmed version did not hold (a conflict, nothing
+        written), the command is decided again on a fresh read.
+        """
+        if prepared is not None:
+            try:
+                return prepared.commit()
+            except errors.WorkloadError as exc:
+                if exc.code != errors.CONFLICT or prepared.written is not None:
+                    raise
+        return self._prepare(command, now, operation).commit()
+
+    def _remembered(self, doc: StoredDocument) -> None:
+        with self._known_lock:
+            known = self._known
+            known[doc.key] = doc
+            known.move_to_end(doc.key)
+            while len(known) > self.remember:
+                known.popitem(last=False)
+
+    def _forget(self, key: str) -> None:
+        with self._known_lock:
+            self._known.pop(key, None)
+
+    def _decide(self, workload: Workload | None, command: Command, now: int) -> Decision:
+        """The core's decision; the one place the shell calls it."""
+        return decide(self.spec, workload, command, now)
 
     def execute(self, command: Command | Mapping[str, Any], now: int) -> Any:
         """Prepare and commit `command` in one call."""
-        return self.prepare(command, now).commit()
+        if self.remember == 0:
+            return self.prepare(command, now).commit()
+        if isinstance(command, _COMMAND_TYPES):
+            parsed: Command = command
+        else:
+            try:
+                parsed = _COMMAND.validate_python(command)
+            except ValidationError as exc:
+                raise invalid_from_validation(exc) from None
+        _check_now(now)
+        return self._run(parsed, now, parsed.op, self._speculate(parsed, now, parsed.op))
 
     def _store_call(self, fn: Any, *args: Any) -> Any:
         try:
@@ -254,24 +382,26 @@ class Authority:
             result=workload.result.result_id if workload.result is not None else None,
             fencing_token=prepared.fencing_token,
         )
+        index = index_fields(self.spec, workload)
         try:
-            return int(
-                self.store.write(
-                    prepared.key,
-                    document,
-                    index_fields(self.spec, workload),
-                    prepared.expected_version,
-                    audit,
-                )
+            version = int(
+                self.store.write(prepared.key, document, index, prepared.expected_version, audit)
             )
         except StoreConflict as exc:
+            if self.remember:
+                self._forget(prepared.key)
             raise errors.WorkloadError(
                 errors.CONFLICT,
                 "another writer committed this workload first; nothing was committed",
                 {"workload_id": prepared.key, "reason": str(exc)},
             ) from None
         except StoreError as exc:
+            if self.remember:
+                self._forget(prepared.key)
             raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
+        if self.remember:
+            self._remembered(StoredDocument(prepared.key, version, document, index))
+        return version
 
     # -- reads ------------------------------------------------------------
 
@@ -373,8 +503,9 @@ class Authority:
                     continue
                 command = probe.model_copy(update={"workload_id": doc.key})
                 try:
-                    prepared = self._prepare(command, now, "claim_next")
-                    claim: Claim = prepared.commit()
+                    # Decided on the page's version; the write confirms it.
+                    prepared = self._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
+                    claim: Claim = self._run(command, now, "claim_next", prepared)
                 except errors.WorkloadError as exc:
                     if exc.code in _SKIPPABLE_AT_CLAIM:
                         continue

@@ -54,7 +54,7 @@ from workwarden.statemachine.predicates import Facts, attempt_budget, operator_r
 from workwarden.statemachine.safety import check_json, check_text, digest
 from workwarden.statemachine.spec import Spec
 
-__all__ = ["Decision", "decide"]
+__all__ = ["Decision", "claim_id_for", "decide"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,11 @@ class Decision:
 def _short_hash(*parts: Any) -> str:
     text = json.dumps(list(parts), separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def claim_id_for(workload_id: str, token: int, worker_id: str) -> str:
+    """The claim id of `worker_id`'s claim of a workload under fencing token `token`."""
+    return "claim_" + _short_hash(workload_id, token, worker_id)[:20]
 
 
 def _require(workload: Workload | None, workload_id: str) -> Workload:
@@ -220,7 +225,7 @@ def _claim(spec: Spec, w: Workload, cmd: ClaimCommand, now: int) -> Decision:
     d.fencing_token += 1
     d.attempt_count += 1
     claim = Claim(
-        claim_id="claim_" + _short_hash(d.workload_id, d.fencing_token, cmd.worker_id)[:20],
+        claim_id=claim_id_for(d.workload_id, d.fencing_token, cmd.worker_id),
         workload_id=d.workload_id,
         worker_id=cmd.worker_id,
         lease_id=f"lease_{d.fencing_token}",

@@ -15,7 +15,24 @@ from workwarden.statemachine.machine import fire
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.spec import Spec
 
-__all__ = ["Draft"]
+__all__ = ["Draft", "editable_copy"]
+
+
+def editable_copy(workload: Workload) -> Workload:
+    """A copy of `workload` whose parts the core edits are its own.
+
+    The core edits top-level fields, the attempts and the current claim, and
+    appends to the history and the checkpoints; events, checkpoints and
+    results, once made, are never edited. So those lists are copied and their
+    items shared, which is much cheaper than a deep copy.
+    """
+    copy = workload.model_copy()
+    copy.execution_history = list(workload.execution_history)
+    copy.checkpoints = list(workload.checkpoints)
+    copy.attempts = [attempt.model_copy() for attempt in workload.attempts]
+    if workload.current_claim is not None:
+        copy.current_claim = workload.current_claim.model_copy()
+    return copy
 
 
 class Draft:
@@ -25,7 +42,7 @@ class Draft:
 
     def __init__(self, spec: Spec, workload: Workload, now: int, operation: str) -> None:
         self.spec = spec
-        self.workload = workload.model_copy(deep=True)
+        self.workload = editable_copy(workload)
         self.now = now
         self.operation = operation
         self.events: list[Event] = []

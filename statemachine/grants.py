@@ -17,20 +17,16 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from workwarden.statemachine import errors
 
 __all__ = ["Grant", "GrantSigner", "GrantVerifier", "ResourceScope", "SignedGrant", "Subject"]
 
 
-def _printable(value: str) -> str:
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise ValueError("must not contain control characters")
-    return value
-
-
-_Name = Annotated[str, Field(strict=True, min_length=1, max_length=256), AfterValidator(_printable)]
+_Name = Annotated[
+    str, Field(strict=True, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")
+]
 _Instant = Annotated[int, Field(strict=True, ge=0, le=2**53 - 1)]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -54,18 +53,14 @@ Duration = Annotated[int, Field(strict=True, ge=0, le=MAX_INSTANT)]
 """Milliseconds."""
 
 
-def _printable(value: str) -> str:
-    # NUL and other control characters cannot be stored in every backend's
-    # text columns and have no business in an identifier.
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise ValueError("must not contain control characters")
-    return value
+#: Printable text: no NUL or other control characters, which not every
+#: backend's text columns can hold and no identifier needs.
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
-
-Name = Annotated[str, Field(strict=True, min_length=1, max_length=256), AfterValidator(_printable)]
+Name = Annotated[str, Field(strict=True, min_length=1, max_length=256, pattern=PRINTABLE)]
 """An identifier: 1 to 256 printable characters."""
 
-Text = Annotated[str, Field(strict=True, max_length=4096), AfterValidator(_printable)]
+Text = Annotated[str, Field(strict=True, max_length=4096, pattern=PRINTABLE)]
 
 
 def _as_sorted_set(value: Any) -> Any:

@@ -21,6 +21,7 @@ __all__ = [
     "POLICIES",
     "REQUIRED_STATES",
     "BackoffSpec",
+    "CheckSpec",
     "DeadlineKindSpec",
     "DeadlinesSpec",
     "ErrorSpec",
@@ -197,6 +198,32 @@ class ErrorSpec(_Strict):
     records: bool = False
 
 
+class CheckSpec(_Strict):
+    """`[check]`: the bounded universe `workwarden check` explores (every key optional).
+
+    Unset keys take the checker's defaults; command-line options override
+    both. See `workwarden.statemachine.universe.Universe` for each meaning.
+    """
+
+    workers: Annotated[int, Field(ge=1, le=4)] | None = None
+    max_attempts: Annotated[int, Field(ge=1, le=5)] | None = None
+    lease_ms: Annotated[int, Field(ge=1, le=1000)] | None = None
+    horizon_ms: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    rearms: Annotated[int, Field(ge=0, le=5)] | None = None
+    operator_actions: Annotated[int, Field(ge=0, le=5)] | None = None
+    crashes: Annotated[int, Field(ge=0, le=5)] | None = None
+    racer_prepares: Annotated[int, Field(ge=0, le=5)] | None = None
+    checkpoints_per_attempt: Annotated[int, Field(ge=0, le=5)] | None = None
+    initial_delay_ms: Annotated[int, Field(ge=0, le=1000)] | None = None
+    max_delay_ms: Annotated[int, Field(ge=0, le=1000)] | None = None
+    dependent: bool | None = None
+    racer: bool | None = None
+    stale_workers: bool | None = None
+    first_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
+    second_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
+    second_retry_on: list[str] | None = None
+
+
 class SpecFile(_Strict):
     """The whole spec file, as written in TOML."""
 
@@ -209,6 +236,7 @@ class SpecFile(_Strict):
     secrets: SecretsSpec
     limits: LimitsSpec
     errors: dict[str, ErrorSpec]
+    check: CheckSpec = Field(default_factory=CheckSpec)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,12 @@ __all__ = ["main"]
 
 #: Modules that add subcommands, in the order they appear in `--help`.
 _MODULES = (
+    "workwarden.cli_check",
     "workwarden.cli_demo",
     "workwarden.cli_spec",
     "workwarden.cli_diagram",
     "workwarden.cli_store",
+    "workwarden.cli_chaos",
 )
 
 

@@ -1,0 +1,215 @@
+"""Running a checker trace through a real `Authority` on any store.
+
+A trace (written by `workwarden check` for every violation it finds) is the
+universe it was found in and a numbered list of actions. `replay_trace`
+admits the universe's workloads into a fresh store, takes each action
+through a real `Authority` — workers keep the fences their claims returned,
+the racing writer holds a `prepare` and commits it later — and checks the
+same properties as the checker after every step. A trace that shows a
+violation in the checker shows it here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.authority import Authority, Prepared
+from workwarden.statemachine.checker import _step_violations, state_violations
+from workwarden.statemachine.commands import (
+    EnforceDeadlineCommand,
+    RecoverCommand,
+)
+from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.universe import (
+    _CLAIM_GONE,
+    _VERIFIER,
+    APPLICATION,
+    CAPABILITY,
+    TENANT,
+    Action,
+    CheckState,
+    Model,
+    Pending,
+    Step,
+    Universe,
+    WorkerHold,
+    worker_name,
+)
+from workwarden.storage.base import Store
+
+__all__ = ["ReplayResult", "replay_trace"]
+
+
+@dataclass
+class ReplayResult:
+    """What replaying a trace showed: each step's outcome and the first violation."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    violation: tuple[int, str, str] | None = None
+
+    @property
+    def reproduced(self) -> bool:
+        """Did the replay show a violation?"""
+        return self.violation is not None
+
+
+def _action(step: dict[str, Any]) -> Action:
+    return Action(
+        label=step["action"],
+        actor=step.get("actor", ""),
+        slot=step.get("slot", -1),
+        worker=step.get("worker", -1),
+        arg=step.get("arg", ""),
+        to=step.get("to", -1),
+    )
+
+
+class _Replayer:
+    def __init__(self, model: Model, store: Store, authority_cls: type[Authority]) -> None:
+        self.model = model
+        self.store = store
+        self.authority = authority_cls(store, grants=_VERIFIER, spec=model.spec)
+        self.racer = authority_cls(store, grants=_VERIFIER, spec=model.spec)
+        self.now = 0
+        self.workers: list[WorkerHold] = [(None, None) for _ in model.worker_names]
+        self.prepared: Prepared | None = None
+        self.prepared_slot = -1
+        self.crashes = 0
+        self.prepares = 0
+
+    def docs(self) -> tuple[str | None, ...]:
+        out: list[str | None] = []
+        for wid in self.model.ids:
+            doc = self.store.read(wid)
+            out.append(None if doc is None else doc.document)
+        return tuple(out)
+
+    def state(self) -> CheckState:
+        pending = None
+        if self.prepared is not None:
+            pending = Pending(slot=self.prepared_slot, document=None, refusal=None)
+        return CheckState(
+            self.now, self.docs(), tuple(self.workers), pending, self.crashes, self.prepares
+        )
+
+    def admit(self) -> None:
+        for request in self.model.requests:
+            self.authority.admit(request, 0)
+
+    def take(self, action: Action) -> str | None:
+        """Take one action through the real authority; returns the refusal code, if any."""
+        label = action.label
+        model = self.model
+        try:
+            if label == "jump":
+                self.now = action.to
+            elif label == "crash":
+                held, _ = self.workers[action.worker]
+                self.workers[action.worker] = (None, held)
+                self.crashes += 1
+            elif label == "claim_next":
+                claim = self.authority.claim_next(
+                    TENANT,
+                    APPLICATION,
+                    worker_name(action.worker),
+                    (CAPABILITY,),
+                    self.now,
+                    model.universe.lease_ms,
+                )
+                if claim is not None:
+                    _, lost = self.workers[action.worker]
+                    slot = model.ids.index(claim.workload_id)
+                    hold = (slot, claim.claim_id, claim.worker_id, claim.fencing_token)
+                    self.workers[action.worker] = (hold, lost)
+            elif label == "recover_expired":
+                self.authority.recover_expired(self.now)
+            elif label == "enforce_deadlines":
+                self.authority.enforce_deadlines(self.now)
+            elif label.startswith("prepare_"):
+                self._prepare(action)
+            elif label == "commit":
+                prepared, self.prepared = self.prepared, None
+                assert prepared is not None
+                prepared.commit()
+            else:
+                command = model._command(self.state(), action)
+                reply = self.authority.execute(command, self.now)
+                if label == "claim":
+                    _, lost = self.workers[action.worker]
+                    hold = (action.slot, reply.claim_id, reply.worker_id, reply.fencing_token)
+                    self.workers[action.worker] = (hold, lost)
+                else:
+                    self._keep_or_release(action, None)
+        except errors.WorkloadError as exc:
+            if action.worker >= 0 and label not in ("claim", "claim_next", "crash"):
+                self._keep_or_release(action, exc.code)
+            return exc.code
+        return None
+
+    def _keep_or_release(self, action: Action, refusal: str | None) -> None:
+        if action.label.startswith("stale_") or action.label.startswith("prepare_"):
+            return
+        held, _ = self.workers[action.worker]
+        if held is None:
+            return
+        w = self.model.workload(self.docs()[held[0]])
+        still = (
+            w is not None and w.current_claim is not None and w.current_claim.claim_id == held[1]
+        )
+        if refusal in _CLAIM_GONE or not still:
+            self.workers[action.worker] = (None, held)
+
+    def _prepare(self, action: Action) -> None:
+        kind = action.label.removeprefix("prepare_")
+        wid = self.model.ids[action.slot]
+        if kind == "recover":
+            command: Any = RecoverCommand(workload_id=wid)
+        elif kind == "enforce":
+            command = EnforceDeadlineCommand(workload_id=wid)
+        else:
+            command = self.model._command(
+                self.state(), Action("complete", "", action.slot, action.worker)
+            )
+        self.prepared = self.racer.prepare(command, self.now)
+        self.prepared_slot = action.slot
+        self.prepares += 1
+
+
+def replay_trace(
+    spec: Spec,
+    trace: dict[str, Any],
+    store: Store,
+    *,
+    model: Model | None = None,
+    authority_cls: type[Authority] = Authority,
+) -> ReplayResult:
+    """Replay `trace` (as written by `workwarden check`) on an empty `store`."""
+    universe = Universe.from_dict(trace["universe"])
+    model = model or Model(spec, universe)
+    replayer = _Replayer(model, store, authority_cls)
+    replayer.admit()
+    result = ReplayResult()
+    for number, raw in enumerate(trace["steps"], start=1):
+        action = _action(raw)
+        before = replayer.state()
+        refusal = replayer.take(action)
+        after = replayer.state()
+        changes = tuple(
+            (slot, before.docs[slot], after.docs[slot])
+            for slot in range(len(after.docs))
+            if before.docs[slot] != after.docs[slot]
+        )
+        step = Step(after, refusal, tuple(slot for slot, _, _ in changes), changes)
+        result.steps.append({"step": number, **raw, "refusal": refusal})
+        problems = _step_violations(model, before, action, step)
+        for doc in after.docs:
+            w = model.workload(doc)
+            if w is not None:
+                problems += state_violations(model.spec, w)
+        if problems and result.violation is None:
+            name, message = problems[0]
+            result.violation = (number, name, message)
+            break
+    return result
