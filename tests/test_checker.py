@@ -10,6 +10,7 @@ import pytest
 from workwarden.cli import main
 from workwarden.statemachine import default_spec
 from workwarden.statemachine.checker import check, policy_findings
+from workwarden.statemachine.diagram import diagram_dot, diagram_mermaid
 from workwarden.statemachine.mutants import MUTANTS
 from workwarden.statemachine.replay import replay_trace
 from workwarden.statemachine.universe import Model, Universe
@@ -33,9 +34,18 @@ CAUGHT_BY = {
 }
 
 
+DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
+
+
 def test_the_default_universe_is_explored_completely_with_no_violation() -> None:
     spec = default_spec()
     report = check(spec)
+    # The checked diagram in diagrams/ draws exactly these findings.
+    shown = json.loads((DIAGRAMS / "workload-check.json").read_text(encoding="utf-8"))
+    assert shown == {
+        "edges_never_taken": report.edges_never_taken,
+        "never_at_rest": report.never_at_rest,
+    }, "diagrams/workload-check.json is stale: write the findings of `workwarden check`"
     assert report.complete
     assert report.violations == []
     assert report.policy_problems == []
@@ -127,3 +137,20 @@ def test_check_writes_a_trace_that_replay_reproduces_from_the_command_line(
     store = f"sqlite:///{tmp_path / 'replay.sqlite3'}"
     assert main(["replay", str(trace), "--store", store]) == 1
     assert "reproduced at step" in capsys.readouterr().out
+
+
+def test_the_checked_diagram_in_the_repository_is_up_to_date() -> None:
+    findings = json.loads((DIAGRAMS / "workload-check.json").read_text(encoding="utf-8"))
+    edges = [(a, b) for a, b in (e.split(" -> ") for e in findings["edges_never_taken"])]
+    expected = diagram_dot(
+        default_spec(),
+        unreachable_edges=edges,
+        never_at_rest=findings["never_at_rest"],
+        name="workload-checked",
+    )
+    hint = "run `workwarden diagram --report diagrams/workload-check.json --name workload-checked`"
+    assert (DIAGRAMS / "workload-checked.dot").read_text(encoding="utf-8") == expected, hint
+    mermaid = diagram_mermaid(
+        default_spec(), unreachable_edges=edges, never_at_rest=findings["never_at_rest"]
+    )
+    assert (DIAGRAMS / "workload-checked.mmd").read_text(encoding="utf-8") == mermaid, hint

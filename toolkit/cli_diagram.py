@@ -13,8 +13,10 @@ then defaults to `<spec name>-<workload id>`). The drawing itself is
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,7 +27,7 @@ from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.spec import load_spec
 from workwarden.storage import StoreError, open_store
 
-__all__ = ["read_history", "register"]
+__all__ = ["read_history", "read_report", "register"]
 
 _DEFAULT_FORMATS = "dot,svg,mermaid"
 
@@ -58,6 +60,14 @@ def register(subparsers: Any) -> None:
         nargs=2,
         metavar=("STORE_URL", "WORKLOAD_ID"),
         help="draw this workload's history: memory:, sqlite:///path, or postgresql://...",
+    )
+    parser.add_argument(
+        "--report",
+        metavar="FILE",
+        help=(
+            "a report written by `workwarden check --json`: edges no step takes are drawn "
+            "dashed, states never at rest marked"
+        ),
     )
     parser.add_argument(
         "--name",
@@ -111,6 +121,19 @@ def read_history(url: str, workload_id: str) -> list[Event]:
     return list(workload.execution_history)
 
 
+def read_report(path: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The unreachable edges and the states never at rest of a checker report (JSON)."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        edges = [tuple(edge.split(" -> ")) for edge in report["edges_never_taken"]]
+        states = list(report["never_at_rest"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise errors.WorkloadError(
+            errors.INVALID, f"--report {path}: not a checker report ({exc})", {"field": "report"}
+        ) from None
+    return [(a, b) for a, b in edges], states
+
+
 def _formats(text: str) -> list[str]:
     chosen = [part.strip() for part in text.split(",") if part.strip()]
     unknown = sorted(set(chosen) - set(FORMATS))
@@ -134,7 +157,16 @@ def _run(args: argparse.Namespace) -> int:
             if name is None:
                 # File-name safe: the id may hold any printable character.
                 name = f"{spec.data.spec.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', workload_id)}"
-        written = write_diagrams(spec, args.out_dir, formats=formats, name=name, history=history)
+        unreachable, never_at_rest = read_report(args.report) if args.report else ([], [])
+        written = write_diagrams(
+            spec,
+            args.out_dir,
+            formats=formats,
+            name=name,
+            history=history,
+            unreachable_edges=unreachable,
+            never_at_rest=never_at_rest,
+        )
     except DiagramError as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)
         return 1
