@@ -64,10 +64,13 @@ Text = Annotated[str, Field(strict=True, max_length=4096, pattern=PRINTABLE)]
 
 
 def _as_sorted_set(value: Any) -> Any:
-    if isinstance(value, (set, frozenset, list, tuple)):
-        items = list(value)
-        if all(isinstance(item, str) for item in items):
-            return tuple(sorted(set(items)))
+    kind = type(value)
+    if kind is list or kind is tuple or kind is set or kind is frozenset:
+        try:
+            return tuple(sorted(set(value)))
+        except TypeError:
+            # Not all strings (or not comparable): validation names the bad items.
+            return value
     return value
 
 

@@ -432,15 +432,17 @@ class Model:
             )
             for hold in state.workers
         )
-        key: Any = (docs, holds, pend, state.crashes, state.prepares)
-        swap = self._swap
-        if swap:
-            other = _swap_names(
-                (docs, tuple(reversed(holds)), pend, state.crashes, state.prepares), swap
+        key = repr((docs, holds, pend, state.crashes, state.prepares))
+        if self._swap:
+            mirror = repr((docs, tuple(reversed(holds)), pend, state.crashes, state.prepares))
+            a, b = self.worker_names
+            # Worker ids appear in the key only as quoted strings: exchange them there.
+            mirror = (
+                mirror.replace(f"'{a}'", "'\x00'")
+                .replace(f"'{b}'", f"'{a}'")
+                .replace("'\x00'", f"'{b}'")
             )
-            key = min(repr(key), repr(other))
-        else:
-            key = repr(key)
+            key = min(key, mirror)
         return state, hashlib.blake2b(key.encode("utf-8"), digest_size=16).digest()
 
     # -- actions -----------------------------------------------------------
@@ -782,12 +784,3 @@ def _checkpoints_this_attempt(w: Workload) -> int:
         return 0
     attempt = w.attempts[-1].attempt_id
     return sum(1 for c in w.checkpoints if c.attempt_id == attempt)
-
-
-def _swap_names(value: Any, swap: dict[str, str]) -> Any:
-    """`value` with the two worker ids exchanged wherever they occur."""
-    if isinstance(value, str):
-        return swap.get(value, value)
-    if isinstance(value, tuple):
-        return tuple(_swap_names(item, swap) for item in value)
-    return value
