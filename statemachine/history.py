@@ -42,7 +42,9 @@ def validate_events(spec: Spec, events: Sequence[Event]) -> HistoryProblem | Non
                 event.sequence, f"{event.from_state} -> {event.to} is not an edge of the table"
             )
         if event.type != edge.event:
-            return HistoryProblem(event.sequence, f"event type {event.type!r} is not {edge.event!r}")
+            return HistoryProblem(
+                event.sequence, f"event type {event.type!r} is not {edge.event!r}"
+            )
         if event.actor_class not in edge.actors:
             return HistoryProblem(
                 event.sequence,
@@ -50,8 +52,8 @@ def validate_events(spec: Spec, events: Sequence[Event]) -> HistoryProblem | Non
             )
         if previous is not None and previous.to != event.from_state:
             return HistoryProblem(
-                event.sequence, f"starts at {event.from_state} but the previous event ended at "
-                f"{previous.to}"
+                event.sequence,
+                f"starts at {event.from_state} but the previous event ended at {previous.to}",
             )
         if previous is not None and event.at < previous.at:
             return HistoryProblem(event.sequence, "goes back in time")

@@ -27,6 +27,8 @@ _MODULES = (
     "workwarden.cli_spec",
     "workwarden.cli_diagram",
     "workwarden.cli_store",
+    "workwarden.cli_inspect",
+    "workwarden.cli_reference",
     "workwarden.cli_chaos",
 )
 

@@ -1,0 +1,483 @@
+"""Holding another implementation to the reference: the vectors, run through a program.
+
+`run_conformance(argv, vectors)` runs the conformance vectors against a
+program speaking the conformance protocol (`docs/conformance.md`): one
+request a line on its standard input, one response a line on its standard
+output. Each scenario is reported passed, or failed with the first step that
+differs, expected and actual side by side (`compare_step`). A program that
+exits, or does not answer within the timeout, fails the scenario with a
+message that says so, and is started afresh for the next one. `junit_xml`
+writes the results for CI systems. Recorded histories are checked by
+`decisions.check_history`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import queue
+import shlex
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from xml.etree import ElementTree
+
+from pydantic import BaseModel, ValidationError
+
+from workwarden.statemachine.models import Event
+from workwarden.statemachine.schemas import REPLY_MODELS
+from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.vectors import (
+    Expectation,
+    ReferenceImplementation,
+    Snapshot,
+    VectorScenario,
+    VectorStep,
+    document_digest,
+    observe,
+    snapshot,
+)
+
+__all__ = [
+    "ConformanceProgram",
+    "ProgramError",
+    "ScenarioResult",
+    "StepDifference",
+    "compare_step",
+    "junit_xml",
+    "run_conformance",
+]
+
+
+# -- running vectors against a program ----------------------------------------------------
+
+
+class ProgramError(Exception):
+    """The program under test exited, did not answer in time, or answered outside the protocol."""
+
+
+class ConformanceProgram:
+    """A program speaking the conformance protocol, one JSON line each way.
+
+    Each response must come within `timeout` seconds; the first after the
+    program starts, within `startup` seconds (if longer).
+    """
+
+    def __init__(self, argv: Sequence[str], timeout: float, startup: float = 30.0) -> None:
+        self.argv = list(argv)
+        self.timeout = timeout
+        self.startup = startup
+        self._starting = False
+        self._process: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stderr: deque[str] = deque(maxlen=20)
+
+    def _start(self) -> subprocess.Popen[str]:
+        try:
+            process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                bufsize=1,
+            )
+        except OSError as exc:
+            raise ProgramError(
+                f"cannot start {shlex.join(self.argv)}: {exc.strerror or exc}"
+            ) from None
+        self._lines = queue.Queue()
+        self._stderr = deque(maxlen=20)
+        threading.Thread(target=self._pump, args=(process,), daemon=True).start()
+        threading.Thread(target=self._drain, args=(process,), daemon=True).start()
+        self._process = process
+        self._starting = True
+        return process
+
+    def _pump(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _drain(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            self._stderr.append(line.rstrip("\n"))
+
+    def _stderr_tail(self) -> str:
+        time.sleep(0.05)  # let the last lines of a dying program arrive
+        tail = "\n".join(self._stderr)
+        return f"; its last words on stderr:\n{tail}" if tail else ""
+
+    def request(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request and return its response (a JSON object with `ok` or `error`)."""
+        process = self._process if self._process is not None else self._start()
+        assert process.stdin is not None
+        try:
+            process.stdin.write(json.dumps(message, sort_keys=True) + "\n")
+            process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            raise ProgramError(
+                f"the program exited (status {process.poll()}) before reading a request"
+                + self._stderr_tail()
+            ) from None
+        # The first response may also wait for the program to start up.
+        limit = max(self.timeout, self.startup) if self._starting else self.timeout
+        self._starting = False
+        try:
+            line = self._lines.get(timeout=limit)
+        except queue.Empty:
+            self.close(kill=True)
+            raise ProgramError(
+                f"no response within {limit:g} s to a {message.get('type')} request; "
+                "the program was stopped"
+            ) from None
+        if line is None:
+            status = process.wait(timeout=5)
+            self._process = None
+            raise ProgramError(
+                f"the program exited (status {status}) instead of answering a "
+                f"{message.get('type')} request" + self._stderr_tail()
+            )
+        try:
+            response = json.loads(line)
+        except json.JSONDecodeError:
+            raise ProgramError(f"the response is not one line of JSON: {line[:200]!r}") from None
+        if (
+            not isinstance(response, dict)
+            or len(response) != 1
+            or not ("ok" in response or "error" in response)
+        ):
+            raise ProgramError(
+                f'a response must be {{"ok": ...}} or {{"error": {{...}}}}, not {line[:200]!r}'
+            )
+        return response
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stop the program (if it runs): end its input and wait, or `kill` it at once."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if kill:
+            process.kill()
+            process.wait()
+            return
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass(frozen=True)
+class StepDifference:
+    """The first thing a step got wrong: what (`aspect`), expected and actual, and detail lines."""
+
+    step: int
+    steps: int
+    command: dict[str, Any]
+    now: int
+    aspect: str
+    expected: Any
+    actual: Any
+    details: tuple[str, ...] = ()
+
+    def render(self) -> list[str]:
+        """The difference as report lines."""
+        op = self.command.get("op", "?")
+        lines = [
+            f"step {self.step} of {self.steps}: {op} at now={self.now}",
+            f"  command   {_compact(self.command, 400)}",
+            f"  differs in {self.aspect}",
+            f"  expected  {_compact(self.expected, 400)}",
+            f"  actual    {_compact(self.actual, 400)}",
+        ]
+        lines += [f"  {line}" for line in self.details]
+        return lines
+
+
+@dataclass
+class ScenarioResult:
+    """One scenario's outcome: passed, its first difference, or what went wrong with the program."""
+
+    name: str
+    passed: bool
+    difference: StepDifference | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    def render(self) -> list[str]:
+        """The result as report lines."""
+        if self.passed:
+            return [f"PASS {self.name}"]
+        lines = [f"FAIL {self.name}"]
+        if self.difference is not None:
+            lines += [f"  {line}" for line in self.difference.render()]
+        if self.error is not None:
+            lines += [f"  {line}" for line in self.error.splitlines()]
+        return lines
+
+
+def _compact(value: Any, limit: int) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _paths(expected: Any, actual: Any, path: str = "$") -> Iterator[tuple[str, Any, Any]]:
+    """The paths at which two JSON values differ, with the two values there."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual)):
+            where = f"{path}.{key}"
+            if key not in actual:
+                yield where, expected[key], "(absent)"
+            elif key not in expected:
+                yield where, "(absent)", actual[key]
+            else:
+                yield from _paths(expected[key], actual[key], where)
+    elif isinstance(expected, list) and isinstance(actual, list):
+        for index in range(max(len(expected), len(actual))):
+            where = f"{path}[{index}]"
+            if index >= len(actual):
+                yield where, expected[index], "(absent)"
+            elif index >= len(expected):
+                yield where, "(absent)", actual[index]
+            else:
+                yield from _paths(expected[index], actual[index], where)
+    elif expected != actual or type(expected) is not type(actual):
+        yield path, expected, actual
+
+
+def _side_by_side(expected: Any, actual: Any, limit: int = 8) -> tuple[str, ...]:
+    rows = list(itertools.islice(_paths(expected, actual), limit + 1))
+    if not rows:
+        return ()
+    width = min(max(len(path) for path, _, _ in rows[:limit]), 60)
+    lines = [f"{'path':<{width}}  expected  |  actual"]
+    for path, want, got in rows[:limit]:
+        lines.append(f"{path:<{width}}  {_compact(want, 60)}  |  {_compact(got, 60)}")
+    if len(rows) > limit:
+        lines.append("... and more")
+    return tuple(lines)
+
+
+def _normal_reply(op: Any, reply: Any) -> Any:
+    model: type[BaseModel] | None = REPLY_MODELS.get(op) if isinstance(op, str) else None
+    if model is None or reply is None:
+        return reply
+    try:
+        return model.model_validate(reply).model_dump(mode="json", by_alias=True)
+    except ValidationError:
+        return reply
+
+
+def _normal_events(events: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, items in events.items():
+        try:
+            out[key] = [
+                Event.model_validate(e).model_dump(mode="json", by_alias=True) for e in items
+            ]
+        except ValidationError:
+            out[key] = items
+    return out
+
+
+def compare_step(
+    index: int,
+    steps: int,
+    expected: VectorStep,
+    actual: Expectation,
+    reference_documents: Snapshot | None = None,
+    actual_documents: Snapshot | None = None,
+) -> StepDifference | None:
+    """The first way `actual` differs from what `expected` says, or None.
+
+    Compared in order: the response (an error by its code, a reply whole),
+    the events appended, the state of the command's workload, then the
+    store's documents by version and digest (shown field by field when the
+    reference's documents at this step are given).
+    """
+    want, got = expected.expect, actual
+
+    def differ(aspect: str, a: Any, b: Any, details: tuple[str, ...] = ()) -> StepDifference:
+        return StepDifference(index, steps, expected.command, expected.now, aspect, a, b, details)
+
+    op = expected.command.get("op")
+    want_error = want.response.get("error")
+    got_error = got.response.get("error")
+    if isinstance(want_error, Mapping) or isinstance(got_error, Mapping):
+        want_code = want_error.get("code") if isinstance(want_error, Mapping) else None
+        got_code = got_error.get("code") if isinstance(got_error, Mapping) else None
+        if want_code != got_code:
+            return differ("response", want.response, got.response)
+    else:
+        a = _normal_reply(op, want.response.get("ok"))
+        b = _normal_reply(op, got.response.get("ok"))
+        if a != b:
+            return differ("reply", a, b, _side_by_side(a, b))
+    a_events, b_events = _normal_events(want.events), _normal_events(got.events)
+    if a_events != b_events:
+        return differ("events appended", a_events, b_events, _side_by_side(a_events, b_events))
+    if want.state != got.state:
+        return differ("state", want.state, got.state)
+    a_store = {k: v.model_dump() for k, v in want.store.items()}
+    b_store = {k: v.model_dump() for k, v in got.store.items()}
+    if a_store != b_store:
+        details = _side_by_side(a_store, b_store)
+        if reference_documents is not None and actual_documents is not None:
+            for key in sorted(set(a_store) & set(b_store)):
+                if a_store[key] != b_store[key] and key in reference_documents:
+                    mine = reference_documents[key]
+                    if (
+                        document_digest(mine[1]) == a_store[key]["digest"]
+                        and key in actual_documents
+                    ):
+                        details += (f"document {key}:",)
+                        details += _side_by_side(mine[1], actual_documents[key][1])
+                    break
+        return differ("store (version and digest by key)", a_store, b_store, details)
+    return None
+
+
+def _reference_documents(spec: Spec | None, vector: VectorScenario) -> Iterator[Snapshot]:
+    """The reference's store after each step of `vector`, for field-by-field differences."""
+    reference = ReferenceImplementation(spec)
+    reference.handle(
+        {
+            "type": "reset",
+            "store": [e.model_dump(mode="json") for e in vector.store],
+            "grant_keys": vector.grant_keys,
+        }
+    )
+    for step in vector.steps:
+        reference.handle({"type": "command", "command": step.command, "now": step.now})
+        yield snapshot(reference.handle({"type": "store"})["ok"])
+
+
+def _actual_snapshot(response: Mapping[str, Any]) -> Snapshot:
+    entries = response.get("ok")
+    if "error" in response or not isinstance(entries, list):
+        raise ProgramError(f"the store read-back was refused: {_compact(response, 300)}")
+    try:
+        return snapshot(entries)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProgramError(f"the store read-back does not hold workload documents: {exc}") from None
+
+
+def _run_one(
+    program: ConformanceProgram, vector: VectorScenario, spec: Spec | None
+) -> ScenarioResult:
+    started = time.perf_counter()
+    result = ScenarioResult(name=vector.name, passed=False)
+    step_number = 0
+    try:
+        reset = program.request(
+            {
+                "type": "reset",
+                "store": [e.model_dump(mode="json") for e in vector.store],
+                "grant_keys": vector.grant_keys,
+            }
+        )
+        if "ok" not in reset:
+            raise ProgramError(f"reset was refused: {_compact(reset, 300)}")
+        before = _actual_snapshot(program.request({"type": "store"}))
+        references: Iterator[Snapshot] | None = None
+        for step_number, step in enumerate(vector.steps, start=1):
+            response = program.request(
+                {"type": "command", "command": step.command, "now": step.now}
+            )
+            after = _actual_snapshot(program.request({"type": "store"}))
+            actual = observe(step.command, response, before, after)
+            if references is None:
+                references = _reference_documents(spec, vector)
+            mine = next(references, None)
+            difference = compare_step(step_number, len(vector.steps), step, actual, mine, after)
+            if difference is not None:
+                result.difference = difference
+                break
+            before = after
+        else:
+            result.passed = True
+    except ProgramError as exc:
+        where = f"at step {step_number} of {len(vector.steps)}" if step_number else "at reset"
+        result.error = f"{where}: {exc}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def run_conformance(
+    argv: Sequence[str],
+    vectors: Sequence[VectorScenario],
+    *,
+    timeout: float = 10.0,
+    spec: Spec | None = None,
+    progress: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Run every vector against the program `argv`; one result per scenario, in order.
+
+    `timeout` bounds each response, in seconds (the first after the program
+    starts may take 30 s, for start-up). `spec` is the spec the vectors
+    were generated from (the shipped one by default); it is used only to show
+    a differing document field by field.
+    """
+    program = ConformanceProgram(argv, timeout)
+    results: list[ScenarioResult] = []
+    try:
+        for vector in vectors:
+            result = _run_one(program, vector, spec)
+            if result.error is not None:
+                program.close()
+            results.append(result)
+            if progress is not None:
+                progress(result)
+    finally:
+        program.close()
+    return results
+
+
+def junit_xml(results: Sequence[ScenarioResult], suite: str = "workwarden conformance") -> str:
+    """The results as JUnit XML (one test case per scenario, its group as the class name)."""
+    failures = sum(1 for r in results if not r.passed and r.error is None)
+    errors_ = sum(1 for r in results if r.error is not None)
+    root = ElementTree.Element("testsuites")
+    node = ElementTree.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(results)),
+        failures=str(failures),
+        errors=str(errors_),
+        time=f"{sum(r.seconds for r in results):.3f}",
+    )
+    for result in results:
+        group, _, name = result.name.rpartition("/")
+        case = ElementTree.SubElement(
+            node,
+            "testcase",
+            classname=f"conformance.{group}" if group else "conformance",
+            name=name,
+            time=f"{result.seconds:.3f}",
+        )
+        body = "\n".join(result.render()[1:])
+        if result.error is not None:
+            ElementTree.SubElement(case, "error", message=result.error.splitlines()[0]).text = body
+        elif not result.passed and result.difference is not None:
+            message = f"step {result.difference.step}: {result.difference.aspect} differs"
+            ElementTree.SubElement(case, "failure", message=message).text = body
+    ElementTree.indent(root)
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n'
+        + ElementTree.tostring(root, encoding="unicode")
+        + "\n"
+    )

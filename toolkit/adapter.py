@@ -1,0 +1,55 @@
+"""`python -m workwarden.adapter`: the reference implementation behind the conformance protocol.
+
+Reads one JSON request a line on standard input (`reset`, `command`,
+`store`; see `docs/conformance.md`) and writes one JSON response a line on
+standard output, flushed after each, until its input ends. Behind it is an
+`Authority` over a `MemoryStore`, under the shipped spec or `--spec FILE`.
+This is the program `workwarden conform` holds other implementations' adapters
+beside: it passes every vector, because the vectors were generated with it.
+
+    workwarden conform --cmd 'python -m workwarden.adapter'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from workwarden.statemachine.spec import load_spec
+from workwarden.statemachine.vectors import ReferenceImplementation
+
+__all__ = ["main", "serve"]
+
+
+def serve(reference: ReferenceImplementation, requests: TextIO, responses: TextIO) -> None:
+    """Answer every request line of `requests` on `responses`, one line each."""
+    for line in requests:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as exc:
+            response = {"error": {"code": "WORKLOAD_INVALID", "message": f"not JSON: {exc}"}}
+        else:
+            response = reference.handle(request)
+        responses.write(json.dumps(response, sort_keys=True, separators=(",", ":")) + "\n")
+        responses.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the protocol on standard input and output; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m workwarden.adapter",
+        description="The reference implementation, speaking the conformance protocol.",
+    )
+    parser.add_argument("--spec", metavar="FILE", help="a spec file (the shipped spec by default)")
+    args = parser.parse_args(argv)
+    serve(ReferenceImplementation(load_spec(args.spec)), sys.stdin, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""`workwarden schema | vectors | conform | validate-history`: the reference, for other code.
+
+- `schema [NAME] [--out DIR]`: the JSON Schemas (draft 2020-12) of the spec
+  file, the workload document, every command and reply, the error object and
+  the conformance protocol. With `--out`, every schema is written into DIR
+  (`specs/schema/` holds the shipped copy); with NAME (`workload`,
+  `command-fail`, ...), that one is printed; with neither, the names are listed.
+- `vectors [--out FILE] [--coverage] [--spec FILE]`: the conformance vectors
+  (JSON Lines, one scenario a line; `specs/vectors/workload.jsonl` is the
+  shipped copy), and with `--coverage` which edges and policy rules they take.
+- `conform --cmd 'PROGRAM ARGS' [--vectors FILE] [--junit FILE]`: runs the
+  vectors against a program speaking the conformance protocol
+  (`docs/conformance.md`); exit status 1 if any scenario fails.
+- `validate-history FILE | --store URL [--workload ID]`: checks recorded
+  histories against the spec; exit status 1 if any is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from workwarden.statemachine import errors
+from workwarden.statemachine.conform import ScenarioResult, junit_xml, run_conformance
+from workwarden.statemachine.decisions import check_history, recorded_decisions
+from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.schemas import render_schema, schema_documents, write_schemas
+from workwarden.statemachine.spec import Spec, load_spec
+from workwarden.statemachine.vectors import coverage, generate_vectors, read_vectors, render_vectors
+from workwarden.storage import StoreError, open_store
+
+__all__ = ["load_history_file", "register", "shipped_vectors_text"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the `schema`, `vectors`, `conform` and `validate-history` commands."""
+    schema: argparse.ArgumentParser = subparsers.add_parser(
+        "schema",
+        help="the JSON Schemas of the spec, the documents, the commands and their replies",
+        description=(
+            "The JSON Schemas (draft 2020-12) of the spec file, the workload document, every "
+            "command and its reply, the error object and the conformance protocol. "
+            "With --out, write them all into DIR; with NAME, print one; else list the names."
+        ),
+    )
+    schema.add_argument("name", nargs="?", metavar="NAME", help="print this schema (see the list)")
+    schema.add_argument("--out", metavar="DIR", help="write every schema into DIR")
+    schema.set_defaults(handler=_schema)
+
+    vectors: argparse.ArgumentParser = subparsers.add_parser(
+        "vectors",
+        help="the conformance vectors (JSON Lines), and which edges and rules they take",
+        description=(
+            "Run every conformance scenario through the reference and write what each step "
+            "must produce, one scenario a line (standard output unless --out). With "
+            "--coverage, report which edges of the table and which policy rules they take."
+        ),
+    )
+    vectors.add_argument("--out", metavar="FILE", help="write the vectors to FILE")
+    vectors.add_argument(
+        "--coverage", action="store_true", help="report the edges and rules the vectors take"
+    )
+    vectors.add_argument("--spec", metavar="FILE", help="a spec file (the shipped spec by default)")
+    vectors.set_defaults(handler=_vectors)
+
+    conform: argparse.ArgumentParser = subparsers.add_parser(
+        "conform",
+        help="run the conformance vectors against another implementation",
+        description=(
+            "Run the conformance vectors against a program that speaks the conformance "
+            "protocol (one JSON request a line on its stdin, one JSON response a line on its "
+            "stdout; see docs/conformance.md). Exit status 1 if any scenario fails."
+        ),
+    )
+    conform.add_argument(
+        "--cmd", required=True, metavar="'PROGRAM ARGS'", help="the program to run (shell words)"
+    )
+    conform.add_argument(
+        "--vectors", metavar="FILE", help="a vector file (the shipped vectors by default)"
+    )
+    conform.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML")
+    conform.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for each response (default 10)",
+    )
+    conform.add_argument(
+        "-k", dest="select", metavar="TEXT", help="run only the scenarios whose name has TEXT"
+    )
+    conform.add_argument(
+        "--quiet", action="store_true", help="print failed scenarios only, then the summary"
+    )
+    conform.set_defaults(handler=_conform)
+
+    history: argparse.ArgumentParser = subparsers.add_parser(
+        "validate-history",
+        help="check recorded histories against the spec",
+        description=(
+            "Check recorded execution histories against the spec: legal edges, contiguous "
+            "sequence, increasing fencing tokens, transient states left in the same commit, "
+            "and every recorded decision the one its policy gives. FILE holds a workload "
+            "document, a list of events, or JSON Lines of either (an export works); - reads "
+            "standard input. Exit status 1 if any history is invalid."
+        ),
+    )
+    history.add_argument("file", nargs="?", metavar="FILE", help="a history file; - for stdin")
+    history.add_argument("--store", metavar="URL", help="read workloads from this store instead")
+    history.add_argument(
+        "--workload", metavar="ID", help="with --store: only this workload (default: every one)"
+    )
+    history.add_argument("--spec", metavar="FILE", help="a spec file (the shipped spec by default)")
+    history.set_defaults(handler=_validate_history)
+
+
+# -- schema and vectors ----------------------------------------------------------------------
+
+
+def _schema(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        for path in write_schemas(args.out):
+            print(path)
+        return 0
+    documents = schema_documents()
+    if args.name is None:
+        for name in documents:
+            print(name.removesuffix(".schema.json"))
+        return 0
+    name = args.name.removesuffix(".schema.json") + ".schema.json"
+    if name not in documents:
+        known = ", ".join(n.removesuffix(".schema.json") for n in documents)
+        raise errors.WorkloadError(errors.INVALID, f"no schema {args.name!r}; known: {known}")
+    sys.stdout.write(render_schema(documents[name]))
+    return 0
+
+
+def _vectors(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    vectors = generate_vectors(spec, check_ends=args.spec is None)
+    if args.out is not None:
+        Path(args.out).write_text(render_vectors(vectors), encoding="ascii", newline="\n")
+        print(f"wrote {len(vectors)} scenarios to {args.out}", file=sys.stderr)
+    elif not args.coverage:
+        sys.stdout.write(render_vectors(vectors))
+    if args.coverage:
+        print("\n".join(coverage(spec, vectors).render(spec)))
+    return 0
+
+
+# -- conform -------------------------------------------------------------------------------
+
+
+def shipped_vectors_text() -> str:
+    """The vector file shipped with the package (`specs/vectors/workload.jsonl`)."""
+    path = resources.files("workwarden.specs").joinpath("vectors").joinpath("workload.jsonl")
+    return path.read_text(encoding="ascii")
+
+
+def _conform(args: argparse.Namespace) -> int:
+    argv = shlex.split(args.cmd)
+    if not argv:
+        raise errors.WorkloadError(errors.INVALID, "--cmd names no program")
+    try:
+        text = (
+            Path(args.vectors).read_text(encoding="utf-8")
+            if args.vectors is not None
+            else shipped_vectors_text()
+        )
+        vectors = read_vectors(text)
+    except OSError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID, f"cannot read the vectors: {exc.strerror or exc}"
+        ) from None
+    except ValueError as exc:
+        raise errors.WorkloadError(errors.INVALID, f"not a vector file: {exc}") from None
+    if args.select:
+        vectors = [v for v in vectors if args.select in v.name]
+
+    def show(result: ScenarioResult) -> None:
+        if result.passed and args.quiet:
+            return
+        print("\n".join(result.render()), flush=True)
+
+    results = run_conformance(argv, vectors, timeout=args.timeout, progress=show)
+    failed = [r for r in results if not r.passed]
+    if args.junit is not None:
+        Path(args.junit).write_text(junit_xml(results), encoding="utf-8")
+    print(
+        f"\n{len(results) - len(failed)} of {len(results)} scenarios passed"
+        + (f"; failed: {', '.join(r.name for r in failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+# -- validate-history ------------------------------------------------------------------------
+
+
+def _history_of(value: Any, label: str) -> tuple[str, list[Event], Workload | None]:
+    """A parsed JSON value as (label, events, workload document or None)."""
+    if isinstance(value, dict) and "document" in value and "key" in value:
+        value = value["document"]
+    if isinstance(value, dict) and "execution_history" in value:
+        workload = Workload.model_validate(value)
+        return workload.workload_id, list(workload.execution_history), workload
+    if isinstance(value, dict) and "events" in value:
+        value = value["events"]
+    if isinstance(value, list):
+        return label, [Event.model_validate(event) for event in value], None
+    raise ValueError('expected a workload document, a list of events, or {"events": [...]}')
+
+
+def load_history_file(text: str, label: str) -> list[tuple[str, list[Event], Workload | None]]:
+    """The histories in a file: one JSON value, or JSON Lines of them. `ValueError` if neither."""
+    try:
+        values = [json.loads(text)]
+    except json.JSONDecodeError:
+        values = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                values.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"line {number}: not JSON: {exc.msg}") from None
+    out = []
+    for number, value in enumerate(values, start=1):
+        try:
+            out.append(_history_of(value, label if len(values) == 1 else f"{label}:{number}"))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"value {number}: {where}: {first['msg']}") from None
+    return out
+
+
+def _store_histories(
+    url: str, workload_id: str | None
+) -> Iterator[tuple[str, list[Event], Workload]]:
+    try:
+        store = open_store(url)
+    except (ValueError, StoreError) as exc:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
+        ) from None
+    try:
+        if workload_id is not None:
+            doc = store.read(workload_id)
+            if doc is None:
+                raise errors.WorkloadError(
+                    errors.NOT_FOUND, f"the store has no workload {workload_id}"
+                )
+            docs = [doc]
+        else:
+            docs = list(store.scan())
+    except StoreError as exc:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, f"cannot read the store: {exc}"
+        ) from None
+    finally:
+        store.close()
+    for doc in docs:
+        workload = Workload.model_validate_json(doc.document)
+        yield doc.key, list(workload.execution_history), workload
+
+
+def _validate_history(args: argparse.Namespace) -> int:
+    if (args.file is None) == (args.store is None):
+        print("workwarden validate-history: give FILE or --store URL", file=sys.stderr)
+        return 2
+    if args.workload is not None and args.store is None:
+        print("workwarden validate-history: --workload needs --store", file=sys.stderr)
+        return 2
+    spec = load_spec(args.spec)
+    if args.store is not None:
+        histories: list[tuple[str, list[Event], Workload | None]] = list(
+            _store_histories(args.store, args.workload)
+        )
+    else:
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+            histories = load_history_file(text, args.file)
+        except OSError as exc:
+            raise errors.WorkloadError(
+                errors.INVALID, f"cannot read {args.file}: {exc.strerror or exc}"
+            ) from None
+        except ValueError as exc:
+            raise errors.WorkloadError(errors.INVALID, f"{args.file}: {exc}") from None
+    return _report(spec, histories)
+
+
+def _report(spec: Spec, histories: list[tuple[str, list[Event], Workload | None]]) -> int:
+    invalid = 0
+    for label, events, workload in histories:
+        problem = check_history(spec, events, workload)
+        if problem is not None:
+            invalid += 1
+            print(f"INVALID {label}: {problem}")
+            continue
+        decisions = recorded_decisions(spec, events, workload)
+        unsure = sorted({name for d in decisions for name in d.unknown})
+        note = f"; not knowing {', '.join(unsure)}" if unsure else ""
+        print(f"VALID {label}: {len(events)} events, {len(decisions)} decisions checked{note}")
+    if len(histories) > 1:
+        print(f"{len(histories) - invalid} of {len(histories)} histories valid")
+    return 1 if invalid else 0
