@@ -91,6 +91,10 @@ class CheckReport:
     cannot_finish: int = 0
     violations: list[Finding] = field(default_factory=list)
     policy_problems: list[str] = field(default_factory=list)
+    #: A shortest trace taking each edge (`edge:A -> B`) and deciding by each
+    #: rule (`rule:policy.decision`), from the initial state: the checker's
+    #: witnesses, from which conformance vectors are made.
+    witnesses: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     @property
     def states_per_second(self) -> float:
@@ -313,6 +317,8 @@ def check(
             for event in w.execution_history:
                 key = (event.from_state or "", event.to)
                 edges_taken[key] = edges_taken.get(key, 0) + 1
+                # Taken by the admissions that make the initial state: no steps.
+                report.witnesses.setdefault(f"edge:{key[0]} -> {key[1]}", ())
     depth = 0
     violations: list[Finding] = []
     while frontier:
@@ -332,8 +338,11 @@ def check(
                 violations.append(
                     Finding(name, message, explorer.trace(index, (action, state.now)))
                 )
+
+            found: list[str] = []
             if action.label in ("claim", "claim_next") and step.wrote and step.refusal is None:
                 rules["claim"].add("claimable")
+                found.append("rule:claim.claimable")
             for _slot, before, after in step.decision_docs:
                 if after is None or after == before:
                     continue
@@ -344,10 +353,17 @@ def check(
                 for event in new.execution_history[start:]:
                     key = (event.from_state or "", event.to)
                     edges_taken[key] = edges_taken.get(key, 0) + 1
+                    found.append(f"edge:{key[0]} -> {key[1]}")
                     decision = event.evidence.get("decision")
                     policy = _POLICY_ACTORS.get(event.actor)
                     if decision is not None and policy is not None:
                         rules[policy].add(decision)
+                        found.append(f"rule:{policy}.{decision}")
+            fresh = [key for key in found if key not in report.witnesses]
+            if fresh:
+                trace = explorer.trace(index, (action, state.now))
+                for key in fresh:
+                    report.witnesses[key] = trace
             nxt, digest = model.canonical(step.state)
             target = seen.get(digest)
             if target is None:

@@ -18,9 +18,11 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority, Prepared
 from workwarden.statemachine.checker import _step_violations, state_violations
 from workwarden.statemachine.commands import (
+    AdmitCommand,
     EnforceDeadlineCommand,
     RecoverCommand,
 )
+from workwarden.statemachine.schemas import ClaimNextCommand
 from workwarden.statemachine.spec import Spec
 from workwarden.statemachine.universe import (
     _CLAIM_GONE,
@@ -39,7 +41,7 @@ from workwarden.statemachine.universe import (
 )
 from workwarden.storage.base import Store
 
-__all__ = ["ReplayResult", "replay_trace"]
+__all__ = ["ReplayResult", "replay_trace", "trace_commands"]
 
 
 @dataclass
@@ -67,6 +69,8 @@ def _action(step: dict[str, Any]) -> Action:
 
 
 class _Replayer:
+    """Takes a trace's actions through a real authority, recording the commands it sends."""
+
     def __init__(self, model: Model, store: Store, authority_cls: type[Authority]) -> None:
         self.model = model
         self.store = store
@@ -78,6 +82,8 @@ class _Replayer:
         self.prepared_slot = -1
         self.crashes = 0
         self.prepares = 0
+        #: Every command sent, with its instant, in order (sweeps one per workload).
+        self.sent: list[tuple[Any, int]] = []
 
     def docs(self) -> tuple[str | None, ...]:
         out: list[str | None] = []
@@ -96,7 +102,18 @@ class _Replayer:
 
     def admit(self) -> None:
         for request in self.model.requests:
+            self.sent.append((AdmitCommand(request=request), 0))
             self.authority.admit(request, 0)
+
+    def _sweep(self, due: Any, make: Any) -> None:
+        for key in list(due(self.now, 1_000)):
+            command = make(workload_id=key)
+            self.sent.append((command, self.now))
+            try:
+                self.authority.execute(command, self.now)
+            except errors.WorkloadError as exc:
+                if exc.code != errors.CONFLICT:
+                    raise
 
     def take(self, action: Action) -> str | None:
         """Take one action through the real authority; returns the refusal code, if any."""
@@ -110,6 +127,18 @@ class _Replayer:
                 self.workers[action.worker] = (None, held)
                 self.crashes += 1
             elif label == "claim_next":
+                self.sent.append(
+                    (
+                        ClaimNextCommand(
+                            tenant_id=TENANT,
+                            application_id=APPLICATION,
+                            worker_id=worker_name(action.worker),
+                            capabilities=(CAPABILITY,),
+                            lease_ms=model.universe.lease_ms,
+                        ),
+                        self.now,
+                    )
+                )
                 claim = self.authority.claim_next(
                     TENANT,
                     APPLICATION,
@@ -124,9 +153,9 @@ class _Replayer:
                     hold = (slot, claim.claim_id, claim.worker_id, claim.fencing_token)
                     self.workers[action.worker] = (hold, lost)
             elif label == "recover_expired":
-                self.authority.recover_expired(self.now)
+                self._sweep(self.store.expired_leases, RecoverCommand)
             elif label == "enforce_deadlines":
-                self.authority.enforce_deadlines(self.now)
+                self._sweep(self.store.deadlines_due, EnforceDeadlineCommand)
             elif label.startswith("prepare_"):
                 self._prepare(action)
             elif label == "commit":
@@ -135,6 +164,7 @@ class _Replayer:
                 prepared.commit()
             else:
                 command = model._command(self.state(), action)
+                self.sent.append((command, self.now))
                 reply = self.authority.execute(command, self.now)
                 if label == "claim":
                     _, lost = self.workers[action.worker]
@@ -213,3 +243,22 @@ def replay_trace(
             result.violation = (number, name, message)
             break
     return result
+
+
+def trace_commands(spec: Spec, universe: Universe, steps: list[dict[str, Any]]) -> list[Any]:
+    """The commands a trace sends, with their instants, from the admissions on.
+
+    The trace is run on a fresh `MemoryStore`; a sweep becomes one command per
+    workload it found due, the scheduler one `ClaimNextCommand`. Traces with a
+    racing writer are refused: a held decision has no place in one sequence.
+    """
+    if any(step["action"].startswith(("prepare_", "commit")) for step in steps):
+        raise ValueError("a trace with a racing writer is not one sequence of commands")
+    from workwarden.storage.memory import MemoryStore
+
+    model = Model(spec, universe)
+    replayer = _Replayer(model, MemoryStore(), Authority)
+    replayer.admit()
+    for raw in steps:
+        replayer.take(_action(raw))
+    return list(replayer.sent)

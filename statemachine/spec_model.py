@@ -222,6 +222,7 @@ class CheckSpec(_Strict):
     first_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
     second_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
     second_retry_on: list[str] | None = None
+    first_retry_on: list[str] | None = None
 
 
 class SpecFile(_Strict):

@@ -60,6 +60,8 @@ from workwarden.storage.base import AuditRecord
 from workwarden.storage.memory import MemoryStore
 
 __all__ = [
+    "CHECKER_KEY",
+    "CHECKER_KEY_ID",
     "Action",
     "CheckState",
     "Model",
@@ -72,9 +74,12 @@ __all__ = [
 TENANT = "t"
 APPLICATION = "app"
 CAPABILITY = "cap"
-_KEY = b"checker-signing-key-0123456789ab"
-_SIGNER = GrantSigner("checker", _KEY)
-_VERIFIER = GrantVerifier({"checker": _KEY})
+#: The key the checker's universe signs its admissions with (public: vectors
+#: made from the checker's traces name it).
+CHECKER_KEY_ID = "checker"
+CHECKER_KEY = b"checker-signing-key-0123456789ab"
+_SIGNER = GrantSigner(CHECKER_KEY_ID, CHECKER_KEY)
+_VERIFIER = GrantVerifier({CHECKER_KEY_ID: CHECKER_KEY})
 _REQUESTER = Subject(kind="service", id="requester")
 
 
@@ -99,6 +104,7 @@ class Universe:
     first_timeouts: dict[str, int] = field(default_factory=lambda: {"claim_ms": 8})
     second_timeouts: dict[str, int] = field(default_factory=lambda: {"queue_ms": 8, "claim_ms": 4})
     second_retry_on: tuple[str, ...] = ("transient_connection",)
+    first_retry_on: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The universe as JSON-ready data (for reports and traces)."""
@@ -120,6 +126,7 @@ class Universe:
             "first_timeouts": dict(self.first_timeouts),
             "second_timeouts": dict(self.second_timeouts),
             "second_retry_on": list(self.second_retry_on),
+            "first_retry_on": None if self.first_retry_on is None else list(self.first_retry_on),
         }
 
     @classmethod
@@ -139,8 +146,9 @@ class Universe:
                 errors.INVALID, f"unknown universe settings: {sorted(unknown)}"
             )
         values = dict(data)
-        if "second_retry_on" in values:
-            values["second_retry_on"] = tuple(values["second_retry_on"])
+        for name in ("second_retry_on", "first_retry_on"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 
@@ -205,9 +213,11 @@ def _request(universe: Universe, index: int, parent: str | None) -> CreateWorklo
         expires_at=2**40,
     )
     timeouts = universe.first_timeouts if index == 0 else universe.second_timeouts
-    retry_on = (
-        RetryPolicy().retry_on if index == 0 else tuple(sorted(set(universe.second_retry_on)))
-    )
+    if index == 0:
+        first = universe.first_retry_on
+        retry_on = RetryPolicy().retry_on if first is None else tuple(sorted(set(first)))
+    else:
+        retry_on = tuple(sorted(set(universe.second_retry_on)))
     return CreateWorkload(
         tenant_id=TENANT,
         application_id=APPLICATION,

@@ -435,9 +435,54 @@ def extra_scenarios(spec: Spec) -> list[Scenario]:
     and `grant_keys` names the keys its admissions are signed with. Names
     must not repeat another scenario's (`checker/...` keeps them apart).
     They are appended after the seed scenarios, in the order returned, so the
-    vector file stays deterministic as long as this list is. None yet.
+    vector file stays deterministic as long as this list is.
+
+    These are the model checker's witnesses: in two small universes of one
+    workload (one whose retry policy retries everything, one whose policy
+    retries only transient connection failures and which has a queue
+    deadline), the shortest step sequence that takes each edge of the table
+    and the shortest that decides by each rule of each policy. Together they
+    take every edge and every rule any step can reach.
     """
-    return []
+    from workwarden.statemachine.checker import check
+    from workwarden.statemachine.replay import trace_commands
+    from workwarden.statemachine.universe import CHECKER_KEY, CHECKER_KEY_ID, Universe
+
+    universes = (
+        ("a policy that retries", Universe.from_spec(spec, dependent=False)),
+        (
+            "a policy that retries only transient connection failures",
+            Universe.from_spec(
+                spec,
+                dependent=False,
+                first_retry_on=["transient_connection"],
+                first_timeouts={"queue_ms": 8, "claim_ms": 4},
+            ),
+        ),
+    )
+    scenarios: list[Scenario] = []
+    seen: set[str] = set()
+    for label, universe in universes:
+        report = check(spec, universe)
+        for key in sorted(report.witnesses):
+            if key in seen:
+                continue
+            seen.add(key)
+            steps = trace_commands(spec, universe, list(report.witnesses[key]))
+            what = key.split(":", 1)[1]
+            scenarios.append(
+                Scenario(
+                    name=f"checker/{key.replace(' ', '')}",
+                    steps=tuple(steps),
+                    about=(
+                        f"the shortest sequence the model checker found that "
+                        f"{'takes' if key.startswith('edge:') else 'decides by'} {what}, "
+                        f"under {label}"
+                    ),
+                    grant_keys={CHECKER_KEY_ID: CHECKER_KEY},
+                )
+            )
+    return scenarios
 
 
 def all_scenarios(spec: Spec | None = None) -> list[Scenario]:
