@@ -62,6 +62,7 @@ from workwarden.statemachine.models import (
     CreateWorkload,
     ExecutionContext,
     Fence,
+    Name,
     Result,
     Workload,
 )
@@ -78,6 +79,7 @@ from workwarden.storage.base import (
 __all__ = ["Authority", "Prepared", "invalid_from_validation"]
 
 _COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
+_NAME: TypeAdapter[str] = TypeAdapter(Name)
 _PAGE = 64
 
 
@@ -113,6 +115,47 @@ def _names(values: Any) -> Any:
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         return values
     return tuple(values)
+
+
+def _name(value: Any, field: str) -> str:
+    """`value` as a name (1 to 256 printable characters), or `WORKLOAD_INVALID` naming `field`."""
+    try:
+        return _NAME.validate_python(value)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc, field) from None
+
+
+def _scope(tenant: Any, application: Any) -> tuple[str | None, str | None]:
+    """An optional tenant and application, each a name when given."""
+    return (
+        None if tenant is None else _name(tenant, "tenant"),
+        None if application is None else _name(application, "application"),
+    )
+
+
+def _in_scope(workload: Workload, tenant: str | None, application: str | None) -> bool:
+    return (tenant is None or workload.tenant_id == tenant) and (
+        application is None or workload.application_id == application
+    )
+
+
+def _parse_command(command: Any) -> Command:
+    """A command from caller data, or `WORKLOAD_INVALID` naming each problem's field."""
+    if isinstance(command, Mapping):
+        op = command.get("op")
+        if not isinstance(op, str) or op not in _OPERATIONS:
+            # Checked before pydantic, which would quote a bad `op` back in its
+            # message, however large or deeply nested (or secret) it is.
+            message = "must name one of the operations: " + ", ".join(_OPERATIONS)
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"op: {message}",
+                {"errors": [{"field": "op", "message": message}]},
+            )
+    try:
+        return _COMMAND.validate_python(command)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc) from None
 
 
 def _build(model: Any, **fields: Any) -> Any:
@@ -222,13 +265,7 @@ class Authority:
 
     def prepare(self, command: Command | Mapping[str, Any], now: int) -> Prepared:
         """Read and decide `command` at `now`; nothing is written until `commit()`."""
-        if isinstance(command, _COMMAND_TYPES):
-            parsed: Command = command
-        else:
-            try:
-                parsed = _COMMAND.validate_python(command)
-            except ValidationError as exc:
-                raise invalid_from_validation(exc) from None
+        parsed = command if isinstance(command, _COMMAND_TYPES) else _parse_command(command)
         _check_now(now)
         return self._prepare(parsed, now, parsed.op)
 
@@ -260,13 +297,18 @@ class Authority:
         operation: str | None = None,
     ) -> Prepared:
         fence = getattr(command, "fence", None)
+        token = fence.token if isinstance(fence, Fence) else None
+        if isinstance(command, ClaimCommand) and decision.workload is not None:
+            # The claim issues the token its audit record carries.
+            claim = decision.workload.current_claim
+            token = claim.fencing_token if claim is not None else None
         return Prepared(
             self,
             key,
             version,
             decision,
             now,
-            fence.token if isinstance(fence, Fence) else None,
+            token,
             operation or command.op,
         )
 
@@ -346,13 +388,7 @@ class Authority:
         """Prepare and commit `command` in one call."""
         if self.remember == 0:
             return self.prepare(command, now).commit()
-        if isinstance(command, _COMMAND_TYPES):
-            parsed: Command = command
-        else:
-            try:
-                parsed = _COMMAND.validate_python(command)
-            except ValidationError as exc:
-                raise invalid_from_validation(exc) from None
+        parsed = command if isinstance(command, _COMMAND_TYPES) else _parse_command(command)
         _check_now(now)
         return self._run(parsed, now, parsed.op, self._speculate(parsed, now, parsed.op))
 
@@ -405,18 +441,37 @@ class Authority:
 
     # -- reads ------------------------------------------------------------
 
-    def get(self, workload_id: str) -> Workload:
-        """The committed workload, or `WORKLOAD_NOT_FOUND`."""
-        doc = self._store_call(self.store.read, workload_id)
-        if doc is None:
-            raise errors.WorkloadError(
-                errors.NOT_FOUND, "workload not found", {"workload_id": workload_id}
-            )
-        return _parse(doc)
+    def get(
+        self, workload_id: str, *, tenant: str | None = None, application: str | None = None
+    ) -> Workload:
+        """The committed workload, or `WORKLOAD_NOT_FOUND`.
+
+        Scoped by `tenant` and/or `application`, a workload of another tenant
+        or application is `WORKLOAD_NOT_FOUND` too, with the same message and
+        details as one that does not exist: a scoped read never tells that
+        another scope's work exists. Unscoped (the default), any id is read.
+        """
+        key = _name(workload_id, "workload_id")
+        tenant, application = _scope(tenant, application)
+        doc = self._store_call(self.store.read, key)
+        workload = _parse(doc) if doc is not None else None
+        if workload is None or not _in_scope(workload, tenant, application):
+            raise errors.WorkloadError(errors.NOT_FOUND, "workload not found", {"workload_id": key})
+        return workload
 
     def list(self, tenant: str, application: str) -> list[Workload]:
-        """Every workload of a tenant and application, highest priority first, then oldest."""
-        return [_parse(doc) for doc in self._store_call(self.store.list, tenant, application)]
+        """Every workload of a tenant and application, highest priority first, then oldest.
+
+        A store that answers with another scope's workload is a
+        `WORKLOAD_STORAGE_FAILURE`, never a leak.
+        """
+        scope = _name(tenant, "tenant"), _name(application, "application")
+        workloads = [_parse(doc) for doc in self._store_call(self.store.list, *scope)]
+        if any(not _in_scope(workload, *scope) for workload in workloads):
+            raise errors.WorkloadError(
+                errors.STORAGE_FAILURE, "the store listed a workload of another scope"
+            )
+        return workloads
 
     # -- admission and the worker's calls ---------------------------------
 
@@ -478,6 +533,7 @@ class Authority:
         too. Never raises because of one ineligible workload.
         """
         _check_now(now)
+        tenant, application = _name(tenant, "tenant"), _name(application, "application")
         caps = _names(capabilities)
         probe = _build(
             ClaimCommand, workload_id="-", worker_id=worker_id, capabilities=caps, lease_ms=lease_ms
@@ -656,6 +712,7 @@ class Authority:
         application: str | None,
     ) -> builtins.list[str]:
         _check_now(now)
+        tenant, application = _scope(tenant, application)
         changed: builtins.list[str] = []
         seen: set[str] = set()
         while True:
@@ -682,13 +739,19 @@ class Authority:
     def recover_expired(
         self, now: int, *, tenant: str | None = None, application: str | None = None
     ) -> builtins.list[str]:
-        """Recover every workload whose lease expired at or before `now`; returns their ids."""
+        """Recover every workload whose lease expired at or before `now`; returns their ids.
+
+        Scoped by `tenant` and/or `application`, only that scope's work is touched.
+        """
         return self._sweep(self.store.expired_leases, RecoverCommand, now, tenant, application)
 
     def enforce_deadlines(
         self, now: int, *, tenant: str | None = None, application: str | None = None
     ) -> builtins.list[str]:
-        """Time out every workload with a deadline fallen at or before `now`; returns their ids."""
+        """Time out every workload with a deadline fallen at or before `now`; returns their ids.
+
+        Scoped by `tenant` and/or `application`, only that scope's work is touched.
+        """
         return self._sweep(
             self.store.deadlines_due, EnforceDeadlineCommand, now, tenant, application
         )
@@ -709,6 +772,11 @@ _COMMAND_TYPES = (
     RetryCommand,
     RecoverCommand,
     EnforceDeadlineCommand,
+)
+
+#: The `op` of every command `prepare` takes.
+_OPERATIONS: tuple[str, ...] = tuple(
+    sorted(str(model.model_fields["op"].default) for model in _COMMAND_TYPES)
 )
 
 _SKIPPABLE_AT_CLAIM = frozenset(

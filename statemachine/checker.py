@@ -359,11 +359,11 @@ def check(
                     if decision is not None and policy is not None:
                         rules[policy].add(decision)
                         found.append(f"rule:{policy}.{decision}")
-            fresh = [key for key in found if key not in report.witnesses]
+            fresh = [name for name in found if name not in report.witnesses]
             if fresh:
                 trace = explorer.trace(index, (action, state.now))
-                for key in fresh:
-                    report.witnesses[key] = trace
+                for name in fresh:
+                    report.witnesses[name] = trace
             nxt, digest = model.canonical(step.state)
             target = seen.get(digest)
             if target is None:

@@ -605,7 +605,25 @@ def decide(spec: Spec, workload: Workload | None, command: Command, now: int) ->
     Raises `WorkloadError` for a refusal that changes nothing. Returns a
     `Decision` otherwise; its `refusal`, when set, is raised by the caller
     after `Decision.workload` has been committed.
+
+    A call whose `now` is earlier than the workload's last change
+    (`updated_at`) writes nothing: a decision that would write is refused
+    with `WORKLOAD_CONFLICT`, so a history never goes back in time. (Another
+    process committed after this caller read its clock; its next call, at
+    a later instant, decides on what was committed.) Answers that write
+    nothing (replays, reads, sweeps that find nothing due) are given.
     """
+    decision = _decide(spec, workload, command, now)
+    if workload is not None and decision.workload is not None and now < workload.updated_at:
+        raise errors.WorkloadError(
+            errors.CONFLICT,
+            "the workload changed after this call's instant; nothing was committed",
+            {"workload_id": workload.workload_id, "now": now, "updated_at": workload.updated_at},
+        )
+    return decision
+
+
+def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -> Decision:
     if isinstance(command, AdmitCommand):
         new, reply, draft = decide_admission(spec, workload, command.request, now)
         events = tuple(draft.events) if draft is not None else ()

@@ -50,7 +50,7 @@ def check_text(spec: Spec, text: str, what: str) -> None:
 
 
 def check_json(spec: Spec, value: Any, what: str) -> None:
-    """Refuse caller JSON that is too deep, too large, not finite, or holds a plaintext secret."""
+    """Refuse caller JSON too deep, too large, not finite, not Unicode, or holding a secret."""
     forbidden = {key.lower() for key in spec.secrets.forbidden_keys}
     max_depth = spec.limits.max_json_depth
     stack: list[tuple[Any, int, str]] = [(value, 1, what)]
@@ -94,7 +94,14 @@ def check_json(spec: Spec, value: Any, what: str) -> None:
             raise errors.WorkloadError(
                 errors.INVALID, f"{what} holds a value that is not JSON", {"field": path}
             )
-    size = len(canonical_json(value).encode("utf-8"))
+    try:
+        size = len(canonical_json(value).encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate: Python text that is not Unicode, which no
+        # backend can store and no digest can be taken of.
+        raise errors.WorkloadError(
+            errors.INVALID, f"{what} holds text that is not valid Unicode", {"field": what}
+        ) from None
     if size > spec.limits.max_json_bytes:
         raise errors.WorkloadError(
             errors.INVALID,

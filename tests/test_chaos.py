@@ -1,0 +1,250 @@
+"""Processes killed at random against one store: nothing lost, nothing done twice, no stale write.
+
+`workwarden chaos` runs small here on SQLite and on PostgreSQL: four worker
+processes and a sweeper, one of them killed with SIGKILL every few hundred
+milliseconds and replaced, then a drain and an audit of the whole store and
+its audit log. The audit itself is held to account too: handed a store with
+a write committed under a stale fence, a missing audit record or a lost
+acknowledged completion, it says so. And a named regression test: a call
+whose instant is earlier than the workload's last change writes nothing
+(the chaos run found histories going back in time without it).
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import closing
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from pg import postgres_database
+from support import CAPS, request
+from support import authority as make_authority
+from workwarden.chaos import ChaosConfig, ChaosReport, print_report, run_chaos
+from workwarden.chaos_audit import audit_store, claim_ending_operations
+from workwarden.cli import main
+from workwarden.statemachine import Workload, WorkloadError, default_spec
+from workwarden.statemachine.errors import CONFLICT
+from workwarden.storage import AuditRecord, MemoryStore, SQLiteStore, Store
+
+WORKLOADS = 1_200
+KILL_SECONDS = 12.0
+
+
+def _assert_clean(report: ChaosReport) -> None:
+    printed = io.StringIO()
+    print_report(report, printed)
+    assert report.violations == [], printed.getvalue()
+    assert report.drained, printed.getvalue()
+    figures = report.figures
+    assert figures is not None
+    assert report.admitted == WORKLOADS
+    assert figures.documents == WORKLOADS
+    assert sum(figures.outcomes.values()) == WORKLOADS
+    # The run really did break things, and the authority really did recover.
+    assert sum(report.kills.values()) >= 10
+    assert report.unexpected_exits == 0
+    assert figures.recoveries > 0
+    assert figures.claims > figures.completions > WORKLOADS // 2
+    assert figures.acknowledged > 0
+    assert "violations   0" in printed.getvalue()
+
+
+def test_killed_workers_on_sqlite_lose_nothing_and_finish_nothing_twice(tmp_path: Path) -> None:
+    # NORMAL is as safe as FULL against a killed process (only a power cut
+    # tells them apart), and keeps the disk's sync latency out of the run.
+    url = f"sqlite://{tmp_path / 'chaos.db'}?synchronous=NORMAL"
+    config = ChaosConfig(url=url, workloads=WORKLOADS, seconds=KILL_SECONDS, drain_seconds=60)
+    _assert_clean(run_chaos(config))
+
+
+def _url(dsn: str) -> str:
+    """A `postgresql://` URL for a libpq connection string on a Unix socket."""
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    return (
+        f"postgresql:///{quote(str(parts['dbname']))}"
+        f"?host={quote(str(parts['host']), safe='')}&user={quote(str(parts['user']))}"
+    )
+
+
+@pytest.mark.postgres
+def test_killed_workers_on_postgresql_lose_nothing_and_finish_nothing_twice() -> None:
+    with postgres_database() as dsn:
+        config = ChaosConfig(
+            url=_url(dsn), workloads=WORKLOADS, seconds=KILL_SECONDS, drain_seconds=60
+        )
+        _assert_clean(run_chaos(config))
+
+
+def test_the_chaos_command_prints_its_figures_and_exits_0_when_nothing_is_violated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite://{tmp_path / 'small.db'}?synchronous=NORMAL"
+    status = main(["chaos", "--store", url, "--workloads", "30", "--seconds", "1"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    for label in ("kills", "drain        done", "outcomes", "audit", "conflicts"):
+        assert label in out
+    assert "violations   0" in out
+
+
+def test_the_chaos_command_refuses_a_store_that_already_holds_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "used.db"
+    with closing(SQLiteStore(path)) as store:
+        make_authority(store).admit(request(), 10_000)
+    status = main(["chaos", "--store", f"sqlite://{path}", "--workloads", "5", "--seconds", "1"])
+    assert status == 2
+    assert "needs an empty store" in capsys.readouterr().err
+
+
+# -- the audit is not vacuous --------------------------------------------------------
+
+
+def _history_with_a_recovery(store: Store) -> tuple[str, str]:
+    """Claimed by w1, recovered, claimed by w2 and completed; returns (id, w1's claim id)."""
+    authority = make_authority(store)
+    wid = authority.admit(request(), 10_000).workload.workload_id
+    first = authority.claim(wid, "w1", CAPS, 20_000, 1_000)
+    authority.start(wid, first.fence, 20_001)
+    assert authority.recover_expired(25_000) == [wid]
+    second = authority.claim(wid, "w2", CAPS, 26_000, 1_000)
+    authority.start(wid, second.fence, 26_001)
+    authority.complete(wid, second.fence, "r-1", {"ok": True}, 26_002)
+    return wid, first.claim_id
+
+
+def _forge(store: Store, key: str, **changes: Any) -> AuditRecord:
+    """Commit the current document again, as if a writer had written it with `changes`."""
+    doc = store.read(key)
+    assert doc is not None
+    record = AuditRecord(
+        transaction_id="tx_forged",
+        key=key,
+        version=0,
+        actor="w1",
+        operation="complete",
+        tenant=doc.index.tenant,
+        application=doc.index.application,
+        at=27_000,
+        digest="0" * 64,
+        worker="w1",
+        attempt=None,
+        fencing_token=1,
+    )
+    record = replace(record, **changes)
+    store.write(key, doc.document, doc.index, doc.version, record)
+    return record
+
+
+def test_the_audit_passes_a_store_the_authority_wrote() -> None:
+    store = MemoryStore()
+    wid, _ = _history_with_a_recovery(store)
+    figures, violations = audit_store(store, default_spec(), [wid], [(wid, 2, "r-1")])
+    assert violations == []
+    assert (figures.claims, figures.recoveries, figures.completions) == (2, 1, 1)
+
+
+def test_the_audit_flags_a_write_committed_under_a_stale_fence() -> None:
+    store = MemoryStore()
+    wid, _ = _history_with_a_recovery(store)
+    forged = _forge(store, wid)
+    _, violations = audit_store(store, default_spec(), [wid])
+    stale = [v for v in violations if "stale fence" in v.message]
+    assert len(stale) == 1
+    assert stale[0].record is not None
+    assert stale[0].record.transaction_id == forged.transaction_id
+    # The report shows the workload's history and the record.
+    assert "READY -> CLAIMED" in str(stale[0])
+    assert "fencing_token 1" in str(stale[0])
+
+
+def test_the_audit_flags_a_document_whose_last_record_is_not_its_digest() -> None:
+    store = MemoryStore()
+    wid, _ = _history_with_a_recovery(store)
+    _forge(store, wid, actor="system.recovery", operation="recover_expired", fencing_token=None)
+    _, violations = audit_store(store, default_spec(), [wid])
+    assert [v.message for v in violations] == ["the last audit digest is not the document's"]
+
+
+def test_the_audit_flags_lost_work_and_an_acknowledged_completion_not_stored() -> None:
+    store = MemoryStore()
+    wid, _ = _history_with_a_recovery(store)
+    _, violations = audit_store(
+        store, default_spec(), [wid, "workload_missing"], [(wid, 1, "r-by-the-stale-worker")]
+    )
+    messages = sorted(v.message for v in violations)
+    assert messages == [
+        "admitted but not in the store",
+        "completion r-by-the-stale-worker under token 1 was acknowledged but is not stored",
+    ]
+
+
+def test_the_audit_flags_work_left_unfinished() -> None:
+    store = MemoryStore()
+    wid = make_authority(store).admit(request(), 10_000).workload.workload_id
+    _, violations = audit_store(store, default_spec(), [wid])
+    assert [v.message for v in violations] == ["not terminal after draining: READY"]
+
+
+def test_the_operations_that_end_a_claim_are_read_from_the_spec() -> None:
+    assert claim_ending_operations(default_spec()) == {
+        "complete",
+        "confirm_cancel",
+        "enforce_deadlines",
+        "fail",
+        "recover_expired",
+        "timeout",
+    }
+
+
+# -- regression: a lagging instant --------------------------------------------------
+
+
+def test_a_call_whose_instant_is_before_the_last_change_writes_nothing() -> None:
+    # Found by the chaos run: a claimer read its clock, the sweeper recovered
+    # the workload at a later instant, and the claim was then committed with
+    # the earlier instant, so the history went back in time.
+    store = MemoryStore()
+    authority = make_authority(store)
+    wid = authority.admit(request(), 10_000).workload.workload_id
+    authority.claim(wid, "w1", CAPS, 20_000, 1_000)
+    assert authority.recover_expired(25_000) == [wid]
+    before = (store.read(wid), list(store.audit_log()))
+
+    with pytest.raises(WorkloadError) as refused:
+        authority.claim(wid, "w2", CAPS, 24_000, 1_000)
+    assert refused.value.code == CONFLICT
+    assert refused.value.details == {"workload_id": wid, "now": 24_000, "updated_at": 25_000}
+    assert authority.claim_next("t", "app", "w2", CAPS, 24_000, 1_000) is None
+    assert (store.read(wid), list(store.audit_log())) == before
+
+    # A call at or after the last change goes ahead, and the history is valid.
+    authority.claim(wid, "w2", CAPS, 25_000, 1_000)
+    workload = authority.get(wid)
+    assert [event.at for event in workload.execution_history] == sorted(
+        event.at for event in workload.execution_history
+    )
+
+
+def test_a_lagging_instant_still_gets_answers_that_write_nothing() -> None:
+    store = MemoryStore()
+    authority = make_authority(store)
+    admitted = authority.admit(request(), 10_000)
+    wid = admitted.workload.workload_id
+    claim = authority.claim(wid, "w1", CAPS, 20_000, 60_000)
+    authority.start(wid, claim.fence, 20_001)
+    authority.complete(wid, claim.fence, "r-1", {"ok": True}, 20_002)
+    # A replayed admission and a replayed completion, at instants before the last change.
+    assert authority.admit(request(), 9_000).created is False
+    assert authority.complete(wid, claim.fence, "r-1", {"ok": True}, 20_000).result_id == "r-1"
+    assert authority.recover_expired(15_000) == []
+    doc = store.read(wid)
+    assert doc is not None
+    assert Workload.model_validate_json(doc.document).state == "SUCCEEDED"
