@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import hypothesis_profiles  # noqa: F401  (registers the profiles, loads `ci` or the chosen one)
 import pytest
 
 from backends import BACKENDS
@@ -29,4 +30,3 @@ def authority(store: Store) -> Authority:
 def second_authority(store: Store) -> Authority:
     """A second, independent writer over the same store."""
     return make_authority(store)
-
