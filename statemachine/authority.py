@@ -81,6 +81,9 @@ __all__ = ["Authority", "Prepared", "invalid_from_validation"]
 _COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
 _PAGE = 64
+# The first page of claim candidates is smaller: nearly every call claims one
+# of its first rows, and each row read is a whole document fetched and decoded.
+_FIRST_PAGE = 16
 
 
 def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.WorkloadError:
@@ -543,7 +546,12 @@ class Authority:
         states: dict[str, Workload | None] = {}
         while True:
             page = self._store_call(
-                self.store.claim_candidates, tenant, application, now, _PAGE, cursor
+                self.store.claim_candidates,
+                tenant,
+                application,
+                now,
+                _PAGE if cursor is not None else _FIRST_PAGE,
+                cursor,
             )
             if not page:
                 return None

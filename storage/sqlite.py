@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -221,6 +220,26 @@ def _audit(row: Sequence[Any]) -> AuditRecord:
         result=row[12],
         fencing_token=row[13],
     )
+
+
+def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:
+    # Spelled out: `dataclasses.asdict` deep-copies every field, which costs
+    # more than the statement that uses them.
+    return {
+        "transaction_id": audit.transaction_id,
+        "key": key,
+        "version": version,
+        "actor": audit.actor,
+        "operation": audit.operation,
+        "tenant": audit.tenant,
+        "application": audit.application,
+        "at": audit.at,
+        "digest": audit.digest,
+        "worker": audit.worker,
+        "attempt": audit.attempt,
+        "result": audit.result,
+        "fencing_token": audit.fencing_token,
+    }
 
 
 def _limit(limit: int | None) -> int:
@@ -448,28 +467,34 @@ class SQLiteStore:
 
         The version check, the document and the audit record are one
         transaction under the write lock; a conflict rolls all of it back.
+        The check is the write itself: the insert of a key that exists
+        breaks the primary key, the update names the expected version in
+        its `WHERE`, and a result id held by another key breaks the unique
+        index; each is a conflict.
         """
+        version = 1 if expected_version is None else expected_version + 1
+        values = {
+            "key": key,
+            "version": version,
+            "expected": expected_version,
+            "document": document,
+            "tenant": index.tenant,
+            "application": index.application,
+            "state": index.state,
+            "priority": index.priority,
+            "created_at": index.created_at,
+            "eligible_at": index.eligible_at,
+            "lease_expires_at": index.lease_expires_at,
+            "next_deadline_at": index.next_deadline_at,
+            "result_id": index.result_id,
+        }
+        record = _audit_params(audit, key, version)
         with self._transaction(f"write {key}") as conn:
-            found = conn.execute("SELECT version FROM documents WHERE key = :key", {"key": key})
-            row = found.fetchone()
-            current = None if row is None else int(row[0])
             if expected_version is None:
-                if current is not None:
-                    raise StoreConflict(f"{key} already exists")
-            elif current != expected_version:
-                raise StoreConflict(f"{key}: expected version {expected_version}, found {current}")
-            if index.result_id is not None:
-                owner = conn.execute(_FIND_RESULT, {"result_id": index.result_id}).fetchone()
-                if owner is not None and owner[0] != key:
-                    raise StoreConflict(f"result id {index.result_id} belongs to {owner[0]}")
-            version = 1 if current is None else current + 1
-            values = {**asdict(index), "key": key, "version": version, "expected": current}
-            changed = conn.execute(
-                _INSERT if current is None else _UPDATE, {**values, "document": document}
-            ).rowcount
-            if changed != 1:
-                raise StoreConflict(f"{key}: changed by another writer")
-            conn.execute(_APPEND_AUDIT, {**asdict(audit), "key": key, "version": version})
+                conn.execute(_INSERT, values)
+            elif conn.execute(_UPDATE, values).rowcount != 1:
+                raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
+            conn.execute(_APPEND_AUDIT, record)
         return version
 
     def find_result(self, result_id: str) -> str | None:
