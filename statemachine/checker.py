@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workwarden.statemachine.deadlines import deadline_breach
-from workwarden.statemachine.history import validate_workload
+from workwarden.statemachine.invariants import check_workload
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget
 from workwarden.statemachine.spec import Spec
@@ -150,26 +150,15 @@ def policy_findings(spec: Spec) -> list[str]:
 
 
 def state_violations(spec: Spec, workload: Workload) -> list[tuple[str, str]]:
-    """The one-state invariants a committed workload breaks: (property, message) pairs."""
-    out: list[tuple[str, str]] = []
-    problem = validate_workload(spec, workload)
-    if problem is not None:
-        out.append(("history_is_a_legal_path", str(problem)))
+    """The one-state invariants a committed workload breaks: (property, message) pairs.
+
+    The invariants of `statemachine.invariants` (the same definitions the
+    stateful suite holds every committed document to), and one more that only
+    reachable states keep: READY work has an attempt left (only a document
+    written outside the core, an import, can be READY with its budget spent).
+    """
+    out = [(v.invariant, v.message) for v in check_workload(spec, workload)]
     budget = attempt_budget(workload)
-    if workload.attempt_count > budget:
-        out.append(
-            ("attempts_within_budget", f"attempt_count {workload.attempt_count} > budget {budget}")
-        )
-    if len(workload.attempts) != workload.attempt_count:
-        out.append(("one_attempt_per_claim", "attempt records do not count the claims"))
-    claimed = workload.state in spec.claimed_states
-    if (workload.current_claim is not None) != claimed:
-        out.append(
-            ("claim_exactly_when_claimed", f"{workload.state} with claim {workload.current_claim}")
-        )
-    succeeded = [a for a in workload.attempts if a.status == "SUCCEEDED"]
-    if len(succeeded) > 1:
-        out.append(("at_most_one_success", f"{len(succeeded)} attempts succeeded"))
     if workload.state == "READY" and workload.attempt_count >= budget:
         out.append(
             (
@@ -177,17 +166,6 @@ def state_violations(spec: Spec, workload: Workload) -> list[tuple[str, str]]:
                 f"READY with {workload.attempt_count} of {budget} attempts used",
             )
         )
-    if (workload.result is not None) != (workload.state == "SUCCEEDED"):
-        out.append(("result_exactly_when_succeeded", f"{workload.state} with result"))
-    for event in workload.execution_history:
-        expired_at = event.evidence.get("lease_expired_at")
-        if expired_at is not None and int(expired_at) > event.at:
-            out.append(
-                (
-                    "recovered_only_after_lease_expiry",
-                    f"event {event.sequence} recovered a lease expiring at {expired_at}",
-                )
-            )
     return out
 
 
