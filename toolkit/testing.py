@@ -1565,8 +1565,8 @@ def run_authority_machine(
         coverage=coverage,
     )
     chosen = settings if settings is not None else _current()
-    # Hypothesis leaves this one function unannotated.
-    run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call]
+    # Older Hypothesis releases leave this one function unannotated.
+    run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def _current() -> settings:
