@@ -566,10 +566,16 @@ class Authority:
                 ):
                     continue
                 command = probe.model_copy(update={"workload_id": doc.key})
+                # Decided on the page's version; the write confirms it. When it
+                # conflicts, the candidate changed since the page was read (most
+                # likely another claimer took it): it is skipped without a
+                # re-read, as a conflict after a fresh read is. A refusal is
+                # decided again on a fresh read.
+                prepared = self._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
                 try:
-                    # Decided on the page's version; the write confirms it.
-                    prepared = self._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
-                    claim: Claim = self._run(command, now, "claim_next", prepared)
+                    if prepared is None:
+                        prepared = self._prepare(command, now, "claim_next")
+                    claim: Claim = prepared.commit()
                 except errors.WorkloadError as exc:
                     if exc.code in _SKIPPABLE_AT_CLAIM:
                         continue
