@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bench.common import NOW, Fixture
 from workwarden.statemachine import Authority
 from workwarden.storage import (
     AuditRecord,
-    CandidateCursor,
+    ForwardingStore,
     IndexFields,
     Store,
     StoreConflict,
-    StoredDocument,
 )
 
 __all__ = ["prepare_database", "procrastinate_worker", "workwarden_worker"]
@@ -28,16 +26,13 @@ __all__ = ["prepare_database", "procrastinate_worker", "workwarden_worker"]
 BARRIER_TIMEOUT_S = 3600.0
 
 
-class _CountingStore:
+class _CountingStore(ForwardingStore):
     """A store that counts the compare-and-swaps of `claim_next` and those that lost."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.claim_writes = 0
         self.claim_conflicts = 0
-
-    def read(self, key: str) -> StoredDocument | None:
-        return self.inner.read(key)
 
     def write(
         self,
@@ -48,48 +43,13 @@ class _CountingStore:
         audit: AuditRecord,
     ) -> int:
         if audit.operation != "claim_next":
-            return self.inner.write(key, document, index, expected_version, audit)
+            return super().write(key, document, index, expected_version, audit)
         self.claim_writes += 1
         try:
-            return self.inner.write(key, document, index, expected_version, audit)
+            return super().write(key, document, index, expected_version, audit)
         except StoreConflict:
             self.claim_conflicts += 1
             raise
-
-    def find_result(self, result_id: str) -> str | None:
-        return self.inner.find_result(result_id)
-
-    def claim_candidates(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        after: CandidateCursor | None = None,
-    ) -> Sequence[StoredDocument]:
-        return self.inner.claim_candidates(tenant, application, now, limit, after)
-
-    def expired_leases(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        return self.inner.expired_leases(now, limit, tenant, application)
-
-    def deadlines_due(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        return self.inner.deadlines_due(now, limit, tenant, application)
-
-    def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
-        return self.inner.list(tenant, application)
-
-    def scan(self) -> Iterator[StoredDocument]:
-        return self.inner.scan()
-
-    def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        return self.inner.audit_log(after, limit)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 # -- the worker processes --------------------------------------------------------
@@ -103,7 +63,7 @@ def workwarden_worker(
 
     fixture = Fixture()
     store = _CountingStore(PostgresStore(dsn, pool_size=1))
-    authority = Authority(store, grants=fixture.verifier, remember=remember)  # type: ignore[arg-type]
+    authority = Authority(store, grants=fixture.verifier, remember=remember)
     requests = [fixture.request(key) for key in keys]
     barrier.wait(BARRIER_TIMEOUT_S)
     cpu = time.process_time()

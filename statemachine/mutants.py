@@ -9,9 +9,8 @@ They are never used outside those checks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.commands import (
@@ -23,13 +22,8 @@ from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.models import Fence, Workload
 from workwarden.statemachine.spec import Spec, load_spec_text, shipped_spec_text
-from workwarden.storage.base import (
-    AuditRecord,
-    CandidateCursor,
-    IndexFields,
-    Store,
-    StoredDocument,
-)
+from workwarden.storage.base import AuditRecord, IndexFields, Store
+from workwarden.storage.forwarding import ForwardingStore
 
 __all__ = ["MUTANTS", "Mutant"]
 
@@ -122,11 +116,8 @@ def _retry_past_budget(text: str) -> str:
     )
 
 
-class _IgnoresExpectedVersion:
+class _IgnoresExpectedVersion(ForwardingStore):
     """A store wrapper whose writes succeed whatever version they expected."""
-
-    def __init__(self, inner: Store) -> None:
-        self._inner = inner
 
     def write(
         self,
@@ -136,51 +127,9 @@ class _IgnoresExpectedVersion:
         expected_version: int | None,
         audit: AuditRecord,
     ) -> int:
-        current = self._inner.read(key)
+        current = self.inner.read(key)
         actual = None if current is None else current.version
-        return self._inner.write(key, document, index, actual, audit)
-
-    def read(self, key: str) -> StoredDocument | None:
-        return self._inner.read(key)
-
-    def find_result(self, result_id: str) -> str | None:
-        return self._inner.find_result(result_id)
-
-    def claim_candidates(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        after: CandidateCursor | None = None,
-    ) -> Sequence[StoredDocument]:
-        return self._inner.claim_candidates(tenant, application, now, limit, after)
-
-    def expired_leases(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        return self._inner.expired_leases(now, limit, tenant, application)
-
-    def deadlines_due(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        return self._inner.deadlines_due(now, limit, tenant, application)
-
-    def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
-        return self._inner.list(tenant, application)
-
-    def scan(self) -> Iterator[StoredDocument]:
-        return self._inner.scan()
-
-    def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        return self._inner.audit_log(after, limit)
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-def _ignoring(store: Store) -> Any:
-    return _IgnoresExpectedVersion(store)
+        return self.inner.write(key, document, index, actual, audit)
 
 
 #: The mutants, by name.
@@ -191,7 +140,7 @@ MUTANTS: dict[str, Mutant] = {
             "store_ignores_expected_version",
             "a write lands whatever version it was decided on (a lost update)",
             commit_checks_version=False,
-            wrap_store=_ignoring,
+            wrap_store=_IgnoresExpectedVersion,
         ),
         Mutant(
             "complete_skips_fence",

@@ -9,80 +9,30 @@ is never given from memory, and a lone worker's calls read nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 import pytest
 
 from support import CAPS, VERIFIER, request, store_snapshot
 from workwarden.statemachine import Authority, WorkloadError
-from workwarden.storage import (
-    AuditRecord,
-    CandidateCursor,
-    IndexFields,
-    Store,
-    StoredDocument,
-)
+from workwarden.storage import ForwardingStore, Store, StoredDocument
 
 LEASE = 1_000
 T = 10_000  # the grant is active from 1,000
 
 
-class CountingReads:
+class CountingReads(ForwardingStore):
     """A store that counts the documents read one by one (`read` and `find_result`)."""
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.reads = 0
 
     def read(self, key: str) -> StoredDocument | None:
         self.reads += 1
-        return self.inner.read(key)
-
-    def write(
-        self,
-        key: str,
-        document: str,
-        index: IndexFields,
-        expected_version: int | None,
-        audit: AuditRecord,
-    ) -> int:
-        return self.inner.write(key, document, index, expected_version, audit)
+        return super().read(key)
 
     def find_result(self, result_id: str) -> str | None:
         self.reads += 1
-        return self.inner.find_result(result_id)
-
-    def claim_candidates(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        after: CandidateCursor | None = None,
-    ) -> Sequence[StoredDocument]:
-        return self.inner.claim_candidates(tenant, application, now, limit, after)
-
-    def expired_leases(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        return self.inner.expired_leases(now, limit, tenant, application)
-
-    def deadlines_due(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        return self.inner.deadlines_due(now, limit, tenant, application)
-
-    def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
-        return self.inner.list(tenant, application)
-
-    def scan(self) -> Iterator[StoredDocument]:
-        return self.inner.scan()
-
-    def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        return self.inner.audit_log(after, limit)
-
-    def close(self) -> None:
-        self.inner.close()
+        return super().find_result(result_id)
 
 
 def remembering(store: Store) -> Authority:
@@ -93,7 +43,7 @@ def test_a_lone_workers_lifecycle_reads_nothing_when_the_authority_remembers(
     store: Store,
 ) -> None:
     counted = CountingReads(store)
-    warden = remembering(counted)  # type: ignore[arg-type]
+    warden = remembering(counted)
     admitted = warden.admit(request(), T)
     wid = admitted.workload.workload_id
     claim = warden.claim(wid, "w1", CAPS, T + 20, LEASE)
@@ -108,7 +58,7 @@ def test_claim_next_decides_on_the_candidate_page_without_reading_it_again(
     store: Store,
 ) -> None:
     counted = CountingReads(store)
-    warden = Authority(counted, grants=VERIFIER)  # type: ignore[arg-type]
+    warden = Authority(counted, grants=VERIFIER)
     warden.admit(request(), T)
     before = counted.reads
     claim = warden.claim_next("t", "app", "w1", CAPS, T + 20, LEASE)

@@ -2,12 +2,13 @@
 
 The suite is `workwarden.storage.testing`; here it runs, check by check,
 against each backend of `tests/backends.py`, through its class-based form,
-and against two deliberately broken stores that it must refuse, naming the
-check that caught each.
+against `ForwardingStore` wrapping a backend, and against two deliberately
+broken stores that it must refuse, naming the check that caught each.
 """
 
 from __future__ import annotations
 
+import itertools
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from backends import BACKENDS
 from workwarden.storage import (
     AuditRecord,
+    ForwardingStore,
     IndexFields,
     MemoryStore,
     SQLiteStore,
@@ -50,6 +52,28 @@ class TestTheConformanceClassRunsEveryCheck(StoreConformance):
 def test_the_conformance_class_has_one_test_per_check() -> None:
     tests = {name for name in dir(StoreConformance) if name.startswith("test_")}
     assert tests == {f"test_{name}" for name in CHECK_NAMES}
+
+
+def test_a_forwarding_store_passes_the_suite_over_a_memory_store() -> None:
+    assert run_store_conformance(lambda: ForwardingStore(MemoryStore())) == CHECK_NAMES
+
+
+def test_a_forwarding_store_passes_the_suite_over_a_sqlite_store(tmp_path: Path) -> None:
+    numbers = itertools.count()
+    assert (
+        run_store_conformance(
+            lambda: ForwardingStore(SQLiteStore(tmp_path / f"{next(numbers)}.db"))
+        )
+        == CHECK_NAMES
+    )
+
+
+def test_a_forwarding_store_writes_out_every_method_of_the_protocol() -> None:
+    def public(cls: type) -> set[str]:
+        return {name for name in vars(cls) if not name.startswith("_")}
+
+    assert public(ForwardingStore) == public(Store)
+    assert isinstance(ForwardingStore(MemoryStore()), Store)
 
 
 def test_an_unknown_check_name_is_refused() -> None:

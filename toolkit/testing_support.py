@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -34,13 +34,8 @@ from workwarden.statemachine.authority import Prepared
 from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Subject
 from workwarden.statemachine.models import CreateWorkload, Fence, RetryPolicy, Timeouts
 from workwarden.statemachine.spec import Spec
-from workwarden.storage.base import (
-    AuditRecord,
-    CandidateCursor,
-    IndexFields,
-    Store,
-    StoredDocument,
-)
+from workwarden.storage.base import AuditRecord, IndexFields, Store
+from workwarden.storage.forwarding import ForwardingStore
 
 __all__ = [
     "AGENTS",
@@ -318,7 +313,7 @@ def workload_plans(draw: st.DrawFn) -> WorkloadPlan:
     )
 
 
-class RecordingStore:
+class RecordingStore(ForwardingStore):
     """A store that passes every call through and keeps every document text it committed.
 
     The write invariants need each version a write replaced; a store keeps
@@ -326,12 +321,8 @@ class RecordingStore:
     """
 
     def __init__(self, inner: Store) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.versions: dict[tuple[str, int], str] = {}
-
-    def read(self, key: str) -> StoredDocument | None:
-        """The committed document under `key`."""
-        return self.inner.read(key)
 
     def write(
         self,
@@ -342,52 +333,9 @@ class RecordingStore:
         audit: AuditRecord,
     ) -> int:
         """Write through, and record the text under the version the store gave it."""
-        version = self.inner.write(key, document, index, expected_version, audit)
+        version = super().write(key, document, index, expected_version, audit)
         self.versions[(key, version)] = document
         return version
-
-    def find_result(self, result_id: str) -> str | None:
-        """The key holding `result_id`."""
-        return self.inner.find_result(result_id)
-
-    def claim_candidates(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        after: CandidateCursor | None = None,
-    ) -> Sequence[StoredDocument]:
-        """READY, eligible documents of a tenant and application."""
-        return self.inner.claim_candidates(tenant, application, now, limit, after)
-
-    def expired_leases(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        """Keys whose lease expired at or before `now`."""
-        return self.inner.expired_leases(now, limit, tenant, application)
-
-    def deadlines_due(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        """Keys whose next deadline falls at or before `now`."""
-        return self.inner.deadlines_due(now, limit, tenant, application)
-
-    def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
-        """Every document of a tenant and application."""
-        return self.inner.list(tenant, application)
-
-    def scan(self) -> Iterator[StoredDocument]:
-        """Every document, by key."""
-        return self.inner.scan()
-
-    def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        """Audit records after sequence `after`."""
-        return self.inner.audit_log(after, limit)
-
-    def close(self) -> None:
-        """Close the wrapped store."""
-        self.inner.close()
 
 
 @dataclass
