@@ -1,5 +1,8 @@
 """Shared builders for the tests: a signed request, an authority over a fresh store.
 
+`overwrite` writes a workload straight into a store, past the authority, as
+an older release might have left it.
+
 The fixture request mirrors the seeds' fixture: agent `a1` in tenant `t`,
 application `app`, definition `send`, input `{"id": 1}`, capability
 `email:send`, key `one`. Instants are milliseconds: the seeds' second `11`
@@ -8,6 +11,7 @@ is `11_000` here.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from workwarden.statemachine import (
@@ -18,8 +22,10 @@ from workwarden.statemachine import (
     GrantVerifier,
     Spec,
     Subject,
+    Workload,
 )
-from workwarden.storage import Store
+from workwarden.statemachine.index import index_fields
+from workwarden.storage import AuditRecord, Store
 
 KEY_ID = "k"
 SECRET = bytes(range(32))
@@ -83,3 +89,24 @@ def store_snapshot(store: Store) -> tuple[Any, ...]:
     """Everything a store holds, for byte-for-byte comparisons."""
     docs = tuple((d.key, d.version, d.document, d.index) for d in store.scan())
     return docs, tuple(store.audit_log())
+
+
+def overwrite(store: Store, authority: Authority, workload_id: str, **changes: Any) -> None:
+    """Write the committed workload back with `changes`, as an older release might have left it."""
+    doc = store.read(workload_id)
+    assert doc is not None
+    workload = Workload.model_validate_json(doc.document).model_copy(update=changes)
+    document = workload.model_dump_json(by_alias=True)
+    digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
+    audit = AuditRecord(
+        transaction_id="tx_fixture_" + digest[:24],
+        key=workload_id,
+        version=0,
+        actor="fixture.legacy",
+        operation="fixture",
+        tenant=workload.tenant_id,
+        application=workload.application_id,
+        at=workload.updated_at,
+        digest=digest,
+    )
+    store.write(workload_id, document, index_fields(authority.spec, workload), doc.version, audit)

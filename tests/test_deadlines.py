@@ -10,13 +10,12 @@ fresh `Authority` over the same store, and their race is an interleaved
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from support import CAPS, request
+from support import CAPS, overwrite, request
 from workwarden.statemachine import (
     Authority,
     Claim,
@@ -27,8 +26,7 @@ from workwarden.statemachine import (
     Workload,
     WorkloadError,
 )
-from workwarden.statemachine.index import index_fields
-from workwarden.storage import AuditRecord, Store
+from workwarden.storage import Store
 
 ADMITTED = 10_000
 CLAIMED = 11_000
@@ -72,27 +70,6 @@ def version(store: Store, workload_id: str) -> int:
 
 def timeouts_of(workload: Workload) -> int:
     return sum(1 for event in workload.execution_history if event.to == "TIMED_OUT")
-
-
-def overwrite(store: Store, authority: Authority, workload_id: str, **changes: Any) -> None:
-    """Write the committed workload back with `changes`, as an older release might have left it."""
-    doc = store.read(workload_id)
-    assert doc is not None
-    workload = Workload.model_validate_json(doc.document).model_copy(update=changes)
-    document = workload.model_dump_json(by_alias=True)
-    digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
-    audit = AuditRecord(
-        transaction_id="tx_fixture_" + digest[:24],
-        key=workload_id,
-        version=0,
-        actor="fixture.legacy",
-        operation="fixture",
-        tenant=workload.tenant_id,
-        application=workload.application_id,
-        at=workload.updated_at,
-        digest=digest,
-    )
-    store.write(workload_id, document, index_fields(authority.spec, workload), doc.version, audit)
 
 
 # -- execution --------------------------------------------------------------------

@@ -8,13 +8,11 @@ times out, and dependencies across tenants.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from support import CAPS, request
-from workwarden.statemachine import Authority, Dependency, Timeouts, Workload
-from workwarden.statemachine.index import index_fields
-from workwarden.storage import AuditRecord, Store
+from support import CAPS, overwrite, request
+from workwarden.statemachine import Authority, Dependency, Timeouts
+from workwarden.storage import Store
 
 LEASE = 10_000
 
@@ -39,27 +37,6 @@ def succeed(authority: Authority, workload_id: str, now: int) -> None:
     claim = authority.claim(workload_id, "w", CAPS, now=now, lease_ms=LEASE)
     authority.start(workload_id, claim.fence, now=now)
     authority.complete(workload_id, claim.fence, f"result-{workload_id}", {"ok": True}, now)
-
-
-def overwrite(store: Store, authority: Authority, workload_id: str, **changes: Any) -> None:
-    """Write the committed workload back with `changes`, as an older release might have left it."""
-    doc = store.read(workload_id)
-    assert doc is not None
-    workload = Workload.model_validate_json(doc.document).model_copy(update=changes)
-    document = workload.model_dump_json(by_alias=True)
-    digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
-    audit = AuditRecord(
-        transaction_id="tx_fixture_" + digest[:24],
-        key=workload_id,
-        version=0,
-        actor="fixture.legacy",
-        operation="fixture",
-        tenant=workload.tenant_id,
-        application=workload.application_id,
-        at=workload.updated_at,
-        digest=digest,
-    )
-    store.write(workload_id, document, index_fields(authority.spec, workload), doc.version, audit)
 
 
 def test_the_highest_priority_is_claimed_first_then_the_oldest(authority: Authority) -> None:
