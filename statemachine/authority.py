@@ -10,9 +10,10 @@ prepare then commit.
 
 Deciding without reading first: a one-call method may decide on a version
 the authority did not read just now, and let the compare-and-swap confirm it.
-`claim_next` decides on the candidate page it read; an authority built with
-`remember=N` decides a command on the version it last wrote itself for that
-key (one of its N latest writes), and an admission on absence. Only a
+`claim_next` decides on the candidate page it read; an authority that
+remembers its writes (`remember=N`, on by default) decides a command on the
+version it last wrote itself for that key (one of its N latest writes), and
+an admission on absence. Only a
 decision that writes, and records no refusal, is committed that way: the
 write succeeding proves the version was the committed one. Anything else (a
 refusal, an answer that writes nothing, a conflict) is decided again on a
@@ -76,7 +77,10 @@ from workwarden.storage.base import (
     StoreError,
 )
 
-__all__ = ["Authority", "Prepared", "invalid_from_validation"]
+__all__ = ["DEFAULT_REMEMBER", "Authority", "Prepared", "invalid_from_validation"]
+
+DEFAULT_REMEMBER = 256
+"""How many of its latest writes an `Authority` keeps unless told otherwise."""
 
 _COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
@@ -184,6 +188,20 @@ def serialise(workload: Workload) -> str:
     return workload.model_dump_json(by_alias=True)
 
 
+def _detached(reply: Any, workload: Workload) -> bool:
+    """Is `reply` a claim or attempt of its own, sharing nothing with `workload`?
+
+    Only then may the authority keep `workload` decoded to decide the next
+    call on: every field of a claim or an attempt is immutable (text,
+    numbers, tuples), so a copy of one shares nothing a caller could change.
+    """
+    if type(reply) is Claim:
+        return reply is not workload.current_claim
+    if type(reply) is Attempt:
+        return all(reply is not attempt for attempt in workload.attempts)
+    return False
+
+
 class Prepared:
     """A decided call, not yet written: `commit()` writes it with the version it was decided on."""
 
@@ -207,6 +225,9 @@ class Prepared:
         self.written: int | None = None
         """The version `commit()` wrote, once it has."""
         self._committed = False
+        # Made inside a one-call method: no caller sees the decision, only
+        # its reply.
+        self._private = False
 
     @property
     def writes(self) -> bool:
@@ -234,13 +255,20 @@ class Authority:
     signed with, or `GrantVerifier.without_signatures()` to say explicitly
     that signatures are not checked. `spec` defaults to the shipped spec.
 
-    `remember` (default 0: off) is how many of its latest writes the
-    authority keeps, to decide the next one-call command on such a key
-    without reading it first (see the module docstring): a worker's claim,
-    start, heartbeat and completion then cost one round trip each instead of
-    two. The compare-and-swap confirms every such decision, so it is safe
-    with any store that honours the expected version, shared with any number
-    of other writers.
+    `remember` (default `DEFAULT_REMEMBER`, 256; 0 turns it off) is how
+    many of its latest writes the authority keeps, to decide the next
+    one-call command on such a key without reading it first (see the module
+    docstring): a worker's claim, start, heartbeat and completion then cost
+    one round trip each instead of two. The compare-and-swap confirms every
+    such decision, so it is safe with any store that honours the expected
+    version, shared with any number of other writers; when another writer
+    did commit in between, the call costs one failed write more and is
+    decided again on a fresh read. What is kept is the document text of
+    each write and, after a claim, start or heartbeat, the decoded workload
+    too (so the next call on it skips decoding the text); at most `remember`
+    of them, a few KiB each. A decoded workload is kept only when nothing the
+    caller received shares a part of it, so no caller can change what the
+    next decision is made on.
     """
 
     def __init__(
@@ -249,7 +277,7 @@ class Authority:
         *,
         grants: GrantVerifier,
         spec: Spec | None = None,
-        remember: int = 0,
+        remember: int = DEFAULT_REMEMBER,
     ) -> None:
         if not isinstance(grants, GrantVerifier):
             raise TypeError(
@@ -261,7 +289,7 @@ class Authority:
         self.grants = grants
         self.spec = spec if spec is not None else default_spec()
         self.remember = remember
-        self._known: OrderedDict[str, StoredDocument] = OrderedDict()
+        self._known: OrderedDict[str, tuple[StoredDocument, Workload | None]] = OrderedDict()
         self._known_lock = threading.Lock()
 
     # -- the two phases --------------------------------------------------
@@ -350,10 +378,11 @@ class Authority:
             return self._unconfirmed(command, now, operation, key, None)
         key = command.workload_id
         with self._known_lock:
-            doc = self._known.get(key)
-        if doc is None:
+            known = self._known.get(key)
+        if known is None:
             return None
-        return self._unconfirmed(command, now, operation, key, doc)
+        doc, decoded = known
+        return self._unconfirmed(command, now, operation, key, doc, decoded)
 
     def _run(
         self, command: Command, now: int, operation: str, prepared: Prepared | None = None
@@ -364,17 +393,20 @@ class Authority:
         written), the command is decided again on a fresh read.
         """
         if prepared is not None:
+            prepared._private = True
             try:
                 return prepared.commit()
             except errors.WorkloadError as exc:
                 if exc.code != errors.CONFLICT or prepared.written is not None:
                     raise
-        return self._prepare(command, now, operation).commit()
+        fresh = self._prepare(command, now, operation)
+        fresh._private = True
+        return fresh.commit()
 
-    def _remembered(self, doc: StoredDocument) -> None:
+    def _remembered(self, doc: StoredDocument, decoded: Workload | None) -> None:
         with self._known_lock:
             known = self._known
-            known[doc.key] = doc
+            known[doc.key] = (doc, decoded)
             known.move_to_end(doc.key)
             while len(known) > self.remember:
                 known.popitem(last=False)
@@ -439,7 +471,9 @@ class Authority:
                 self._forget(prepared.key)
             raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
         if self.remember:
-            self._remembered(StoredDocument(prepared.key, version, document, index))
+            stored = StoredDocument(prepared.key, version, document, index)
+            keep = prepared._private and _detached(decision.reply, workload)
+            self._remembered(stored, workload if keep else None)
         return version
 
     # -- reads ------------------------------------------------------------
@@ -575,6 +609,7 @@ class Authority:
                 try:
                     if prepared is None:
                         prepared = self._prepare(command, now, "claim_next")
+                    prepared._private = True
                     claim: Claim = prepared.commit()
                 except errors.WorkloadError as exc:
                     if exc.code in _SKIPPABLE_AT_CLAIM:

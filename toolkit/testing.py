@@ -331,10 +331,10 @@ class AuthorityMachine(RuleBasedStateMachine):
         memory = itertools.cycle(cls.remember)
         self._writers = []
         for _ in range(cls.writer_count):
-            keep = next(memory)
-            extra = {"remember": keep} if keep else {}
             self._writers.append(
-                cls.authority_class(self.store, grants=VERIFIER, spec=cls.spec, **extra)
+                cls.authority_class(
+                    self.store, grants=VERIFIER, spec=cls.spec, remember=next(memory)
+                )
             )
         return multiple(*self._writers)
 
