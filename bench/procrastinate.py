@@ -5,8 +5,9 @@ Eight worker processes per run. Each first puts its share of the jobs in
 every process has, each works until nothing is left (Procrastinate: its
 worker, `concurrency=1`, `wait=False`, fetching and finishing jobs;
 workwarden: `claim_next`, `start`, `complete`). The runs alternate
-Procrastinate, workwarden as built by default, and workwarden with
-`remember=256`, each on a fresh database of the same server (a private
+Procrastinate, workwarden as built by default (an authority remembers its
+latest writes), and workwarden reading before every call (`remember=0`),
+each on a fresh database of the same server (a private
 cluster with `fsync=on`, started by the harness). It reports jobs per second
 end to end (and for each phase), the ratio of workwarden to Procrastinate
 (target 1.5 or more), and workwarden's first-try claim rate: the share of
@@ -16,7 +17,7 @@ claims won by the first compare-and-swap of their `claim_next` call.
     python -m bench.procrastinate --jobs 2000 --systems workwarden
 
 Procrastinate is installed only by the `bench` extra; without it, run
-`--systems workwarden,workwarden-remember`.
+`--systems workwarden,workwarden-reading`.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from bench.jobs import (
     workwarden_worker,
 )
 from bench.pgserver import Server, server
+from workwarden.statemachine.authority import DEFAULT_REMEMBER
 
 __all__ = ["main"]
 
-SYSTEMS = ("procrastinate", "workwarden", "workwarden-remember")
+SYSTEMS = ("procrastinate", "workwarden", "workwarden-reading")
 
 
 def _count_done(system: str, dsn: str) -> int:
@@ -83,7 +85,7 @@ class Runs:
             prepare_database(system, dsn)
             keys = [f"job-{self._run}-{i:08d}" for i in range(self.jobs)]
             target = procrastinate_worker if system == "procrastinate" else workwarden_worker
-            remember = 256 if system == "workwarden-remember" else 0
+            remember = 0 if system == "workwarden-reading" else DEFAULT_REMEMBER
             barrier = self._context.Barrier(self.workers + 1)
             out = self._context.Queue()
             processes = [
@@ -140,7 +142,7 @@ def _plot(path: Path, result: dict[str, Any]) -> None:
     colours = {
         "procrastinate": "#d08030",
         "workwarden": "#4878a8",
-        "workwarden-remember": "#7aa6d0",
+        "workwarden-reading": "#7aa6d0",
     }
     ax.bar(range(len(systems)), medians, color=[colours.get(s, "#777777") for s in systems])
     for x, value in enumerate(medians):
@@ -181,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         except ImportError:
             raise SystemExit(
                 'Procrastinate is not installed: pip install -e ".[bench]"'
-                " (or pass --systems workwarden,workwarden-remember)"
+                " (or pass --systems workwarden,workwarden-reading)"
             ) from None
     quiet = quiet_from(args)
     with server(args.server_dsn, fsync=args.pg_fsync == "on") as pg:

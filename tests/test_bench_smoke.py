@@ -76,7 +76,7 @@ def test_the_storage_limit_harness_runs_on_every_backend(bench: Any, tmp_path: P
     for row in result["rows"]:
         assert row["raw_writes_per_s"]["median"] > 0
         assert row["authority"]["lifecycles_per_s"]["median"] > 0
-        assert row["remember"]["ratio"] > 0
+        assert row["reading"]["ratio"] > 0
 
 
 @pytest.mark.postgres
@@ -106,7 +106,7 @@ def test_the_growth_harness_runs_on_both_backends(bench: Any, tmp_path: Path) ->
 
 @pytest.mark.postgres
 def test_the_procrastinate_harness_runs_the_workwarden_side(bench: Any, tmp_path: Path) -> None:
-    systems = ["workwarden-remember"]
+    systems = ["workwarden-reading"]
     if HAS_PROCRASTINATE:
         systems.insert(0, "procrastinate")
     bench("procrastinate").main(
