@@ -19,7 +19,7 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.commands import AdmitReply
 from workwarden.statemachine.draft import Draft
 from workwarden.statemachine.models import CreateWorkload, Workload
-from workwarden.statemachine.safety import check_json, digest
+from workwarden.statemachine.safety import check_json, digest, text_digest
 from workwarden.statemachine.spec import Spec
 
 __all__ = ["admission_scope", "decide_admission", "execution_fields", "workload_id_for"]
@@ -143,8 +143,9 @@ def _replay(existing: Workload, request: CreateWorkload) -> AdmitReply:
     return AdmitReply(workload=existing, created=False)
 
 
-def _check_request(spec: Spec, request: CreateWorkload, now: int) -> None:
-    check_json(spec, request.input, "input")
+def _check_request(spec: Spec, request: CreateWorkload, now: int) -> str:
+    """Refuse a request that may not be admitted; return its input's canonical JSON."""
+    canonical_input = check_json(spec, request.input, "input")
     if not request.idempotency_key.strip():
         raise errors.WorkloadError(
             errors.INVALID, "idempotency key is required", {"field": "idempotency_key"}
@@ -185,13 +186,14 @@ def _check_request(spec: Spec, request: CreateWorkload, now: int) -> None:
             "authorization snapshot is not active at the admission instant",
             {"status": grant.status, "issued_at": grant.issued_at, "expires_at": grant.expires_at},
         )
+    return canonical_input
 
 
 def decide_admission(
     spec: Spec, existing: Workload | None, request: CreateWorkload, now: int
 ) -> tuple[Workload | None, AdmitReply, Draft | None]:
     """Check and admit `request`, or answer the replay of an earlier admission."""
-    _check_request(spec, request, now)
+    canonical_input = _check_request(spec, request, now)
     workload_id = workload_id_for(request)
     if existing is not None:
         if existing.workload_id != workload_id:
@@ -209,7 +211,7 @@ def decide_admission(
         definition_revision=request.definition_revision,
         trigger=request.trigger,
         input=request.input,
-        input_hash=digest(request.input),
+        input_hash=text_digest(canonical_input),
         requested_by=request.requested_by,
         session_id=request.session_id,
         authorization_snapshot=request.authorization_snapshot,
@@ -225,7 +227,7 @@ def decide_admission(
         next_attempt_at=request.not_before,
         dependencies=request.dependencies,
     )
-    draft = Draft(spec, created, now, "admit")
+    draft = Draft.adopting(spec, created, now, "admit")
     evidence = {} if request.not_before is None else {"not_before": str(request.not_before)}
     draft.move("READY", actor="system.admission", actor_class="system", evidence=evidence)
     return draft.workload, AdmitReply(workload=draft.workload, created=True), draft

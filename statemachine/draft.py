@@ -47,6 +47,17 @@ class Draft:
         self.operation = operation
         self.events: list[Event] = []
 
+    @classmethod
+    def adopting(cls, spec: Spec, workload: Workload, now: int, operation: str) -> Draft:
+        """A draft of a workload the core has just built and no one else holds: not copied."""
+        draft = cls.__new__(cls)
+        draft.spec = spec
+        draft.workload = workload
+        draft.now = now
+        draft.operation = operation
+        draft.events = []
+        return draft
+
     def move(
         self,
         target: str,

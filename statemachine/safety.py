@@ -17,7 +17,7 @@ from workwarden.statemachine import errors
 if TYPE_CHECKING:
     from workwarden.statemachine.spec import Spec
 
-__all__ = ["canonical_json", "check_json", "check_text", "digest"]
+__all__ = ["canonical_json", "check_json", "check_text", "digest", "text_digest"]
 
 
 def canonical_json(value: Any) -> str:
@@ -29,7 +29,12 @@ def canonical_json(value: Any) -> str:
 
 def digest(value: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of `value`."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    return text_digest(canonical_json(value))
+
+
+def text_digest(canonical: str) -> str:
+    """SHA-256 (hex) of canonical JSON text already made (`check_json` returns it)."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _sensitive(spec: Spec, text: str) -> bool:
@@ -49,8 +54,12 @@ def check_text(spec: Spec, text: str, what: str) -> None:
         )
 
 
-def check_json(spec: Spec, value: Any, what: str) -> None:
-    """Refuse caller JSON too deep, too large, not finite, not Unicode, or holding a secret."""
+def check_json(spec: Spec, value: Any, what: str) -> str:
+    """Refuse caller JSON too deep, too large, not finite, not Unicode, or holding a secret.
+
+    Returns the canonical JSON text of `value` it measured, so a caller that
+    also needs its digest does not serialise it twice.
+    """
     forbidden = {key.lower() for key in spec.secrets.forbidden_keys}
     max_depth = spec.limits.max_json_depth
     stack: list[tuple[Any, int, str]] = [(value, 1, what)]
@@ -95,7 +104,8 @@ def check_json(spec: Spec, value: Any, what: str) -> None:
                 errors.INVALID, f"{what} holds a value that is not JSON", {"field": path}
             )
     try:
-        size = len(canonical_json(value).encode("utf-8"))
+        text = canonical_json(value)
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         # A lone surrogate: Python text that is not Unicode, which no
         # backend can store and no digest can be taken of.
@@ -108,3 +118,4 @@ def check_json(spec: Spec, value: Any, what: str) -> None:
             f"{what} is {size} bytes, over the limit of {spec.limits.max_json_bytes}",
             {"field": what, "bytes": size, "max_bytes": spec.limits.max_json_bytes},
         )
+    return text
