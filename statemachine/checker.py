@@ -3,8 +3,9 @@
 `check(spec, universe)` explores every state of a bounded universe (see
 `universe.py`) reachable from the initial one, breadth first, so the first
 violation found has a shortest trace. States are canonicalised (worker
-symmetry reduced) and hashed; only hashes, parent links and the graph's edges
-are kept, so memory stays bounded by the number of states.
+symmetry reduced) into short keys of numbers (see `Model.canonical`); only
+the keys, parent links and the graph's edges are kept, so memory stays
+bounded by the number of states.
 
 It checks, and reports:
 
@@ -25,6 +26,7 @@ It checks, and reports:
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from array import array
@@ -38,7 +40,7 @@ from workwarden.statemachine.invariants import check_workload
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget
 from workwarden.statemachine.spec import Spec
-from workwarden.statemachine.universe import Action, CheckState, Model, Step, Universe
+from workwarden.statemachine.universe import Action, CheckState, Model, StateKey, Step, Universe
 
 __all__ = ["CheckReport", "Finding", "check", "policy_findings", "state_violations"]
 
@@ -271,7 +273,33 @@ def check(
     stop_at_first: bool = True,
     progress: Callable[[int, int, int], None] | None = None,
 ) -> CheckReport:
-    """Explore the universe breadth first and report what holds and what does not."""
+    """Explore the universe breadth first and report what holds and what does not.
+
+    While it runs, what the exploration keeps (caches, graph, frontier) is
+    frozen for Python's cycle collector (`gc.freeze`) as it grows, so that
+    the collector does not walk it again at every full collection; it is
+    unfrozen when the check returns. A process that freezes objects itself
+    is left as it is, and its checks are not frozen.
+    """
+    freeze = gc.get_freeze_count() == 0
+    try:
+        return _check(spec, universe, model, max_states, stop_at_first, progress, freeze)
+    finally:
+        if freeze:
+            # Back to the oldest generation; what is garbage by now goes by
+            # reference counting, without a full collection.
+            gc.unfreeze()
+
+
+def _check(
+    spec: Spec,
+    universe: Universe | None,
+    model: Model | None,
+    max_states: int | None,
+    stop_at_first: bool,
+    progress: Callable[[int, int, int], None] | None,
+    freeze: bool,
+) -> CheckReport:
     model = model or Model(spec, universe or Universe.from_spec(spec))
     report = CheckReport(spec=spec.source, universe=model.universe.to_dict())
     report.policy_problems = policy_findings(spec)
@@ -279,7 +307,7 @@ def check(
     explorer = _Explorer(model, progress)
     init = model.initial()
     init, digest = model.canonical(init)
-    seen: dict[bytes, int] = {digest: 0}
+    seen: dict[StateKey, int] = {digest: 0}
     frontier: deque[tuple[CheckState, int, int]] = deque([(init, 0, 0)])
     edges_taken: dict[tuple[str, str], int] = {}
     rules: dict[str, set[str]] = {name: set() for name in spec.policies}
@@ -304,6 +332,10 @@ def check(
         depth = max(depth, level)
         if progress is not None and index % 2000 == 0:
             progress(len(seen), report.transitions, level)
+        if freeze and index % 512 == 0:
+            # What the exploration has kept so far lives on: the cycle
+            # collector need not walk it again.
+            gc.freeze()
         for action in model.actions(state):
             step = model.step(state, action)
             if step.cut:
@@ -312,55 +344,62 @@ def check(
             if step.noop:
                 continue
             report.transitions += 1
-            for name, message in _step_violations(model, state, action, step):
-                violations.append(
-                    Finding(name, message, explorer.trace(index, (action, state.now)))
-                )
-
-            found: list[str] = []
-            if action.label in ("claim", "claim_next") and step.wrote and step.refusal is None:
-                rules["claim"].add("claimable")
-                found.append("rule:claim.claimable")
-            for _slot, before, after in step.decision_docs:
-                if after is None or after == before:
-                    continue
-                new = model.workload(after)
-                old = model.workload(before)
-                assert new is not None
-                start = len(old.execution_history) if old is not None else 0
-                for event in new.execution_history[start:]:
-                    key = (event.from_state or "", event.to)
-                    edges_taken[key] = edges_taken.get(key, 0) + 1
-                    found.append(f"edge:{key[0]} -> {key[1]}")
-                    decision = event.evidence.get("decision")
-                    policy = _POLICY_ACTORS.get(event.actor)
-                    if decision is not None and policy is not None:
-                        rules[policy].add(decision)
-                        found.append(f"rule:{policy}.{decision}")
-            fresh = [name for name in found if name not in report.witnesses]
-            if fresh:
-                trace = explorer.trace(index, (action, state.now))
-                for name in fresh:
-                    report.witnesses[name] = trace
-            nxt, digest = model.canonical(step.state)
-            target = seen.get(digest)
-            if target is None:
-                target = len(seen)
-                seen[digest] = target
-                explorer.parent.append(index)
-                explorer.via.append((action, state.now))
-                explorer.finished.append(1 if _all_terminal(model, nxt, terminal) else 0)
-                explorer.cut.append(0)
-                for doc in nxt.docs:
-                    if doc is None or doc in checked_docs:
+            if step.wrote:
+                # Only a write can break a step property or take an edge.
+                for name, message in _step_violations(model, state, action, step):
+                    violations.append(
+                        Finding(name, message, explorer.trace(index, (action, state.now)))
+                    )
+                found: list[str] = []
+                if action.label in ("claim", "claim_next") and step.refusal is None:
+                    rules["claim"].add("claimable")
+                    found.append("rule:claim.claimable")
+                for _slot, before, after in step.decision_docs:
+                    if after is None or after == before:
                         continue
-                    checked_docs.add(doc)
-                    w = model.workload(doc)
-                    assert w is not None
-                    at_rest.add(w.state)
-                    for name, message in state_violations(spec, w):
-                        violations.append(Finding(name, message, explorer.trace(target)))
-                frontier.append((nxt, target, level + 1))
+                    new = model.workload(after)
+                    old = model.workload(before)
+                    assert new is not None
+                    start = len(old.execution_history) if old is not None else 0
+                    for event in new.execution_history[start:]:
+                        key = (event.from_state or "", event.to)
+                        edges_taken[key] = edges_taken.get(key, 0) + 1
+                        found.append(f"edge:{key[0]} -> {key[1]}")
+                        decision = event.evidence.get("decision")
+                        policy = _POLICY_ACTORS.get(event.actor)
+                        if decision is not None and policy is not None:
+                            rules[policy].add(decision)
+                            found.append(f"rule:{policy}.{decision}")
+                fresh = [name for name in found if name not in report.witnesses]
+                if fresh:
+                    trace = explorer.trace(index, (action, state.now))
+                    for name in fresh:
+                        report.witnesses[name] = trace
+            if step.state is state:
+                # Nothing changed (a refusal, a read): a step back to this state.
+                target = index
+            else:
+                nxt, digest = model.canonical(step.state)
+                known = seen.get(digest)
+                if known is not None:
+                    target = known
+                else:
+                    target = len(seen)
+                    seen[digest] = target
+                    explorer.parent.append(index)
+                    explorer.via.append((action, state.now))
+                    explorer.finished.append(1 if _all_terminal(model, nxt, terminal) else 0)
+                    explorer.cut.append(0)
+                    for doc in nxt.docs:
+                        if doc is None or doc in checked_docs:
+                            continue
+                        checked_docs.add(doc)
+                        w = model.workload(doc)
+                        assert w is not None
+                        at_rest.add(w.state)
+                        for name, message in state_violations(spec, w):
+                            violations.append(Finding(name, message, explorer.trace(target)))
+                    frontier.append((nxt, target, level + 1))
             explorer.edges.append(index)
             explorer.edges.append(target)
             if violations and stop_at_first:

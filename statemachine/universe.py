@@ -12,15 +12,23 @@ document (its JSON text), what each worker holds (its current fence and the
 last fence it lost), and the racing writer's pending write. Single-workload
 commands are decided by the pure core; the scheduler and the sweeps run
 through a real `Authority` over a `MemoryStore` holding the state's documents.
+
+The model caches what it works out, each cache keyed by everything its value
+is computed from: what it reads of a document (parsed once; a document the
+core has just decided is not parsed at all, the decided workload is kept), a
+document's projection at an instant, the core's decision on a (document,
+command, instant) and a store step's outcome on (documents, action,
+instant). The core and the authority are deterministic, so a cached answer
+is the answer; caches are bounded (`CACHE_LIMIT`) and what they drop is
+only worked out again.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.admission import workload_id_for
@@ -56,16 +64,18 @@ from workwarden.statemachine.models import (
 )
 from workwarden.statemachine.predicates import operator_retries
 from workwarden.statemachine.spec import Spec
-from workwarden.storage.base import AuditRecord
+from workwarden.storage.base import AuditRecord, IndexFields
 from workwarden.storage.memory import MemoryStore
 
 __all__ = [
+    "CACHE_LIMIT",
     "CHECKER_KEY",
     "CHECKER_KEY_ID",
     "Action",
     "CheckState",
     "Model",
     "Pending",
+    "StateKey",
     "Step",
     "Universe",
     "WorkerHold",
@@ -260,13 +270,58 @@ _CLAIM_GONE = frozenset(
 )
 
 
+#: Entries each of the model's caches keeps by default; when one is full it
+#: drops its older half. Every cached value can be computed again from its
+#: key, so what is dropped costs time, never a different answer.
+CACHE_LIMIT = 200_000
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """Put `value` in `cache`, first dropping the older half if the cache is full."""
+    if len(cache) >= limit:
+        for old in list(itertools.islice(cache, max(1, len(cache) // 2))):
+            del cache[old]
+    cache[key] = value
+    return value
+
+
+#: The numbers of an absent part (no document, no fence held, no pending write).
+_NOTHING = (-1, -1)
+
+StateKey = tuple[int, ...]
+"""A state's abstraction as numbers: equal keys, the same future (see `Model.canonical`)."""
+
+_CommandKey = tuple[str, int, int, tuple[int, str, str, int] | None, str]
+"""What a command is made from: (operation, slot, worker, fence held, argument)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Doc:
+    """What the model reads of one document, worked out once per document text."""
+
+    workload: Workload
+    index: IndexFields
+    #: Instants where something can change for it: a lease expiry, a
+    #: deadline, the eligibility of READY work.
+    marks: tuple[int, ...]
+    claim_id: str | None
+    checkpoints: int
+    operator_events: int
+    operator_retries: int
+    ready_since: int
+
+
 class Model:
     """The transition system of one universe under one spec.
 
     `decide_fn` and `authority_cls` are the parts a deliberately broken
     variant replaces; `commit_checks_version` False makes the racing writer's
     commit ignore that its version went stale (a store that ignores the
-    expected version).
+    expected version). `cache_limit` bounds each of the model's caches (see
+    `CACHE_LIMIT`): a smaller one saves memory and costs time, nothing else.
     """
 
     def __init__(
@@ -277,8 +332,10 @@ class Model:
         decide_fn: Callable[[Spec, Workload | None, Command, int], Decision] = decide,
         authority_cls: type[Authority] = Authority,
         commit_checks_version: bool = True,
+        cache_limit: int = CACHE_LIMIT,
     ) -> None:
         self.spec = spec
+        self.cache_limit = cache_limit
         self.universe = universe or Universe()
         self.decide_fn = decide_fn
         self.authority_cls = authority_cls
@@ -290,12 +347,26 @@ class Model:
             requests.append(_request(self.universe, index, parent))
         self.requests = tuple(requests)
         self.ids = tuple(workload_id_for(r) for r in self.requests)
-        self._parse = lru_cache(maxsize=200_000)(self._parse_uncached)
-        self._memo: dict[tuple[Any, ...], tuple[str | None, str | None]] = {}
+        self._seed_audits = tuple(
+            AuditRecord("seed", wid, 0, "checker", "seed", TENANT, APPLICATION, 0, "")
+            for wid in self.ids
+        )
+        # Caches, each keyed by everything its value is computed from (see _keep).
+        self._docs: dict[str, _Doc] = {}
+        self._memo: dict[tuple[str | None, _CommandKey, int], tuple[str | None, str | None]] = {}
         self._store_memo: dict[
             tuple[Any, ...],
             tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None],
         ] = {}
+        self._commands: dict[_CommandKey, Command] = {}
+        self._spare_store: tuple[tuple[str | None, ...], MemoryStore] | None = None
+        self._takes_memo: dict[tuple[str, str], bool] = {}
+        self._views: dict[tuple[str, int], tuple[int, int]] = {}
+        self._holds: dict[tuple[str, int, int], tuple[int, int]] = {}
+        # Every abstraction seen, numbered in order of discovery; never dropped,
+        # so a number always stands for the same abstraction.
+        self._numbers: dict[Hashable, int] = {}
+        self._pairs: dict[Hashable, tuple[int, int]] = {}
         names = [worker_name(i) for i in range(self.universe.workers)]
         self.worker_names = tuple(names)
         self._swap = (
@@ -313,16 +384,56 @@ class Model:
             delay *= 2
             saturation += 1
         self._retry_saturation = saturation
-        self._project = lru_cache(maxsize=400_000)(self._project_uncached)
 
     # -- documents -------------------------------------------------------
 
-    def _parse_uncached(self, document: str) -> Workload:
-        return Workload.model_validate_json(document)
+    def _doc(self, document: str) -> _Doc:
+        known = self._docs.get(document)
+        if known is None:
+            known = self._read(document, Workload.model_validate_json(document))
+        return known
+
+    def _read(self, document: str, w: Workload) -> _Doc:
+        """Work out, once, what the model reads of `document`, which holds `w`."""
+        index = index_fields(self.spec, w)
+        marks = [at for at in (index.lease_expires_at, index.next_deadline_at) if at is not None]
+        if w.next_attempt_at is not None and w.state == "READY":
+            marks.append(w.next_attempt_at)
+        ready_since = w.created_at
+        operator_events = 0
+        for event in w.execution_history:
+            if event.to == "READY":
+                ready_since = event.at
+            if event.actor == "operator":
+                operator_events += 1
+        claim = w.current_claim
+        info = _Doc(
+            workload=w,
+            index=index,
+            marks=tuple(marks),
+            claim_id=None if claim is None else claim.claim_id,
+            checkpoints=_checkpoints_this_attempt(w),
+            operator_events=operator_events,
+            operator_retries=operator_retries(w),
+            ready_since=ready_since,
+        )
+        return _keep(self._docs, document, info, self.cache_limit)
 
     def workload(self, document: str | None) -> Workload | None:
         """The workload a state's document holds (parsed once, cached)."""
-        return None if document is None else self._parse(document)
+        return None if document is None else self._doc(document).workload
+
+    def _serialise(self, workload: Workload) -> str:
+        """The document text of a decided workload, which then needs no parsing.
+
+        The core returns a workload that is its document's parse: the same
+        values in the same types (a checker test holds every workload the
+        model keeps to that).
+        """
+        document = serialise(workload)
+        if document not in self._docs:
+            self._read(document, workload)
+        return document
 
     def initial(self) -> CheckState:
         """Both workloads admitted at instant 0; workers hold nothing."""
@@ -333,8 +444,6 @@ class Model:
             docs.append(serialise(decision.workload))
         workers: tuple[WorkerHold, ...] = tuple((None, None) for _ in self.worker_names)
         return CheckState(now=0, docs=tuple(docs), workers=workers)
-
-    # -- symmetry ----------------------------------------------------------
 
     # -- the abstraction --------------------------------------------------
 
@@ -350,8 +459,8 @@ class Model:
         no decision reads unless a worker still holds their fence (those are
         added by `canonical`).
         """
-        w = self.workload(document)
-        assert w is not None
+        info = self._doc(document)
+        w = info.workload
         bound = self._clamp
 
         def rel(instant: int | None) -> int | None:
@@ -359,19 +468,12 @@ class Model:
                 return None
             return max(instant - now, -bound)
 
+        operator = info.operator_retries
         if w.state in self.spec.terminal_states:
             # At rest: only an exit edge (an operator's re-arm or close) leaves it,
             # and those read no instant, only the budget's counters.
-            operator = sum(1 for e in w.execution_history if e.evidence.get("retry") == "operator")
             return (w.state, w.attempt_count, operator)
         t = w.timeouts
-        ready_since = w.created_at
-        operator = 0
-        for event in w.execution_history:
-            if event.to == "READY":
-                ready_since = event.at
-            if event.evidence.get("retry") == "operator":
-                operator += 1
         claim = w.current_claim
         attempt = w.attempts[-1] if w.attempts else None
         return (
@@ -379,10 +481,10 @@ class Model:
             w.attempt_count,
             min(w.retry_count, self._retry_saturation),
             operator,
-            _checkpoints_this_attempt(w),
+            info.checkpoints,
             rel(w.next_attempt_at),
             rel(w.created_at) if t.overall_ms is not None else None,
-            rel(ready_since) if t.queue_ms is not None and w.state == "READY" else None,
+            rel(info.ready_since) if t.queue_ms is not None and w.state == "READY" else None,
             None
             if claim is None
             else (
@@ -417,95 +519,157 @@ class Model:
             return (w.fencing_token - token, attempt.status, attempt.error, kind, effect, produced)
         return ()
 
-    def canonical(self, state: CheckState) -> tuple[CheckState, bytes]:
-        """The state, and the hash of its abstraction with worker symmetry reduced.
+    def _mirrored(self, value: Any) -> Any:
+        """`value` with the two workers' ids exchanged wherever one appears."""
+        if isinstance(value, str):
+            return self._swap.get(value, value)
+        if isinstance(value, tuple):
+            return tuple(self._mirrored(part) for part in value)
+        return value
 
-        States with equal hashes have the same future; the first one found
-        (breadth first: the one with the shortest trace) stands for all.
-        """
-        docs = tuple(None if d is None else self._project(d, state.now) for d in state.docs)
-        pending = state.pending
-        pend = (
-            None
-            if pending is None
-            else (
-                pending.slot,
-                pending.refusal,
-                pending.stale,
-                None if pending.document is None else self._project(pending.document, state.now),
-            )
-        )
-        holds = tuple(
-            tuple(
-                None if h is None else (h[0], self._fence_facts(state.docs[h[0]], h[3]))
-                for h in hold
-            )
-            for hold in state.workers
-        )
-        key = repr((docs, holds, pend, state.crashes, state.prepares))
-        if self._swap:
-            mirror = repr((docs, tuple(reversed(holds)), pend, state.crashes, state.prepares))
-            a, b = self.worker_names
-            # Worker ids appear in the key only as quoted strings: exchange them there.
+    def _numbered(self, value: Hashable) -> tuple[int, int]:
+        """The numbers of an abstraction and of its mirror (workers exchanged)."""
+        pair = self._pairs.get(value)
+        if pair is None:
+            numbers = self._numbers
+            number = numbers.setdefault(value, len(numbers))
             mirror = (
-                mirror.replace(f"'{a}'", "'\x00'")
-                .replace(f"'{b}'", f"'{a}'")
-                .replace("'\x00'", f"'{b}'")
+                numbers.setdefault(self._mirrored(value), len(numbers)) if self._swap else number
             )
-            key = min(key, mirror)
-        return state, hashlib.blake2b(key.encode("utf-8"), digest_size=16).digest()
+            pair = self._pairs[value] = (number, mirror)
+        return pair
+
+    def _view(self, document: str, now: int) -> tuple[int, int]:
+        """The numbers of a document's projection at `now` and of its mirror."""
+        key = (document, now)
+        view = self._views.get(key)
+        if view is None:
+            view = _keep(
+                self._views,
+                key,
+                self._numbered(self._project_uncached(document, now)),
+                self.cache_limit,
+            )
+        return view
+
+    def _hold(
+        self, docs: tuple[str | None, ...], hold: tuple[int, str, str, int]
+    ) -> tuple[int, int]:
+        """The numbers of what a held fence tells (its slot and `_fence_facts`), and mirrored."""
+        document = docs[hold[0]]
+        key = (document or "", hold[0], hold[3])
+        numbers = self._holds.get(key)
+        if numbers is None:
+            facts = (hold[0], self._fence_facts(document, hold[3]))
+            numbers = _keep(self._holds, key, self._numbered(facts), self.cache_limit)
+        return numbers
+
+    def canonical(self, state: CheckState) -> tuple[CheckState, StateKey]:
+        """The state, and its abstraction as a key with worker symmetry reduced.
+
+        States with equal keys have the same future; the first one found
+        (breadth first: the one with the shortest trace) stands for all. The
+        key numbers the abstraction of each part (each document's projection,
+        what each held fence tells, the pending write), so two keys are equal
+        exactly when the abstractions are; with two workers it is the smaller
+        of the state's key and its mirror's (the workers exchanged).
+        """
+        now = state.now
+        docs = state.docs
+        views = self._views
+        key: list[int] = []
+        mirror: list[int] = []
+        for document in docs:
+            if document is None:
+                key.append(-1)
+                mirror.append(-1)
+                continue
+            view = views.get((document, now)) or self._view(document, now)
+            key.append(view[0])
+            mirror.append(view[1])
+        known = self._holds
+        holds: list[tuple[int, int]] = []
+        for worker in state.workers:
+            for hold in worker:
+                if hold is None:
+                    holds.append(_NOTHING)
+                    continue
+                slot = hold[0]
+                document = docs[slot] or ""
+                holds.append(known.get((document, slot, hold[3])) or self._hold(docs, hold))
+        key += [numbers[0] for numbers in holds]
+        for k in reversed(range(0, len(holds), 2)):
+            mirror += (holds[k][1], holds[k + 1][1])
+        pending = state.pending
+        if pending is None:
+            key.append(-1)
+            mirror.append(-1)
+        else:
+            view = _NOTHING if pending.document is None else self._view(pending.document, now)
+            for out, projection in ((key, view[0]), (mirror, view[1])):
+                out.append(
+                    self._numbers.setdefault(
+                        ("pending", pending.slot, pending.refusal, pending.stale, projection),
+                        len(self._numbers),
+                    )
+                )
+        key += (state.crashes, state.prepares)
+        own = tuple(key)
+        if not self._swap:
+            return state, own
+        mirror += (state.crashes, state.prepares)
+        other = tuple(mirror)
+        return state, own if own <= other else other
 
     # -- actions -----------------------------------------------------------
 
     def actions(self, state: CheckState) -> Iterator[Action]:
         """Every action enabled in `state`, in a fixed order."""
         u = self.universe
-        docs = [self.workload(d) for d in state.docs]
+        docs = [None if d is None else self._doc(d) for d in state.docs]
+        takes = self._takes
         for k, (held, lost) in enumerate(state.workers):
-            name = worker_name(k)
+            name = self.worker_names[k]
             if held is None:
                 yield Action("claim_next", name, worker=k)
                 # By id only the first workload: a claim by id ignores dependencies,
                 # and running the dependent one beside it only multiplies states.
-                if docs and docs[0] is not None and self._takes(docs[0], "claim"):
+                first = docs[0] if docs else None
+                if first is not None and takes(first.workload.state, "claim"):
                     yield Action("claim", name, slot=0, worker=k)
             else:
                 slot = held[0]
-                w = docs[slot]
-                assert w is not None
-                if self._takes(w, "start"):
+                info = docs[slot]
+                assert info is not None
+                at = info.workload.state
+                if takes(at, "start"):
                     yield Action("start", name, slot=slot, worker=k)
                 yield Action("heartbeat", name, slot=slot, worker=k)
                 yield Action("execution_context", name, slot=slot, worker=k)
-                if (
-                    self._takes(w, "checkpoint")
-                    and _checkpoints_this_attempt(w) < u.checkpoints_per_attempt
-                ):
+                if takes(at, "checkpoint") and info.checkpoints < u.checkpoints_per_attempt:
                     yield Action("checkpoint", name, slot=slot, worker=k)
-                if self._takes(w, "complete"):
+                if takes(at, "complete"):
                     yield Action("complete", name, slot=slot, worker=k)
-                if self._takes(w, "fail"):
+                if takes(at, "fail"):
                     for variant in _FAIL_VARIANTS:
                         yield Action("fail", name, slot=slot, worker=k, arg=variant)
-                if self._takes(w, "confirm_cancel"):
+                if takes(at, "confirm_cancel"):
                     yield Action("confirm_cancel", name, slot=slot, worker=k)
                 if state.crashes < u.crashes:
                     yield Action("crash", name, slot=slot, worker=k)
             if lost is not None and u.stale_workers:
-                w = docs[lost[0]]
-                if w is not None and w.current_claim is not None and self._takes(w, "complete"):
-                    yield Action("stale_complete", name, slot=lost[0], worker=k)
-                if w is not None and w.current_claim is not None:
+                info = docs[lost[0]]
+                if info is not None and info.claim_id is not None:
+                    if takes(info.workload.state, "complete"):
+                        yield Action("stale_complete", name, slot=lost[0], worker=k)
                     yield Action("stale_heartbeat", name, slot=lost[0], worker=k)
-        operator_used = sum(
-            1 for w in docs if w is not None for e in w.execution_history if e.actor == "operator"
-        )
-        for slot, w in enumerate(docs):
-            if w is None or operator_used >= u.operator_actions:
+        operator_used = sum(info.operator_events for info in docs if info is not None)
+        for slot, info in enumerate(docs):
+            if info is None or operator_used >= u.operator_actions:
                 continue
             yield Action("cancel", "operator", slot=slot)
             yield Action("timeout", "operator", slot=slot)
-            if operator_retries(w) < u.rearms:
+            if info.operator_retries < u.rearms:
                 yield Action("retry", "operator", slot=slot)
         yield Action("recover_expired", "sweeper")
         yield Action("enforce_deadlines", "sweeper")
@@ -519,32 +683,31 @@ class Model:
                         yield Action("prepare_complete", "racer", slot=held[0], worker=k)
             elif state.pending is not None:
                 yield Action("commit", "racer", slot=state.pending.slot)
-        for instant in self.interesting_instants(state, docs):
+        for instant in self._next_instants(state.now, docs):
             yield Action("jump", "clock", to=instant)
 
-    def _takes(self, workload: Workload, operation: str) -> bool:
-        """Does the table let `operation` leave the workload's state?"""
-        return bool(self.spec.edges_for(workload.state, operation))
+    def _takes(self, state: str, operation: str) -> bool:
+        """Does the table let `operation` leave `state`?"""
+        key = (state, operation)
+        takes = self._takes_memo.get(key)
+        if takes is None:
+            takes = self._takes_memo[key] = bool(self.spec.edges_for(state, operation))
+        return takes
 
-    def interesting_instants(self, state: CheckState, docs: list[Workload | None]) -> list[int]:
+    def interesting_instants(self, state: CheckState) -> list[int]:
         """Instants after `now` where something can change, and the millisecond before each."""
-        marks: set[int] = set()
-        for w in docs:
-            if w is None:
-                continue
-            index = index_fields(self.spec, w)
-            for at in (index.lease_expires_at, index.next_deadline_at):
-                if at is not None:
-                    marks.add(at)
-            if w.next_attempt_at is not None and w.state == "READY":
-                marks.add(w.next_attempt_at)
-        ahead = sorted(at for at in marks if at > state.now)
+        return self._next_instants(
+            state.now, [None if d is None else self._doc(d) for d in state.docs]
+        )
+
+    def _next_instants(self, now: int, docs: list[_Doc | None]) -> list[int]:
+        ahead = [at for info in docs if info is not None for at in info.marks if at > now]
         if not ahead:
             return []
         # Only the next instant and the millisecond before it: later instants
         # are reached through it, so every boundary stays in the universe.
-        nearest = ahead[0]
-        return [at for at in (nearest - 1, nearest) if at > state.now]
+        nearest = min(ahead)
+        return [at for at in (nearest - 1, nearest) if at > now]
 
     # -- one step ----------------------------------------------------------
 
@@ -554,76 +717,116 @@ class Model:
         if label == "jump":
             if action.to > self.universe.horizon_ms:
                 return Step(state, None, (), cut=True)
-            return Step(replace(state, now=action.to), None, ())
+            moved = CheckState(
+                action.to, state.docs, state.workers, state.pending, state.crashes, state.prepares
+            )
+            return Step(moved, None, ())
         if label == "crash":
             held, _ = state.workers[action.worker]
-            crashed = replace(state, crashes=state.crashes + 1)
-            return Step(self._with_worker(crashed, action.worker, (None, held)), None, ())
+            crashed = CheckState(
+                state.now,
+                state.docs,
+                _with(state.workers, action.worker, (None, held)),
+                state.pending,
+                state.crashes + 1,
+                state.prepares,
+            )
+            return Step(crashed, None, ())
         if label in ("claim_next", "recover_expired", "enforce_deadlines"):
             return self._store_step(state, action)
         if label.startswith("prepare_"):
             return self._prepare(state, action)
         if label == "commit":
             return self._commit(state)
-        command = self._command(state, action)
         slot = action.slot
         before = state.docs[slot]
-        document, refusal = self._decide(before, command, state.now)
-        docs = list(state.docs)
+        document, refusal = self._decided(before, self._command_key(state, action), state.now)
+        docs = state.docs
+        pending = state.pending
         wrote: tuple[int, ...] = ()
         if document is not None and document != before:
-            docs[slot] = document
+            docs = (*docs[:slot], document, *docs[slot + 1 :])
             wrote = (slot,)
-        next_state = replace(state, docs=tuple(docs))
-        if wrote and state.pending is not None and state.pending.slot == slot:
-            next_state = replace(next_state, pending=replace(state.pending, stale=True))
-        next_state = self._after_worker_call(next_state, action, refusal, document)
-        return Step(next_state, refusal, wrote, ((slot, before, document),))
+            if pending is not None and pending.slot == slot:
+                pending = Pending(pending.slot, pending.document, pending.refusal, True)
+        workers = self._after_worker_call(state.workers, docs, action, refusal, document)
+        changes = ((slot, before, document),)
+        if not wrote and workers is state.workers:
+            # Nothing changed: the same state (which spares the checker its key).
+            return Step(state, refusal, (), changes)
+        next_state = CheckState(state.now, docs, workers, pending, state.crashes, state.prepares)
+        return Step(next_state, refusal, wrote, changes)
 
-    def _decide(
-        self, before: str | None, command: Command, now: int
+    def _decided(
+        self, before: str | None, command: _CommandKey, now: int
     ) -> tuple[str | None, str | None]:
-        """The document a command writes (None: nothing) and the code it refuses with, memoised."""
-        key = (before, command.model_dump_json(), now)
+        """The document a command writes (None: nothing) and the code it refuses with.
+
+        Memoised by (document, command, instant): the core is pure, so the same
+        three decide the same way in every state they recur in.
+        """
+        key = (before, command, now)
         cached = self._memo.get(key)
         if cached is not None:
             return cached
         try:
-            decision = self.decide_fn(self.spec, self.workload(before), command, now)
+            decision = self.decide_fn(
+                self.spec, self.workload(before), self._command_for(command), now
+            )
         except errors.WorkloadError as exc:
             outcome: tuple[str | None, str | None] = (None, exc.code)
         else:
-            document = serialise(decision.workload) if decision.workload is not None else None
+            written = decision.workload
+            document = self._serialise(written) if written is not None else None
             refusal = decision.refusal.code if decision.refusal is not None else None
             outcome = (document, refusal)
-        self._memo[key] = outcome
-        return outcome
+        return _keep(self._memo, key, outcome, self.cache_limit)
 
-    def _fence_of(self, state: CheckState, action: Action, *, stale: bool = False) -> Fence:
+    def _command_key(self, state: CheckState, action: Action) -> _CommandKey:
+        """What the command of a worker's or an operator's action is made from."""
+        label, slot = action.label, action.slot
+        if label == "claim":
+            return (label, slot, action.worker, None, "")
+        if label in ("cancel", "timeout", "retry"):
+            return (label, slot, -1, None, "")
+        stale = label.startswith("stale_")
         held, lost = state.workers[action.worker]
         hold = lost if stale else held
         assert hold is not None
-        return Fence(claim_id=hold[1], worker_id=hold[2], token=hold[3])
+        return (label.removeprefix("stale_"), slot, -1, hold, action.arg)
 
     def _command(self, state: CheckState, action: Action) -> Command:
-        label, slot = action.label, action.slot
+        """The command a worker's or an operator's action sends in `state`."""
+        return self._command_for(self._command_key(state, action))
+
+    def _command_for(self, key: _CommandKey) -> Command:
+        command = self._commands.get(key)
+        if command is None:
+            command = self._commands[key] = self._make_command(key)
+        return command
+
+    def _make_command(self, key: _CommandKey) -> Command:
+        base, slot, worker, hold, arg = key
         wid = self.ids[slot]
-        if label == "claim":
+        if base == "claim":
             return ClaimCommand(
                 workload_id=wid,
-                worker_id=worker_name(action.worker),
+                worker_id=worker_name(worker),
                 capabilities=(CAPABILITY,),
                 lease_ms=self.universe.lease_ms,
             )
-        if label in ("cancel", "timeout", "retry"):
-            if label == "cancel":
-                return CancelCommand(workload_id=wid, actor="operator")
-            if label == "timeout":
-                return TimeoutCommand(workload_id=wid, actor="operator")
+        if base == "cancel":
+            return CancelCommand(workload_id=wid, actor="operator")
+        if base == "timeout":
+            return TimeoutCommand(workload_id=wid, actor="operator")
+        if base == "retry":
             return RetryCommand(workload_id=wid, actor="operator")
-        stale = label.startswith("stale_")
-        fence = self._fence_of(state, action, stale=stale)
-        base = label.removeprefix("stale_")
+        if base == "recover":
+            return RecoverCommand(workload_id=wid)
+        if base == "enforce":
+            return EnforceDeadlineCommand(workload_id=wid)
+        assert hold is not None
+        fence = Fence(claim_id=hold[1], worker_id=hold[2], token=hold[3])
         if base == "start":
             return StartCommand(workload_id=wid, fence=fence)
         if base == "heartbeat":
@@ -640,7 +843,7 @@ class Model:
                 output={"ok": True},
             )
         if base == "fail":
-            kind, effect = _FAIL_VARIANTS[action.arg]
+            kind, effect = _FAIL_VARIANTS[arg]
             return FailCommand(
                 workload_id=wid,
                 fence=fence,
@@ -650,75 +853,76 @@ class Model:
             )
         if base == "confirm_cancel":
             return ConfirmCancelCommand(workload_id=wid, fence=fence)
-        raise AssertionError(f"no command for {label}")
-
-    def _with_worker(self, state: CheckState, index: int, hold: WorkerHold) -> CheckState:
-        workers = list(state.workers)
-        workers[index] = hold
-        return replace(state, workers=tuple(workers))
+        raise AssertionError(f"no command for {base}")
 
     def _after_worker_call(
-        self, state: CheckState, action: Action, refusal: str | None, document: str | None
-    ) -> CheckState:
+        self,
+        workers: tuple[WorkerHold, ...],
+        docs: tuple[str | None, ...],
+        action: Action,
+        refusal: str | None,
+        document: str | None,
+    ) -> tuple[WorkerHold, ...]:
         """A worker keeps its fence while its call succeeds, and lets it go when refused or done."""
         if action.worker < 0 or action.label.startswith("stale_"):
-            return state
-        held, lost = state.workers[action.worker]
+            return workers
+        held, lost = workers[action.worker]
         if action.label == "claim":
             if refusal is None and document is not None:
                 claim = self.workload(document)
                 assert claim is not None
                 assert claim.current_claim is not None
                 c = claim.current_claim
-                return self._with_worker(
-                    state,
-                    action.worker,
-                    ((action.slot, c.claim_id, c.worker_id, c.fencing_token), lost),
-                )
-            return state
+                hold = (action.slot, c.claim_id, c.worker_id, c.fencing_token)
+                return _with(workers, action.worker, (hold, lost))
+            return workers
         if held is None:
-            return state
-        w = self.workload(state.docs[held[0]])
-        still = (
-            w is not None and w.current_claim is not None and w.current_claim.claim_id == held[1]
-        )
+            return workers
+        current = docs[held[0]]
+        still = current is not None and self._doc(current).claim_id == held[1]
         if refusal in _CLAIM_GONE or not still:
-            return self._with_worker(state, action.worker, (None, held))
-        return state
+            return _with(workers, action.worker, (None, held))
+        return workers
 
     def _store(self, docs: tuple[str | None, ...]) -> MemoryStore:
         store = MemoryStore()
         for slot, document in enumerate(docs):
-            w = self.workload(document)
-            if w is None or document is None:
+            if document is None:
                 continue
-            audit = AuditRecord(
-                "seed", self.ids[slot], 0, "checker", "seed", TENANT, APPLICATION, 0, ""
-            )
-            store.write(self.ids[slot], document, index_fields(self.spec, w), None, audit)
+            index = self._doc(document).index
+            store.write(self.ids[slot], document, index, None, self._seed_audits[slot])
         return store
 
     def _store_step(self, state: CheckState, action: Action) -> Step:
-        key = ("store", state.docs, action.label, action.worker, state.now)
+        key = (state.docs, action.label, action.worker, state.now)
         cached = self._store_memo.get(key)
         if cached is None:
-            cached = self._run_store_step(state, action)
-            self._store_memo[key] = cached
+            cached = _keep(
+                self._store_memo, key, self._run_store_step(state, action), self.cache_limit
+            )
         docs, refusal, hold = cached
+        if hold is None and docs == state.docs:
+            return Step(state, refusal, (), ())
         wrote = tuple(s for s in range(len(docs)) if docs[s] != state.docs[s])
-        next_state = replace(state, docs=docs)
-        if state.pending is not None and state.pending.slot in wrote:
-            next_state = replace(next_state, pending=replace(state.pending, stale=True))
+        pending = state.pending
+        if pending is not None and pending.slot in wrote:
+            pending = Pending(pending.slot, pending.document, pending.refusal, True)
+        workers = state.workers
         if hold is not None:
-            _, lost = state.workers[action.worker]
-            next_state = self._with_worker(next_state, action.worker, (hold, lost))
+            _, lost = workers[action.worker]
+            workers = _with(workers, action.worker, (hold, lost))
+        next_state = CheckState(state.now, docs, workers, pending, state.crashes, state.prepares)
         changes = tuple((s, state.docs[s], docs[s]) for s in wrote)
         return Step(next_state, refusal, wrote, changes)
 
     def _run_store_step(
         self, state: CheckState, action: Action
     ) -> tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None]:
-        store = self._store(state.docs)
+        spare = self._spare_store
+        store = (
+            spare[1] if spare is not None and spare[0] == state.docs else self._store(state.docs)
+        )
+        self._spare_store = None
         authority = self.authority_cls(store, grants=_VERIFIER, spec=self.spec)
         refusal: str | None = None
         claimed: Claim | None = None
@@ -739,9 +943,18 @@ class Model:
         except errors.WorkloadError as exc:
             refusal = exc.code
         docs: list[str | None] = []
+        untouched = True
         for slot, before in enumerate(state.docs):
             current = store.read(self.ids[slot])
             docs.append(current.document if current is not None else before)
+            if (current is None) != (before is None) or (
+                current is not None and current.version != 1
+            ):
+                untouched = False
+        if untouched:
+            # Nothing was written: the store still holds exactly the state's
+            # documents, and the state's other store steps can run on it.
+            self._spare_store = (state.docs, store)
         hold = None
         if claimed is not None:
             hold = (
@@ -755,25 +968,27 @@ class Model:
     def _prepare(self, state: CheckState, action: Action) -> Step:
         label = action.label.removeprefix("prepare_")
         slot = action.slot
-        wid = self.ids[slot]
-        command: Command
-        if label == "recover":
-            command = RecoverCommand(workload_id=wid)
-        elif label == "enforce":
-            command = EnforceDeadlineCommand(workload_id=wid)
+        key: _CommandKey
+        if label in ("recover", "enforce"):
+            key = (label, slot, -1, None, "")
         else:
-            command = self._command(state, replace(action, label="complete"))
-        document, refusal = self._decide(state.docs[slot], command, state.now)
+            key = self._command_key(state, replace(action, label="complete"))
+        document, refusal = self._decided(state.docs[slot], key, state.now)
         if document is None:
             # A prepared call that would write nothing has no race to lose.
             return Step(state, refusal, (), noop=True)
         pending = Pending(slot=slot, document=document, refusal=refusal)
-        return Step(replace(state, pending=pending, prepares=state.prepares + 1), None, ())
+        prepared = CheckState(
+            state.now, state.docs, state.workers, pending, state.crashes, state.prepares + 1
+        )
+        return Step(prepared, None, ())
 
     def _commit(self, state: CheckState) -> Step:
         pending = state.pending
         assert pending is not None
-        cleared = replace(state, pending=None)
+        cleared = CheckState(
+            state.now, state.docs, state.workers, None, state.crashes, state.prepares
+        )
         if pending.document is None:
             return Step(cleared, pending.refusal, ())
         if pending.stale and self.commit_checks_version:
@@ -782,11 +997,16 @@ class Model:
         before = docs[pending.slot]
         docs[pending.slot] = pending.document
         return Step(
-            replace(cleared, docs=tuple(docs)),
+            CheckState(state.now, tuple(docs), state.workers, None, state.crashes, state.prepares),
             pending.refusal,
             (pending.slot,),
             ((pending.slot, before, pending.document),),
         )
+
+
+def _with(workers: tuple[WorkerHold, ...], index: int, hold: WorkerHold) -> tuple[WorkerHold, ...]:
+    """`workers` with worker `index` holding `hold`."""
+    return (*workers[:index], hold, *workers[index + 1 :])
 
 
 def _checkpoints_this_attempt(w: Workload) -> int:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from workwarden.cli import main
 from workwarden.statemachine import default_spec
-from workwarden.statemachine.checker import check, policy_findings
+from workwarden.statemachine.checker import CheckReport, check, policy_findings
 from workwarden.statemachine.diagram import diagram_dot, diagram_mermaid
+from workwarden.statemachine.models import Workload
 from workwarden.statemachine.mutants import MUTANTS
 from workwarden.statemachine.replay import replay_trace
 from workwarden.statemachine.universe import Model, Universe
@@ -154,3 +156,37 @@ def test_the_checked_diagram_in_the_repository_is_up_to_date() -> None:
         default_spec(), unreachable_edges=edges, never_at_rest=findings["never_at_rest"]
     )
     assert (DIAGRAMS / "workload-checked.mmd").read_text(encoding="utf-8") == mermaid, hint
+
+
+def _findings(report: CheckReport) -> dict[str, Any]:
+    """Everything a report says but how long it took."""
+    found = report.to_dict()
+    del found["seconds"], found["states_per_second"]
+    found["witnesses"] = report.witnesses
+    return found
+
+
+def test_the_models_caches_change_how_long_a_check_takes_and_nothing_else() -> None:
+    spec = default_spec()
+    universe = Universe.from_spec(spec, dependent=False)
+    full = check(spec, universe, max_states=400)
+    # Two entries a cache: almost every document is parsed again, every
+    # decision and every projection worked out again.
+    starved = check(spec, universe, model=Model(spec, universe, cache_limit=2), max_states=400)
+    assert _findings(starved) == _findings(full)
+
+
+def test_a_workload_the_core_decided_is_exactly_its_documents_parse() -> None:
+    # The model keeps the core's decided workload beside the document it was
+    # serialised to, rather than parsing that document again: sound only if
+    # the two hold the same values in the same types.
+    spec = default_spec()
+    universe = Universe.from_spec(spec, dependent=False)
+    model = Model(spec, universe)
+    check(spec, universe, model=model, max_states=1500)
+    kept = model._docs  # the model's own cache: document text -> what it read of it
+    assert len(kept) > 1000
+    for document, read in kept.items():
+        parsed = Workload.model_validate_json(document)
+        assert parsed == read.workload
+        assert repr(parsed) == repr(read.workload)
