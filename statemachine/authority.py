@@ -268,7 +268,11 @@ class Authority:
     too (so the next call on it skips decoding the text); at most `remember`
     of them, a few KiB each. A decoded workload is kept only when nothing the
     caller received shares a part of it, so no caller can change what the
-    next decision is made on.
+    next decision is made on. It relies on what every store promises: a
+    key's version only grows, so one version of a key is one document. A
+    store emptied and filled again under a running authority breaks that
+    (a re-admitted workload starts again at version 1); build a new
+    authority after such a reset, or use `remember=0`.
     """
 
     def __init__(
