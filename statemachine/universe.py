@@ -13,24 +13,28 @@ last fence it lost), and the racing writer's pending write. Single-workload
 commands are decided by the pure core; the scheduler and the sweeps run
 through a real `Authority` over a `MemoryStore` holding the state's documents.
 
-The model caches what it works out, each cache keyed by everything its value
-is computed from: what it reads of a document (parsed once; a document the
-core has just decided is not parsed at all, the decided workload is kept), a
-document's projection at an instant, the core's decision on a (document,
-command, instant) and a store step's outcome on (documents, action,
-instant). The core and the authority are deterministic, so a cached answer
-is the answer; caches are bounded (`CACHE_LIMIT`) and what they drop is
-only worked out again.
+What of a state decides its future (the abstraction the checker keys states
+by, and each document read once) is `workwarden.statemachine.abstraction`.
+The model also keeps the core's decision on a (document, command, instant)
+and a store step's outcome on (documents, action, instant): the core and the
+authority are deterministic, so a kept answer is the answer; these caches
+are bounded (`CACHE_LIMIT`) and what they drop is only worked out again.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.abstraction import (
+    CACHE_LIMIT,
+    Abstraction,
+    DocumentFacts,
+    StateKey,
+    keep,
+)
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority, serialise
 from workwarden.statemachine.commands import (
@@ -52,7 +56,6 @@ from workwarden.statemachine.commands import (
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Subject
-from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import (
     Claim,
     CreateWorkload,
@@ -62,9 +65,8 @@ from workwarden.statemachine.models import (
     Timeouts,
     Workload,
 )
-from workwarden.statemachine.predicates import operator_retries
 from workwarden.statemachine.spec import Spec
-from workwarden.storage.base import AuditRecord, IndexFields
+from workwarden.storage.base import AuditRecord
 from workwarden.storage.memory import MemoryStore
 
 __all__ = [
@@ -270,48 +272,8 @@ _CLAIM_GONE = frozenset(
 )
 
 
-#: Entries each of the model's caches keeps by default; when one is full it
-#: drops its older half. Every cached value can be computed again from its
-#: key, so what is dropped costs time, never a different answer.
-CACHE_LIMIT = 200_000
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-def _keep(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
-    """Put `value` in `cache`, first dropping the older half if the cache is full."""
-    if len(cache) >= limit:
-        for old in list(itertools.islice(cache, max(1, len(cache) // 2))):
-            del cache[old]
-    cache[key] = value
-    return value
-
-
-#: The numbers of an absent part (no document, no fence held, no pending write).
-_NOTHING = (-1, -1)
-
-StateKey = tuple[int, ...]
-"""A state's abstraction as numbers: equal keys, the same future (see `Model.canonical`)."""
-
 _CommandKey = tuple[str, int, int, tuple[int, str, str, int] | None, str]
 """What a command is made from: (operation, slot, worker, fence held, argument)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Doc:
-    """What the model reads of one document, worked out once per document text."""
-
-    workload: Workload
-    index: IndexFields
-    #: Instants where something can change for it: a lease expiry, a
-    #: deadline, the eligibility of READY work.
-    marks: tuple[int, ...]
-    claim_id: str | None
-    checkpoints: int
-    operator_events: int
-    operator_retries: int
-    ready_since: int
 
 
 class Model:
@@ -351,8 +313,11 @@ class Model:
             AuditRecord("seed", wid, 0, "checker", "seed", TENANT, APPLICATION, 0, "")
             for wid in self.ids
         )
-        # Caches, each keyed by everything its value is computed from (see _keep).
-        self._docs: dict[str, _Doc] = {}
+        names = [worker_name(i) for i in range(self.universe.workers)]
+        self.worker_names = tuple(names)
+        self.abstraction = Abstraction(spec, self.universe, self.worker_names, cache_limit)
+        """What of a state decides its future: documents read once, states as keys."""
+        # Caches, each keyed by everything its value is computed from (see `keep`).
         self._memo: dict[tuple[str | None, _CommandKey, int], tuple[str | None, str | None]] = {}
         self._store_memo: dict[
             tuple[Any, ...],
@@ -361,79 +326,8 @@ class Model:
         self._commands: dict[_CommandKey, Command] = {}
         self._spare_store: tuple[tuple[str | None, ...], MemoryStore] | None = None
         self._takes_memo: dict[tuple[str, str], bool] = {}
-        self._views: dict[tuple[str, int], tuple[int, int]] = {}
-        self._holds: dict[tuple[str, int, int], tuple[int, int]] = {}
-        # Every abstraction seen, numbered in order of discovery; never dropped,
-        # so a number always stands for the same abstraction.
-        self._numbers: dict[Hashable, int] = {}
-        self._pairs: dict[Hashable, tuple[int, int]] = {}
-        names = [worker_name(i) for i in range(self.universe.workers)]
-        self.worker_names = tuple(names)
-        self._swap = (
-            {self.worker_names[0]: self.worker_names[1], self.worker_names[1]: self.worker_names[0]}
-            if len(self.worker_names) == 2
-            else {}
-        )
-        u = self.universe
-        durations = [u.lease_ms, u.initial_delay_ms, u.max_delay_ms]
-        durations += list(u.first_timeouts.values()) + list(u.second_timeouts.values())
-        self._clamp = max(durations) + 1
-        saturation = 1
-        delay = u.initial_delay_ms
-        while delay < u.max_delay_ms and saturation < 64:
-            delay *= 2
-            saturation += 1
-        self._retry_saturation = saturation
 
-    # -- documents -------------------------------------------------------
-
-    def _doc(self, document: str) -> _Doc:
-        known = self._docs.get(document)
-        if known is None:
-            known = self._read(document, Workload.model_validate_json(document))
-        return known
-
-    def _read(self, document: str, w: Workload) -> _Doc:
-        """Work out, once, what the model reads of `document`, which holds `w`."""
-        index = index_fields(self.spec, w)
-        marks = [at for at in (index.lease_expires_at, index.next_deadline_at) if at is not None]
-        if w.next_attempt_at is not None and w.state == "READY":
-            marks.append(w.next_attempt_at)
-        ready_since = w.created_at
-        operator_events = 0
-        for event in w.execution_history:
-            if event.to == "READY":
-                ready_since = event.at
-            if event.actor == "operator":
-                operator_events += 1
-        claim = w.current_claim
-        info = _Doc(
-            workload=w,
-            index=index,
-            marks=tuple(marks),
-            claim_id=None if claim is None else claim.claim_id,
-            checkpoints=_checkpoints_this_attempt(w),
-            operator_events=operator_events,
-            operator_retries=operator_retries(w),
-            ready_since=ready_since,
-        )
-        return _keep(self._docs, document, info, self.cache_limit)
-
-    def workload(self, document: str | None) -> Workload | None:
-        """The workload a state's document holds (parsed once, cached)."""
-        return None if document is None else self._doc(document).workload
-
-    def _serialise(self, workload: Workload) -> str:
-        """The document text of a decided workload, which then needs no parsing.
-
-        The core returns a workload that is its document's parse: the same
-        values in the same types (a checker test holds every workload the
-        model keeps to that).
-        """
-        document = serialise(workload)
-        if document not in self._docs:
-            self._read(document, workload)
-        return document
+    # -- the initial state -------------------------------------------------
 
     def initial(self) -> CheckState:
         """Both workloads admitted at instant 0; workers hold nothing."""
@@ -447,186 +341,20 @@ class Model:
 
     # -- the abstraction --------------------------------------------------
 
-    def _project_uncached(self, document: str, now: int) -> tuple[Any, ...]:
-        """What of a document decides its future, with instants relative to `now`.
-
-        Kept: the state, the counters the budget and the backoff read (the
-        retry count only up to where the backoff reaches its cap), the current
-        claim and attempt, and the anchor of every deadline the workload has.
-        Instants are relative to `now` and clamped beyond the largest duration
-        of the universe (an instant that long ago compares the same way with
-        every `now + duration`). Left out: event times and past attempts, which
-        no decision reads unless a worker still holds their fence (those are
-        added by `canonical`).
-        """
-        info = self._doc(document)
-        w = info.workload
-        bound = self._clamp
-
-        def rel(instant: int | None) -> int | None:
-            if instant is None:
-                return None
-            return max(instant - now, -bound)
-
-        operator = info.operator_retries
-        if w.state in self.spec.terminal_states:
-            # At rest: only an exit edge (an operator's re-arm or close) leaves it,
-            # and those read no instant, only the budget's counters.
-            return (w.state, w.attempt_count, operator)
-        t = w.timeouts
-        claim = w.current_claim
-        attempt = w.attempts[-1] if w.attempts else None
-        return (
-            w.state,
-            w.attempt_count,
-            min(w.retry_count, self._retry_saturation),
-            operator,
-            info.checkpoints,
-            rel(w.next_attempt_at),
-            rel(w.created_at) if t.overall_ms is not None else None,
-            rel(info.ready_since) if t.queue_ms is not None and w.state == "READY" else None,
-            None
-            if claim is None
-            else (
-                claim.worker_id,
-                rel(claim.expires_at),
-                rel(claim.claimed_at) if t.claim_ms is not None else None,
-                rel(claim.last_heartbeat) if t.heartbeat_ms is not None else None,
-            ),
-            None
-            if attempt is None
-            else (
-                attempt.status,
-                rel(attempt.started_at) if t.execution_ms is not None else None,
-            ),
-        )
-
-    def _fence_facts(self, document: str | None, token: int) -> tuple[Any, ...]:
-        """What a held fence's attempt tells a later call: its outcome and report."""
-        w = self.workload(document)
-        if w is None:
-            return ()
-        for attempt in w.attempts:
-            if attempt.fencing_token != token:
-                continue
-            kind = effect = None
-            for event in w.execution_history:
-                if event.to == "FAILED" and event.evidence.get("attempt_id") == attempt.attempt_id:
-                    kind, effect = event.evidence.get("failure_kind"), event.evidence.get("effect")
-            produced = w.result is not None and w.result.provenance.get("fencing_token") == str(
-                token
-            )
-            return (w.fencing_token - token, attempt.status, attempt.error, kind, effect, produced)
-        return ()
-
-    def _mirrored(self, value: Any) -> Any:
-        """`value` with the two workers' ids exchanged wherever one appears."""
-        if isinstance(value, str):
-            return self._swap.get(value, value)
-        if isinstance(value, tuple):
-            return tuple(self._mirrored(part) for part in value)
-        return value
-
-    def _numbered(self, value: Hashable) -> tuple[int, int]:
-        """The numbers of an abstraction and of its mirror (workers exchanged)."""
-        pair = self._pairs.get(value)
-        if pair is None:
-            numbers = self._numbers
-            number = numbers.setdefault(value, len(numbers))
-            mirror = (
-                numbers.setdefault(self._mirrored(value), len(numbers)) if self._swap else number
-            )
-            pair = self._pairs[value] = (number, mirror)
-        return pair
-
-    def _view(self, document: str, now: int) -> tuple[int, int]:
-        """The numbers of a document's projection at `now` and of its mirror."""
-        key = (document, now)
-        view = self._views.get(key)
-        if view is None:
-            view = _keep(
-                self._views,
-                key,
-                self._numbered(self._project_uncached(document, now)),
-                self.cache_limit,
-            )
-        return view
-
-    def _hold(
-        self, docs: tuple[str | None, ...], hold: tuple[int, str, str, int]
-    ) -> tuple[int, int]:
-        """The numbers of what a held fence tells (its slot and `_fence_facts`), and mirrored."""
-        document = docs[hold[0]]
-        key = (document or "", hold[0], hold[3])
-        numbers = self._holds.get(key)
-        if numbers is None:
-            facts = (hold[0], self._fence_facts(document, hold[3]))
-            numbers = _keep(self._holds, key, self._numbered(facts), self.cache_limit)
-        return numbers
+    def workload(self, document: str | None) -> Workload | None:
+        """The workload a state's document holds (parsed once, cached)."""
+        return self.abstraction.workload(document)
 
     def canonical(self, state: CheckState) -> tuple[CheckState, StateKey]:
-        """The state, and its abstraction as a key with worker symmetry reduced.
-
-        States with equal keys have the same future; the first one found
-        (breadth first: the one with the shortest trace) stands for all. The
-        key numbers the abstraction of each part (each document's projection,
-        what each held fence tells, the pending write), so two keys are equal
-        exactly when the abstractions are; with two workers it is the smaller
-        of the state's key and its mirror's (the workers exchanged).
-        """
-        now = state.now
-        docs = state.docs
-        views = self._views
-        key: list[int] = []
-        mirror: list[int] = []
-        for document in docs:
-            if document is None:
-                key.append(-1)
-                mirror.append(-1)
-                continue
-            view = views.get((document, now)) or self._view(document, now)
-            key.append(view[0])
-            mirror.append(view[1])
-        known = self._holds
-        holds: list[tuple[int, int]] = []
-        for worker in state.workers:
-            for hold in worker:
-                if hold is None:
-                    holds.append(_NOTHING)
-                    continue
-                slot = hold[0]
-                document = docs[slot] or ""
-                holds.append(known.get((document, slot, hold[3])) or self._hold(docs, hold))
-        key += [numbers[0] for numbers in holds]
-        for k in reversed(range(0, len(holds), 2)):
-            mirror += (holds[k][1], holds[k + 1][1])
-        pending = state.pending
-        if pending is None:
-            key.append(-1)
-            mirror.append(-1)
-        else:
-            view = _NOTHING if pending.document is None else self._view(pending.document, now)
-            for out, projection in ((key, view[0]), (mirror, view[1])):
-                out.append(
-                    self._numbers.setdefault(
-                        ("pending", pending.slot, pending.refusal, pending.stale, projection),
-                        len(self._numbers),
-                    )
-                )
-        key += (state.crashes, state.prepares)
-        own = tuple(key)
-        if not self._swap:
-            return state, own
-        mirror += (state.crashes, state.prepares)
-        other = tuple(mirror)
-        return state, own if own <= other else other
+        """The state, and its abstraction as a key (see `Abstraction.canonical`)."""
+        return self.abstraction.canonical(state)
 
     # -- actions -----------------------------------------------------------
 
     def actions(self, state: CheckState) -> Iterator[Action]:
         """Every action enabled in `state`, in a fixed order."""
         u = self.universe
-        docs = [None if d is None else self._doc(d) for d in state.docs]
+        docs = [None if d is None else self.abstraction.doc(d) for d in state.docs]
         takes = self._takes
         for k, (held, lost) in enumerate(state.workers):
             name = self.worker_names[k]
@@ -697,10 +425,10 @@ class Model:
     def interesting_instants(self, state: CheckState) -> list[int]:
         """Instants after `now` where something can change, and the millisecond before each."""
         return self._next_instants(
-            state.now, [None if d is None else self._doc(d) for d in state.docs]
+            state.now, [None if d is None else self.abstraction.doc(d) for d in state.docs]
         )
 
-    def _next_instants(self, now: int, docs: list[_Doc | None]) -> list[int]:
+    def _next_instants(self, now: int, docs: list[DocumentFacts | None]) -> list[int]:
         ahead = [at for info in docs if info is not None for at in info.marks if at > now]
         if not ahead:
             return []
@@ -777,10 +505,10 @@ class Model:
             outcome: tuple[str | None, str | None] = (None, exc.code)
         else:
             written = decision.workload
-            document = self._serialise(written) if written is not None else None
+            document = self.abstraction.serialise(written) if written is not None else None
             refusal = decision.refusal.code if decision.refusal is not None else None
             outcome = (document, refusal)
-        return _keep(self._memo, key, outcome, self.cache_limit)
+        return keep(self._memo, key, outcome, self.cache_limit)
 
     def _command_key(self, state: CheckState, action: Action) -> _CommandKey:
         """What the command of a worker's or an operator's action is made from."""
@@ -879,7 +607,7 @@ class Model:
         if held is None:
             return workers
         current = docs[held[0]]
-        still = current is not None and self._doc(current).claim_id == held[1]
+        still = current is not None and self.abstraction.doc(current).claim_id == held[1]
         if refusal in _CLAIM_GONE or not still:
             return _with(workers, action.worker, (None, held))
         return workers
@@ -889,7 +617,7 @@ class Model:
         for slot, document in enumerate(docs):
             if document is None:
                 continue
-            index = self._doc(document).index
+            index = self.abstraction.doc(document).index
             store.write(self.ids[slot], document, index, None, self._seed_audits[slot])
         return store
 
@@ -897,7 +625,7 @@ class Model:
         key = (state.docs, action.label, action.worker, state.now)
         cached = self._store_memo.get(key)
         if cached is None:
-            cached = _keep(
+            cached = keep(
                 self._store_memo, key, self._run_store_step(state, action), self.cache_limit
             )
         docs, refusal, hold = cached
@@ -1007,10 +735,3 @@ class Model:
 def _with(workers: tuple[WorkerHold, ...], index: int, hold: WorkerHold) -> tuple[WorkerHold, ...]:
     """`workers` with worker `index` holding `hold`."""
     return (*workers[:index], hold, *workers[index + 1 :])
-
-
-def _checkpoints_this_attempt(w: Workload) -> int:
-    if not w.attempts:
-        return 0
-    attempt = w.attempts[-1].attempt_id
-    return sum(1 for c in w.checkpoints if c.attempt_id == attempt)

@@ -184,7 +184,7 @@ def test_a_workload_the_core_decided_is_exactly_its_documents_parse() -> None:
     universe = Universe.from_spec(spec, dependent=False)
     model = Model(spec, universe)
     check(spec, universe, model=model, max_states=1500)
-    kept = model._docs  # the model's own cache: document text -> what it read of it
+    kept = model.abstraction.docs  # document text -> what the model read of it
     assert len(kept) > 1000
     for document, read in kept.items():
         parsed = Workload.model_validate_json(document)

@@ -1,0 +1,352 @@
+"""What of a checker state decides its future: documents read once, and states as keys.
+
+The model checker explores states that differ only in what no decision reads
+(event times, past attempts, which worker is which) as one. This module
+works that out: what the model reads of each document (parsed once; a
+document the core has just decided is not parsed at all, the decided
+workload is kept), each document's projection at an instant (instants
+relative to now and clamped), what a held fence tells a later call, and the
+state's key, a short tuple of numbers given to each part of the abstraction
+the first time it is seen, with the two workers exchanged when that gives the
+smaller key.
+
+Every cache is keyed by everything its value is computed from and bounded
+(`CACHE_LIMIT`); what a cache drops is only worked out again, so the limit
+changes how long a check takes, never what it finds. The numbers are never
+dropped: a number always stands for the same abstraction.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from workwarden.statemachine.authority import serialise
+from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.models import Workload
+from workwarden.statemachine.predicates import operator_retries
+from workwarden.statemachine.spec import Spec
+from workwarden.storage.base import IndexFields
+
+if TYPE_CHECKING:
+    from workwarden.statemachine.universe import CheckState, Universe
+
+__all__ = [
+    "CACHE_LIMIT",
+    "Abstraction",
+    "DocumentFacts",
+    "StateKey",
+    "checkpoints_this_attempt",
+    "keep",
+]
+
+#: Entries each of the model's caches keeps by default; when one is full it
+#: drops its older half. Every cached value can be computed again from its
+#: key, so what is dropped costs time, never a different answer.
+CACHE_LIMIT = 200_000
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def keep(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """Put `value` in `cache`, first dropping the older half if the cache is full."""
+    if len(cache) >= limit:
+        for old in list(itertools.islice(cache, max(1, len(cache) // 2))):
+            del cache[old]
+    cache[key] = value
+    return value
+
+
+#: The numbers of an absent part (no document, no fence held, no pending write).
+_NOTHING = (-1, -1)
+
+StateKey = tuple[int, ...]
+"""A state's abstraction as numbers: equal keys, the same future (see `Model.canonical`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentFacts:
+    """What the model reads of one document, worked out once per document text."""
+
+    workload: Workload
+    index: IndexFields
+    #: Instants where something can change for it: a lease expiry, a
+    #: deadline, the eligibility of READY work.
+    marks: tuple[int, ...]
+    claim_id: str | None
+    checkpoints: int
+    operator_events: int
+    operator_retries: int
+    ready_since: int
+
+
+class Abstraction:
+    """The documents and the state keys of one universe under one spec (see the module)."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        universe: Universe,
+        worker_names: tuple[str, ...],
+        cache_limit: int = CACHE_LIMIT,
+    ) -> None:
+        self.spec = spec
+        self.cache_limit = cache_limit
+        self.docs: dict[str, DocumentFacts] = {}
+        """What the model read of each document text (bounded)."""
+        self._views: dict[tuple[str, int], tuple[int, int]] = {}
+        self._holds: dict[tuple[str, int, int], tuple[int, int]] = {}
+        # Every abstraction seen, numbered in order of discovery; never dropped,
+        # so a number always stands for the same abstraction.
+        self._numbers: dict[Hashable, int] = {}
+        self._pairs: dict[Hashable, tuple[int, int]] = {}
+        self._swap = (
+            {worker_names[0]: worker_names[1], worker_names[1]: worker_names[0]}
+            if len(worker_names) == 2
+            else {}
+        )
+        u = universe
+        durations = [u.lease_ms, u.initial_delay_ms, u.max_delay_ms]
+        durations += list(u.first_timeouts.values()) + list(u.second_timeouts.values())
+        self._clamp = max(durations) + 1
+        saturation = 1
+        delay = u.initial_delay_ms
+        while delay < u.max_delay_ms and saturation < 64:
+            delay *= 2
+            saturation += 1
+        self._retry_saturation = saturation
+
+    # -- documents -------------------------------------------------------
+
+    def doc(self, document: str) -> DocumentFacts:
+        known = self.docs.get(document)
+        if known is None:
+            known = self.read(document, Workload.model_validate_json(document))
+        return known
+
+    def read(self, document: str, w: Workload) -> DocumentFacts:
+        """Work out, once, what the model reads of `document`, which holds `w`."""
+        index = index_fields(self.spec, w)
+        marks = [at for at in (index.lease_expires_at, index.next_deadline_at) if at is not None]
+        if w.next_attempt_at is not None and w.state == "READY":
+            marks.append(w.next_attempt_at)
+        ready_since = w.created_at
+        operator_events = 0
+        for event in w.execution_history:
+            if event.to == "READY":
+                ready_since = event.at
+            if event.actor == "operator":
+                operator_events += 1
+        claim = w.current_claim
+        info = DocumentFacts(
+            workload=w,
+            index=index,
+            marks=tuple(marks),
+            claim_id=None if claim is None else claim.claim_id,
+            checkpoints=checkpoints_this_attempt(w),
+            operator_events=operator_events,
+            operator_retries=operator_retries(w),
+            ready_since=ready_since,
+        )
+        return keep(self.docs, document, info, self.cache_limit)
+
+    def workload(self, document: str | None) -> Workload | None:
+        """The workload a state's document holds (parsed once, cached)."""
+        return None if document is None else self.doc(document).workload
+
+    def serialise(self, workload: Workload) -> str:
+        """The document text of a decided workload, which then needs no parsing.
+
+        The core returns a workload that is its document's parse: the same
+        values in the same types (a checker test holds every workload the
+        model keeps to that).
+        """
+        document = serialise(workload)
+        if document not in self.docs:
+            self.read(document, workload)
+        return document
+
+    def _project_uncached(self, document: str, now: int) -> tuple[Any, ...]:
+        """What of a document decides its future, with instants relative to `now`.
+
+        Kept: the state, the counters the budget and the backoff read (the
+        retry count only up to where the backoff reaches its cap), the current
+        claim and attempt, and the anchor of every deadline the workload has.
+        Instants are relative to `now` and clamped beyond the largest duration
+        of the universe (an instant that long ago compares the same way with
+        every `now + duration`). Left out: event times and past attempts, which
+        no decision reads unless a worker still holds their fence (those are
+        added by `canonical`).
+        """
+        info = self.doc(document)
+        w = info.workload
+        bound = self._clamp
+
+        def rel(instant: int | None) -> int | None:
+            if instant is None:
+                return None
+            return max(instant - now, -bound)
+
+        operator = info.operator_retries
+        if w.state in self.spec.terminal_states:
+            # At rest: only an exit edge (an operator's re-arm or close) leaves it,
+            # and those read no instant, only the budget's counters.
+            return (w.state, w.attempt_count, operator)
+        t = w.timeouts
+        claim = w.current_claim
+        attempt = w.attempts[-1] if w.attempts else None
+        return (
+            w.state,
+            w.attempt_count,
+            min(w.retry_count, self._retry_saturation),
+            operator,
+            info.checkpoints,
+            rel(w.next_attempt_at),
+            rel(w.created_at) if t.overall_ms is not None else None,
+            rel(info.ready_since) if t.queue_ms is not None and w.state == "READY" else None,
+            None
+            if claim is None
+            else (
+                claim.worker_id,
+                rel(claim.expires_at),
+                rel(claim.claimed_at) if t.claim_ms is not None else None,
+                rel(claim.last_heartbeat) if t.heartbeat_ms is not None else None,
+            ),
+            None
+            if attempt is None
+            else (
+                attempt.status,
+                rel(attempt.started_at) if t.execution_ms is not None else None,
+            ),
+        )
+
+    def _fence_facts(self, document: str | None, token: int) -> tuple[Any, ...]:
+        """What a held fence's attempt tells a later call: its outcome and report."""
+        w = self.workload(document)
+        if w is None:
+            return ()
+        for attempt in w.attempts:
+            if attempt.fencing_token != token:
+                continue
+            kind = effect = None
+            for event in w.execution_history:
+                if event.to == "FAILED" and event.evidence.get("attempt_id") == attempt.attempt_id:
+                    kind, effect = event.evidence.get("failure_kind"), event.evidence.get("effect")
+            produced = w.result is not None and w.result.provenance.get("fencing_token") == str(
+                token
+            )
+            return (w.fencing_token - token, attempt.status, attempt.error, kind, effect, produced)
+        return ()
+
+    def _mirrored(self, value: Any) -> Any:
+        """`value` with the two workers' ids exchanged wherever one appears."""
+        if isinstance(value, str):
+            return self._swap.get(value, value)
+        if isinstance(value, tuple):
+            return tuple(self._mirrored(part) for part in value)
+        return value
+
+    def _numbered(self, value: Hashable) -> tuple[int, int]:
+        """The numbers of an abstraction and of its mirror (workers exchanged)."""
+        pair = self._pairs.get(value)
+        if pair is None:
+            numbers = self._numbers
+            number = numbers.setdefault(value, len(numbers))
+            mirror = (
+                numbers.setdefault(self._mirrored(value), len(numbers)) if self._swap else number
+            )
+            pair = self._pairs[value] = (number, mirror)
+        return pair
+
+    def _view(self, document: str, now: int) -> tuple[int, int]:
+        """The numbers of a document's projection at `now` and of its mirror."""
+        key = (document, now)
+        view = self._views.get(key)
+        if view is None:
+            view = keep(
+                self._views,
+                key,
+                self._numbered(self._project_uncached(document, now)),
+                self.cache_limit,
+            )
+        return view
+
+    def _hold(
+        self, docs: tuple[str | None, ...], hold: tuple[int, str, str, int]
+    ) -> tuple[int, int]:
+        """The numbers of what a held fence tells (its slot and `_fence_facts`), and mirrored."""
+        document = docs[hold[0]]
+        key = (document or "", hold[0], hold[3])
+        numbers = self._holds.get(key)
+        if numbers is None:
+            facts = (hold[0], self._fence_facts(document, hold[3]))
+            numbers = keep(self._holds, key, self._numbered(facts), self.cache_limit)
+        return numbers
+
+    def canonical(self, state: CheckState) -> tuple[CheckState, StateKey]:
+        """The state, and its abstraction as a key with worker symmetry reduced.
+
+        States with equal keys have the same future; the first one found
+        (breadth first: the one with the shortest trace) stands for all. The
+        key numbers the abstraction of each part (each document's projection,
+        what each held fence tells, the pending write), so two keys are equal
+        exactly when the abstractions are; with two workers it is the smaller
+        of the state's key and its mirror's (the workers exchanged).
+        """
+        now = state.now
+        docs = state.docs
+        views = self._views
+        key: list[int] = []
+        mirror: list[int] = []
+        for document in docs:
+            if document is None:
+                key.append(-1)
+                mirror.append(-1)
+                continue
+            view = views.get((document, now)) or self._view(document, now)
+            key.append(view[0])
+            mirror.append(view[1])
+        known = self._holds
+        holds: list[tuple[int, int]] = []
+        for worker in state.workers:
+            for hold in worker:
+                if hold is None:
+                    holds.append(_NOTHING)
+                    continue
+                slot = hold[0]
+                document = docs[slot] or ""
+                holds.append(known.get((document, slot, hold[3])) or self._hold(docs, hold))
+        key += [numbers[0] for numbers in holds]
+        for k in reversed(range(0, len(holds), 2)):
+            mirror += (holds[k][1], holds[k + 1][1])
+        pending = state.pending
+        if pending is None:
+            key.append(-1)
+            mirror.append(-1)
+        else:
+            view = _NOTHING if pending.document is None else self._view(pending.document, now)
+            for out, projection in ((key, view[0]), (mirror, view[1])):
+                out.append(
+                    self._numbers.setdefault(
+                        ("pending", pending.slot, pending.refusal, pending.stale, projection),
+                        len(self._numbers),
+                    )
+                )
+        key += (state.crashes, state.prepares)
+        own = tuple(key)
+        if not self._swap:
+            return state, own
+        mirror += (state.crashes, state.prepares)
+        other = tuple(mirror)
+        return state, own if own <= other else other
+
+
+def checkpoints_this_attempt(w: Workload) -> int:
+    """How many checkpoints the current attempt of `w` recorded."""
+    if not w.attempts:
+        return 0
+    attempt = w.attempts[-1].attempt_id
+    return sum(1 for c in w.checkpoints if c.attempt_id == attempt)
