@@ -60,6 +60,14 @@ from bench.pgserver import Server, server
 from workwarden.statemachine import Authority
 from workwarden.storage import AuditRecord, IndexFields, MemoryStore, SQLiteStore, Store
 
+# The raw writers run the stores' own statements, so the limit is the same SQL
+# the stores send, without any workwarden code around it.
+from workwarden.storage.postgres import _CREATE as PG_INSERT
+from workwarden.storage.postgres import _UPDATE as PG_UPDATE
+from workwarden.storage.sqlite import _APPEND_AUDIT as SQLITE_AUDIT
+from workwarden.storage.sqlite import _INSERT as SQLITE_INSERT
+from workwarden.storage.sqlite import _UPDATE as SQLITE_UPDATE
+
 __all__ = ["main"]
 
 BACKENDS = ("memory", "sqlite-full", "sqlite-normal", "postgres")
@@ -145,27 +153,6 @@ class RawMemory:
         pass
 
 
-_SQLITE_INSERT = (
-    "INSERT INTO documents (key, version, document, tenant, application, state, priority,"
-    " created_at, eligible_at, lease_expires_at, next_deadline_at, result_id) VALUES (:key, 1,"
-    " :document, :tenant, :application, :state, :priority, :created_at, :eligible_at,"
-    " :lease_expires_at, :next_deadline_at, :result_id)"
-)
-_SQLITE_UPDATE = (
-    "UPDATE documents SET version = :version, document = :document, tenant = :tenant,"
-    " application = :application, state = :state, priority = :priority,"
-    " created_at = :created_at, eligible_at = :eligible_at,"
-    " lease_expires_at = :lease_expires_at, next_deadline_at = :next_deadline_at,"
-    " result_id = :result_id WHERE key = :key AND version = :expected"
-)
-_SQLITE_AUDIT = (
-    "INSERT INTO audit (transaction_id, key, version, actor, operation, tenant, application,"
-    " at, digest, worker, attempt, result, fencing_token) VALUES (:transaction_id, :key,"
-    " :version, :actor, :operation, :tenant, :application, :at, :digest, :worker, :attempt,"
-    " :result, :fencing_token)"
-)
-
-
 class RawSQLite:
     """`BEGIN IMMEDIATE`, the CAS statement, the audit insert, `COMMIT`, on a WAL file."""
 
@@ -191,10 +178,10 @@ class RawSQLite:
         conn.execute("BEGIN IMMEDIATE")
         try:
             if w.expected is None:
-                conn.execute(_SQLITE_INSERT, values)
-            elif conn.execute(_SQLITE_UPDATE, values).rowcount != 1:
+                conn.execute(SQLITE_INSERT, values)
+            elif conn.execute(SQLITE_UPDATE, values).rowcount != 1:
                 raise RuntimeError("conflict")
-            conn.execute(_SQLITE_AUDIT, audit)
+            conn.execute(SQLITE_AUDIT, audit)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -202,45 +189,6 @@ class RawSQLite:
 
     def close(self) -> None:
         self.conn.close()
-
-
-_PG_AUDIT = """
-    INSERT INTO workwarden_audit (
-        transaction_id, key, version, actor, operation, tenant, application, at, digest,
-        worker, attempt, result, fencing_token
-    )
-    SELECT %(transaction_id)s::text, %(key)s::text, changed.version, %(actor)s::text,
-        %(operation)s::text, %(tenant)s::text, %(application)s::text, %(at)s::bigint,
-        %(digest)s::text, %(worker)s::text, %(attempt)s::text, %(result)s::text,
-        %(fencing_token)s::bigint
-    FROM changed
-    RETURNING version, sequence
-"""
-_PG_INSERT = f"""
-    WITH changed AS (
-        INSERT INTO workwarden_documents (key, version, document, tenant, application, state,
-            priority, created_at, eligible_at, lease_expires_at, next_deadline_at, result_id)
-        VALUES (%(key)s, 1, %(document)s, %(tenant)s, %(application)s, %(state)s,
-            %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
-            %(next_deadline_at)s, %(result_id)s)
-        ON CONFLICT (key) DO NOTHING
-        RETURNING version
-    )
-    {_PG_AUDIT}
-"""
-_PG_UPDATE = f"""
-    WITH changed AS (
-        UPDATE workwarden_documents SET
-            version = version + 1, document = %(document)s, tenant = %(tenant)s,
-            application = %(application)s, state = %(state)s, priority = %(priority)s,
-            created_at = %(created_at)s, eligible_at = %(eligible_at)s,
-            lease_expires_at = %(lease_expires_at)s, next_deadline_at = %(next_deadline_at)s,
-            result_id = %(result_id)s
-        WHERE key = %(key)s AND version = %(expected)s
-        RETURNING version
-    )
-    {_PG_AUDIT}
-"""
 
 
 class RawPostgres:
@@ -262,15 +210,28 @@ class RawPostgres:
         return conn
 
     def write(self, key: str, w: Write, result_id: str | None) -> None:
+        audit = w.audit_values
         values = {
-            **w.audit_values,
             **w.index_values,
             "result_id": result_id,
             "key": key,
             "document": w.document,
             "expected": w.expected,
+            "tx": audit["transaction_id"],
+            "audit_key": key,
+            "actor": audit["actor"],
+            "operation": audit["operation"],
+            "audit_tenant": audit["tenant"],
+            "audit_application": audit["application"],
+            "at": audit["at"],
+            "digest": audit["digest"],
+            "worker": audit["worker"],
+            "attempt": audit["attempt"],
+            "result": audit["result"],
+            "fencing_token": audit["fencing_token"],
         }
-        row = self._conn().execute(_PG_INSERT if w.expected is None else _PG_UPDATE, values)
+        query = PG_INSERT if w.expected is None else PG_UPDATE
+        row = self._conn().execute(query, values)
         if row.fetchone() is None:
             raise RuntimeError("conflict")
 
