@@ -86,8 +86,13 @@ def grant(
     )
 
 
-def request(key: str = "one", requester: str = "a1", **changes: Any) -> CreateWorkload:
-    """The suite's fixture request under idempotency key `key`, with `changes` applied."""
+def request(
+    key: str = "one", requester: str = "a1", *, signer: GrantSigner = SIGNER, **changes: Any
+) -> CreateWorkload:
+    """The suite's fixture request under idempotency key `key`, with `changes` applied.
+
+    Its grant is signed by `signer` (by default with the conformance key).
+    """
     tenant = changes.pop("tenant_id", "t")
     application = changes.pop("application_id", "app")
     fields: dict[str, Any] = {
@@ -100,7 +105,7 @@ def request(key: str = "one", requester: str = "a1", **changes: Any) -> CreateWo
         "input": {"id": 1},
         "requested_by": Subject(kind="agent", id=requester),
         "session_id": "session-1",
-        "authorization_snapshot": SIGNER.sign(
+        "authorization_snapshot": signer.sign(
             grant(requester, tenant=tenant, application=application)
         ),
         "capability_snapshot": CAPS,

@@ -25,6 +25,7 @@ from workwarden.statemachine import (
     Workload,
 )
 from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.scenarios import request as fixture_request
 from workwarden.storage import AuditRecord, Store
 
 KEY_ID = "k"
@@ -57,27 +58,9 @@ def grant_for(
 
 
 def request(agent: str = "a1", **changes: Any) -> CreateWorkload:
-    """The fixture request made by `agent`, with `changes` applied."""
-    tenant = changes.pop("tenant_id", "t")
-    application = changes.pop("application_id", "app")
-    fields: dict[str, Any] = {
-        "tenant_id": tenant,
-        "application_id": application,
-        "environment": "production",
-        "definition_id": "send",
-        "definition_revision": "r1",
-        "trigger": "manual",
-        "input": {"id": 1},
-        "requested_by": Subject(kind="agent", id=agent),
-        "session_id": "session-1",
-        "authorization_snapshot": SIGNER.sign(
-            grant_for(agent, tenant=tenant, application=application)
-        ),
-        "capability_snapshot": CAPS,
-        "idempotency_key": "one",
-    }
-    fields.update(changes)
-    return CreateWorkload.model_validate(fields)
+    """The fixture request made by `agent`, with `changes` applied (signed with `SIGNER`)."""
+    key = changes.pop("idempotency_key", "one")
+    return fixture_request(key, agent, signer=SIGNER, **changes)
 
 
 def authority(store: Store, spec: Spec | None = None) -> Authority:
