@@ -51,7 +51,7 @@ from workwarden.statemachine.models import (
 )
 from workwarden.statemachine.policies import apply_policy
 from workwarden.statemachine.predicates import Facts, attempt_budget, operator_retries
-from workwarden.statemachine.safety import check_json, check_text, digest
+from workwarden.statemachine.safety import check_json, check_text, text_digest
 from workwarden.statemachine.spec import Spec
 
 __all__ = ["Decision", "claim_id_for", "decide"]
@@ -308,7 +308,9 @@ def _execution_context(spec: Spec, w: Workload, cmd: ExecutionContextCommand, no
     )
 
 
-def _checkpoint(spec: Spec, w: Workload, cmd: CheckpointCommand, now: int) -> Decision:
+def _checkpoint(
+    spec: Spec, w: Workload, cmd: CheckpointCommand, now: int, state_hash: str
+) -> Decision:
     _fence(w, cmd.fence, now)
     if not any(edge.to == "CHECKPOINTED" for edge in spec.edges_for(w.state, "checkpoint")):
         raise errors.WorkloadError(
@@ -325,7 +327,7 @@ def _checkpoint(spec: Spec, w: Workload, cmd: CheckpointCommand, now: int) -> De
         attempt_id=attempt.attempt_id,
         sequence=sequence,
         state=cmd.state,
-        state_hash=digest(cmd.state),
+        state_hash=state_hash,
         created_at=now,
         produced_by=cmd.fence.worker_id,
     )
@@ -339,14 +341,14 @@ def _checkpoint(spec: Spec, w: Workload, cmd: CheckpointCommand, now: int) -> De
     return _commit(draft, checkpoint, cmd.fence.worker_id, cmd.fence.worker_id)
 
 
-def _complete(spec: Spec, w: Workload, cmd: CompleteCommand, now: int) -> Decision | None:
+def _complete(spec: Spec, w: Workload, cmd: CompleteCommand, output_hash: str) -> Decision | None:
     existing = w.result
     if existing is not None and existing.result_id == cmd.result_id:
         same_report = (
             existing.produced_by == cmd.fence.worker_id
             and existing.provenance.get("claim_id") == cmd.fence.claim_id
             and existing.provenance.get("fencing_token") == str(cmd.fence.token)
-            and existing.output_hash == digest(cmd.output)
+            and existing.output_hash == output_hash
         )
         if same_report:
             return Decision(
@@ -358,7 +360,9 @@ def _complete(spec: Spec, w: Workload, cmd: CompleteCommand, now: int) -> Decisi
     return None
 
 
-def _complete_fresh(spec: Spec, w: Workload, cmd: CompleteCommand, now: int) -> Decision:
+def _complete_fresh(
+    spec: Spec, w: Workload, cmd: CompleteCommand, now: int, output_hash: str
+) -> Decision:
     _fence(w, cmd.fence, now)
     if not any(edge.to == "SUCCEEDED" for edge in spec.edges_for(w.state, "complete")):
         raise errors.WorkloadError(
@@ -367,7 +371,6 @@ def _complete_fresh(spec: Spec, w: Workload, cmd: CompleteCommand, now: int) -> 
     draft = Draft(spec, w, now, "complete")
     d = draft.workload
     attempt = d.attempts[-1]
-    output_hash = digest(cmd.output)
     attempt.status = "SUCCEEDED"
     attempt.ended_at = now
     attempt.result_hash = output_hash
@@ -635,11 +638,14 @@ def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -
             actor=command.request.requested_by.id,
         )
     w = _require(workload, command.workload_id)
+    # The hash of the checkpoint state or the output, taken of the canonical
+    # text the size check already made.
+    reported_hash = ""
     if isinstance(command, CheckpointCommand):
-        check_json(spec, command.state, "state")
+        reported_hash = text_digest(check_json(spec, command.state, "state"))
     elif isinstance(command, CompleteCommand):
-        check_json(spec, command.output, "output")
-        replay = _complete(spec, w, command, now)
+        reported_hash = text_digest(check_json(spec, command.output, "output"))
+        replay = _complete(spec, w, command, reported_hash)
         if replay is not None:
             return replay
     elif isinstance(command, FailCommand):
@@ -660,9 +666,9 @@ def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -
     if isinstance(command, ExecutionContextCommand):
         return _execution_context(spec, w, command, now)
     if isinstance(command, CheckpointCommand):
-        return _checkpoint(spec, w, command, now)
+        return _checkpoint(spec, w, command, now, reported_hash)
     if isinstance(command, CompleteCommand):
-        return _complete_fresh(spec, w, command, now)
+        return _complete_fresh(spec, w, command, now, reported_hash)
     if isinstance(command, FailCommand):
         return _fail(spec, w, command, now)
     if isinstance(command, CancelCommand):
