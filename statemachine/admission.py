@@ -227,7 +227,7 @@ def decide_admission(
         next_attempt_at=request.not_before,
         dependencies=request.dependencies,
     )
-    draft = Draft.adopting(spec, created, now, "admit")
+    draft = Draft(spec, created, now, "admit", adopt=True)
     evidence = {} if request.not_before is None else {"not_before": str(request.not_before)}
     draft.move("READY", actor="system.admission", actor_class="system", evidence=evidence)
     return draft.workload, AdmitReply(workload=draft.workload, created=True), draft

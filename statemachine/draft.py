@@ -40,23 +40,18 @@ class Draft:
 
     __slots__ = ("events", "now", "operation", "spec", "workload")
 
-    def __init__(self, spec: Spec, workload: Workload, now: int, operation: str) -> None:
+    def __init__(
+        self, spec: Spec, workload: Workload, now: int, operation: str, *, adopt: bool = False
+    ) -> None:
+        """A draft of a copy of `workload`; with `adopt`, of `workload` itself.
+
+        Adopt only a workload the core has just built and no one else holds.
+        """
         self.spec = spec
-        self.workload = editable_copy(workload)
+        self.workload = workload if adopt else editable_copy(workload)
         self.now = now
         self.operation = operation
         self.events: list[Event] = []
-
-    @classmethod
-    def adopting(cls, spec: Spec, workload: Workload, now: int, operation: str) -> Draft:
-        """A draft of a workload the core has just built and no one else holds: not copied."""
-        draft = cls.__new__(cls)
-        draft.spec = spec
-        draft.workload = workload
-        draft.now = now
-        draft.operation = operation
-        draft.events = []
-        return draft
 
     def move(
         self,
