@@ -54,6 +54,7 @@ from bench.common import (
     need_matplotlib,
     quiet_from,
     save,
+    save_figure,
     summary,
 )
 from bench.pgserver import Server, server
@@ -427,10 +428,7 @@ def _plot(path: Path, rows: list[dict[str, Any]]) -> None:
     right.set_ylim(0, top)
     right.set_title("lifecycles/s ÷ (raw writes/s ÷ 4)", fontsize=10)
     right.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

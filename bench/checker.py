@@ -28,6 +28,7 @@ from bench.common import (
     need_matplotlib,
     quiet_from,
     save,
+    save_figure,
     summary,
 )
 from workwarden.statemachine import default_spec
@@ -73,10 +74,7 @@ def _plot(path: Path, runs: list[dict[str, Any]]) -> None:
     ax.set_ylabel("distinct states per second")
     ax.set_title(f"Model checker, default universe ({runs[0]['states']:,} states)", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -47,6 +47,7 @@ __all__ = [
     "need_matplotlib",
     "quiet_from",
     "save",
+    "save_figure",
     "summary",
 ]
 
@@ -285,6 +286,14 @@ class Fixture:
             idempotency_key=key,
             **extra,
         )
+
+
+def save_figure(plt: Any, fig: Any, path: Path) -> None:
+    """Lay `fig` out, write it to `path` as a PNG (making its folder), and close it."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def need_matplotlib() -> Any:

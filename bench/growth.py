@@ -49,6 +49,7 @@ from bench.common import (
     need_matplotlib,
     quiet_from,
     save,
+    save_figure,
 )
 from bench.pgserver import server
 from workwarden.statemachine import Authority, Timeouts
@@ -343,10 +344,7 @@ def _plot(path: Path, result: dict[str, Any]) -> None:
     axes[3].set_ylabel("MiB")
     axes[3].set_title("authority process RSS after the calls", fontsize=10)
     axes[3].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from bench.common import (
     need_matplotlib,
     quiet_from,
     save,
+    save_figure,
     summary,
 )
 from bench.jobs import (
@@ -158,10 +159,7 @@ def _plot(path: Path, result: dict[str, Any]) -> None:
         f"{result['jobs']:,} no-op jobs, {result['workers']} worker processes, one PostgreSQL",
         fontsize=10,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

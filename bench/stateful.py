@@ -28,6 +28,7 @@ from bench.common import (
     need_matplotlib,
     quiet_from,
     save,
+    save_figure,
     summary,
 )
 
@@ -44,10 +45,7 @@ def _plot(path: Path, runs: list[dict[str, Any]]) -> None:
     ax.set_xlabel("repetition")
     ax.set_ylabel("wall time, seconds")
     ax.set_title("Stateful suite, ci profile", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
