@@ -579,17 +579,37 @@ class AuthorityMachine(RuleBasedStateMachine):
         else:
             self._confirm_cancel(writer, worker, key, fence, how)
 
-    def _start(self, writer: Authority, worker: Worker, key: str, fence: Fence, how: str) -> None:
-        outcome = self.shadow.start(key, fence_tuple(fence), self.now) if self.shadow else None
-        _, error = self._call(
-            "start",
-            f"{how} {key} by {worker.name} (token {fence.token})",
-            lambda: writer.start(key, fence, self.now),
+    def _worker_call(
+        self,
+        op: str,
+        worker: Worker,
+        key: str,
+        fence: Fence,
+        how: str,
+        call: Callable[[], Any],
+        outcome: Outcome | None,
+        *,
+        detail: str = "",
+        check: Callable[[Any], None] | None = None,
+    ) -> None:
+        """A fenced call of `worker`: made, held to the prediction (and `check`), then settled."""
+        reply, error = self._call(
+            op,
+            f"{how} {key} by {worker.name} (token {fence.token}){detail}",
+            call,
             outcome,
-            ALLOWED["start"],
+            ALLOWED[op],
         )
+        if check is not None:
+            check(reply)
         self._settle(outcome, error)
         self._after_worker_call(worker, key, error)
+
+    def _start(self, writer: Authority, worker: Worker, key: str, fence: Fence, how: str) -> None:
+        outcome = self.shadow.start(key, fence_tuple(fence), self.now) if self.shadow else None
+        self._worker_call(
+            "start", worker, key, fence, how, lambda: writer.start(key, fence, self.now), outcome
+        )
 
     def _heartbeat(
         self, writer: Authority, worker: Worker, key: str, fence: Fence, extend_ms: int, how: str
@@ -599,19 +619,25 @@ class AuthorityMachine(RuleBasedStateMachine):
             if self.shadow
             else None
         )
-        reply, error = self._call(
+
+        def lease_extended(reply: Any) -> None:
+            if isinstance(reply, Claim):
+                self._expect(
+                    reply.expires_at == self.now + extend_ms,
+                    f"heartbeat lease ends {reply.expires_at}",
+                )
+
+        self._worker_call(
             "heartbeat",
-            f"{how} {key} by {worker.name} (token {fence.token}) for {extend_ms} ms",
+            worker,
+            key,
+            fence,
+            how,
             lambda: writer.heartbeat(key, fence, self.now, extend_ms),
             outcome,
-            ALLOWED["heartbeat"],
+            detail=f" for {extend_ms} ms",
+            check=lease_extended,
         )
-        if isinstance(reply, Claim):
-            self._expect(
-                reply.expires_at == self.now + extend_ms, f"heartbeat lease ends {reply.expires_at}"
-            )
-        self._settle(outcome, error)
-        self._after_worker_call(worker, key, error)
 
     def _execution_context(
         self, writer: Authority, worker: Worker, key: str, fence: Fence, how: str
@@ -621,29 +647,29 @@ class AuthorityMachine(RuleBasedStateMachine):
             if self.shadow
             else None
         )
-        _, error = self._call(
+        self._worker_call(
             "execution_context",
-            f"{how} {key} by {worker.name} (token {fence.token})",
+            worker,
+            key,
+            fence,
+            how,
             lambda: writer.execution_context(key, fence, self.now),
             outcome,
-            ALLOWED["execution_context"],
         )
-        self._settle(outcome, error)
-        self._after_worker_call(worker, key, error)
 
     def _checkpoint(
         self, writer: Authority, worker: Worker, key: str, fence: Fence, step: int, how: str
     ) -> None:
         outcome = self.shadow.checkpoint(key, fence_tuple(fence), self.now) if self.shadow else None
-        _, error = self._call(
+        self._worker_call(
             "checkpoint",
-            f"{how} {key} by {worker.name} (token {fence.token})",
+            worker,
+            key,
+            fence,
+            how,
             lambda: writer.checkpoint(key, fence, {"step": step}, self.now),
             outcome,
-            ALLOWED["checkpoint"],
         )
-        self._settle(outcome, error)
-        self._after_worker_call(worker, key, error)
 
     @precondition(lambda self: self._holding())
     @rule(writer=writers, pick=st.integers(0, 15), output=st.integers(0, 2))
