@@ -172,11 +172,15 @@ def test_a_dependency_on_work_in_another_scope_never_lets_a_claim_through(
     assert authority.claim_next(*OURS, "ours", CAPS, CLAIMED + 3, LEASE_MS) is None
 
 
-@pytest.mark.parametrize(
+#: A sweep's scope, and the tenant and application that name it.
+SCOPED_SWEEPS = pytest.mark.parametrize(
     ("scope", "tenant", "application"),
     [(OURS, "t", "app"), (OTHER_TENANT, "u", None), (OTHER_APPLICATION, None, "billing")],
     ids=["tenant-and-application", "tenant", "application"],
 )
+
+
+@SCOPED_SWEEPS
 def test_a_scoped_recovery_sweep_touches_only_its_scope(
     authority: Authority,
     store: Store,
@@ -196,11 +200,7 @@ def test_a_scoped_recovery_sweep_touches_only_its_scope(
     assert _documents(store, others) == before
 
 
-@pytest.mark.parametrize(
-    ("scope", "tenant", "application"),
-    [(OURS, "t", "app"), (OTHER_TENANT, "u", None), (OTHER_APPLICATION, None, "billing")],
-    ids=["tenant-and-application", "tenant", "application"],
-)
+@SCOPED_SWEEPS
 def test_a_scoped_deadline_sweep_touches_only_its_scope(
     authority: Authority,
     store: Store,
