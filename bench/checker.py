@@ -1,6 +1,6 @@
 """The model checker's speed: distinct states per second on the default universe.
 
-Runs `workwarden.statemachine.checker.check(default_spec())` (what `workwarden
+Runs `workwarden.statemachine.check.checker.check(default_spec())` (what `workwarden
 check` runs) `--reps` times in this process, one core, and reports the states
 it explored, the wall time and states per second (target: 50,000 or more).
 `--profile` also writes a cProfile of one run to `results/checker-profile.txt`.
@@ -41,7 +41,7 @@ TARGET = 50_000
 
 def _check() -> Any:
     try:
-        module = importlib.import_module("workwarden.statemachine.checker")
+        module = importlib.import_module("workwarden.statemachine.check.checker")
     except ImportError as exc:
         raise SystemExit(f"the model checker is not available: {exc}") from None
     return module.check

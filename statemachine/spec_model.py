@@ -202,7 +202,7 @@ class CheckSpec(_Strict):
     """`[check]`: the bounded universe `workwarden check` explores (every key optional).
 
     Unset keys take the checker's defaults; command-line options override
-    both. See `workwarden.statemachine.universe.Universe` for each meaning.
+    both. See `workwarden.statemachine.check.universe.Universe` for each meaning.
     """
 
     workers: Annotated[int, Field(ge=1, le=4)] | None = None

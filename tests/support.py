@@ -24,8 +24,8 @@ from workwarden.statemachine import (
     Subject,
     Workload,
 )
+from workwarden.statemachine.conformance.scenarios import request as fixture_request
 from workwarden.statemachine.index import index_fields
-from workwarden.statemachine.scenarios import request as fixture_request
 from workwarden.storage import AuditRecord, Store
 
 KEY_ID = "k"

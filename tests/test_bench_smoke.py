@@ -137,7 +137,7 @@ def test_the_procrastinate_harness_says_how_to_install_procrastinate(
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("workwarden.statemachine.checker") is None,
+    importlib.util.find_spec("workwarden.statemachine.check.checker") is None,
     reason="the model checker module is not there",
 )
 def test_the_checker_harness_runs(bench: Any, tmp_path: Path) -> None:

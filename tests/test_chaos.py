@@ -26,7 +26,7 @@ from pg import postgres_database
 from support import CAPS, request
 from support import authority as make_authority
 from workwarden.chaos import ChaosConfig, ChaosReport, print_report, run_chaos
-from workwarden.chaos_audit import audit_store, claim_ending_operations
+from workwarden.chaos.audit import audit_store, claim_ending_operations
 from workwarden.cli import main
 from workwarden.statemachine import Workload, WorkloadError, default_spec
 from workwarden.statemachine.errors import CONFLICT

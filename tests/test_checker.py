@@ -10,12 +10,12 @@ import pytest
 
 from workwarden.cli import main
 from workwarden.statemachine import default_spec
-from workwarden.statemachine.checker import CheckReport, check, policy_findings
+from workwarden.statemachine.check.checker import CheckReport, check, policy_findings
+from workwarden.statemachine.check.mutants import MUTANTS
+from workwarden.statemachine.check.replay import replay_trace
+from workwarden.statemachine.check.universe import Model, Universe
 from workwarden.statemachine.diagram import diagram_dot, diagram_mermaid
 from workwarden.statemachine.models import Workload
-from workwarden.statemachine.mutants import MUTANTS
-from workwarden.statemachine.replay import replay_trace
-from workwarden.statemachine.universe import Model, Universe
 from workwarden.storage import MemoryStore, SQLiteStore
 
 #: A small universe with the racing writer, where every mutant shows within a few steps.

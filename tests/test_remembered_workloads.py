@@ -21,8 +21,8 @@ from support import CAPS, VERIFIER, request
 from workwarden.statemachine import Authority, default_spec
 from workwarden.statemachine import authority as authority_module
 from workwarden.statemachine.authority import DEFAULT_REMEMBER
+from workwarden.statemachine.conformance.vectors import all_scenarios, run_scenario
 from workwarden.statemachine.models import Attempt, Claim
-from workwarden.statemachine.vectors import all_scenarios, run_scenario
 from workwarden.storage import Store
 
 LEASE = 1_000

@@ -16,7 +16,7 @@ import pytest
 from referencing import Registry, Resource
 
 from workwarden.cli import main
-from workwarden.statemachine.schemas import schema_documents
+from workwarden.statemachine.conformance.schemas import schema_documents
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "specs" / "schema"

@@ -20,8 +20,8 @@ from support import CAPS, request
 from support import authority as authority_over
 from workwarden.cli import main
 from workwarden.statemachine import Authority, RetryPolicy
-from workwarden.statemachine.decisions import check_history, recorded_decisions
 from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.properties.decisions import check_history, recorded_decisions
 from workwarden.statemachine.spec import default_spec
 from workwarden.storage import MemoryStore, SQLiteStore
 

@@ -16,8 +16,8 @@ import pytest
 
 from workwarden.cli import main
 from workwarden.statemachine import ClaimCommand, default_spec
-from workwarden.statemachine.scenarios import Work, admitted, request, seed_scenarios
-from workwarden.statemachine.vectors import (
+from workwarden.statemachine.conformance.scenarios import Work, admitted, request, seed_scenarios
+from workwarden.statemachine.conformance.vectors import (
     Scenario,
     VectorScenario,
     all_scenarios,

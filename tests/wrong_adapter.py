@@ -19,9 +19,9 @@ import time
 from typing import Any
 
 from workwarden.adapter import serve
+from workwarden.statemachine.conformance.vectors import ReferenceImplementation
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
-from workwarden.statemachine.vectors import ReferenceImplementation
 
 BUDGET_RULE = (
     '  { when = ["budget_exhausted"], decision = "attempt_budget_exhausted", '

@@ -28,7 +28,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 from hypothesis import strategies as st
 
-from workwarden.shadow import Outcome, ShadowPlan
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Prepared
 from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Subject
@@ -36,6 +35,7 @@ from workwarden.statemachine.models import CreateWorkload, Fence, RetryPolicy, T
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import AuditRecord, IndexFields, Store
 from workwarden.storage.forwarding import ForwardingStore
+from workwarden.testing.shadow import Outcome, ShadowPlan
 
 __all__ = [
     "AGENTS",

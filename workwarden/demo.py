@@ -70,8 +70,8 @@ from workwarden.statemachine import (
     default_spec,
 )
 from workwarden.statemachine import errors as codes
-from workwarden.statemachine.decisions import check_history, decisions_taken
 from workwarden.statemachine.diagram import write_diagrams
+from workwarden.statemachine.properties.decisions import check_history, decisions_taken
 from workwarden.storage import Store
 
 __all__ = ["DemoReport", "main_demo", "run_demo"]

@@ -9,8 +9,8 @@ operator cancellations) against the store. For `seconds` it kills a random
 one of them with SIGKILL every few hundred milliseconds and starts a fresh
 one in its place under a new worker id. Then the kills stop and the
 processes drain the store, within `drain_seconds`; then they are stopped and
-the whole store and its audit log are checked (`workwarden.chaos_audit`).
-What each process does is `workwarden.chaos_workers`.
+the whole store and its audit log are checked (`workwarden.chaos.audit`).
+What each process does is `workwarden.chaos.workers`.
 
 Time is the wall clock in milliseconds: this and the demo are the only places
 where real time drives the authority. Leases are short (300 to 1000 ms), so
@@ -35,8 +35,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, TextIO
 
-from workwarden.chaos_audit import AuditFigures, Violation, audit_store
-from workwarden.chaos_workers import (
+from workwarden.chaos.audit import AuditFigures, Violation, audit_store
+from workwarden.chaos.workers import (
     APPLICATION,
     CAPABILITIES,
     COUNTERS,
@@ -230,7 +230,7 @@ class _Fleet:
         self.log_dir = log_dir
         self.context = multiprocessing.get_context("forkserver")
         # Children fork from a server that has imported everything once.
-        self.context.set_forkserver_preload(["workwarden.chaos_workers"])
+        self.context.set_forkserver_preload(["workwarden.chaos.workers"])
         self.slots = config.workers + 1
         self.shared = self.context.RawArray("q", self.slots * len(COUNTERS))
         self.stop = self.context.RawValue("b", 0)

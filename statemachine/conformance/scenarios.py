@@ -37,6 +37,14 @@ from workwarden.statemachine.commands import (
     StartCommand,
     TimeoutCommand,
 )
+from workwarden.statemachine.conformance.schemas import ClaimNextCommand
+from workwarden.statemachine.conformance.vectors import (
+    CONFORMANCE_KEY_ID,
+    CONFORMANCE_SECRET,
+    Scenario,
+    StepCommand,
+    command_json,
+)
 from workwarden.statemachine.core import claim_id_for, decide
 from workwarden.statemachine.grants import Grant, GrantSigner, SignedGrant, Subject
 from workwarden.statemachine.models import (
@@ -47,15 +55,7 @@ from workwarden.statemachine.models import (
     Timeouts,
     Workload,
 )
-from workwarden.statemachine.schemas import ClaimNextCommand
 from workwarden.statemachine.spec import default_spec
-from workwarden.statemachine.vectors import (
-    CONFORMANCE_KEY_ID,
-    CONFORMANCE_SECRET,
-    Scenario,
-    StepCommand,
-    command_json,
-)
 
 __all__ = ["Work", "admitted", "grant", "request", "seed_scenarios"]
 

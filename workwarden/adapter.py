@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from workwarden.statemachine.conformance.vectors import ReferenceImplementation
 from workwarden.statemachine.spec import load_spec
-from workwarden.statemachine.vectors import ReferenceImplementation
 
 __all__ = ["main", "serve"]
 

@@ -25,7 +25,7 @@ _UNIVERSE_INTS = (
 
 
 def _universe(args: argparse.Namespace, spec: Any) -> Any:
-    from workwarden.statemachine.universe import Universe
+    from workwarden.statemachine.check.universe import Universe
 
     overrides: dict[str, Any] = {}
     for name in _UNIVERSE_INTS:
@@ -96,10 +96,10 @@ def _print_report(report: Any, out: Any) -> None:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    from workwarden.statemachine.checker import check
-    from workwarden.statemachine.mutants import MUTANTS
+    from workwarden.statemachine.check.checker import check
+    from workwarden.statemachine.check.mutants import MUTANTS
+    from workwarden.statemachine.check.universe import Model
     from workwarden.statemachine.spec import load_spec
-    from workwarden.statemachine.universe import Model
 
     spec = load_spec(args.spec)
     universe = _universe(args, spec)
@@ -142,10 +142,10 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from workwarden.statemachine.mutants import MUTANTS
-    from workwarden.statemachine.replay import replay_trace
+    from workwarden.statemachine.check.mutants import MUTANTS
+    from workwarden.statemachine.check.replay import replay_trace
+    from workwarden.statemachine.check.universe import Model, Universe
     from workwarden.statemachine.spec import load_spec
-    from workwarden.statemachine.universe import Model, Universe
     from workwarden.storage.urls import open_store
 
     trace = json.loads(Path(args.trace).read_text(encoding="utf-8"))

@@ -24,8 +24,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from workwarden.statemachine.history import HistoryProblem, validate_events, validate_workload
 from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.properties.history import (
+    HistoryProblem,
+    validate_events,
+    validate_workload,
+)
 from workwarden.statemachine.spec import POLICIES, CompiledPolicy, Spec
 
 __all__ = ["RecordedDecision", "check_history", "decisions_taken", "recorded_decisions"]

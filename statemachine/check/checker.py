@@ -35,12 +35,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workwarden.statemachine.check.universe import (
+    Action,
+    CheckState,
+    Model,
+    StateKey,
+    Step,
+    Universe,
+)
 from workwarden.statemachine.deadlines import deadline_breach
-from workwarden.statemachine.invariants import check_workload
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget
+from workwarden.statemachine.properties.invariants import check_workload
 from workwarden.statemachine.spec import Spec
-from workwarden.statemachine.universe import Action, CheckState, Model, StateKey, Step, Universe
 
 __all__ = ["CheckReport", "Finding", "check", "policy_findings", "state_violations"]
 

@@ -29,10 +29,8 @@ from xml.etree import ElementTree
 
 from pydantic import BaseModel, ValidationError
 
-from workwarden.statemachine.models import Event
-from workwarden.statemachine.schemas import REPLY_MODELS
-from workwarden.statemachine.spec import Spec
-from workwarden.statemachine.vectors import (
+from workwarden.statemachine.conformance.schemas import REPLY_MODELS
+from workwarden.statemachine.conformance.vectors import (
     Expectation,
     ReferenceImplementation,
     Snapshot,
@@ -42,6 +40,8 @@ from workwarden.statemachine.vectors import (
     observe,
     snapshot,
 )
+from workwarden.statemachine.models import Event
+from workwarden.statemachine.spec import Spec
 
 __all__ = [
     "ConformanceProgram",

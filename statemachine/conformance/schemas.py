@@ -245,7 +245,7 @@ def schema_documents(spec: Spec | None = None) -> dict[str, dict[str, Any]]:
     """Every schema, by file name. The error codes listed are `spec`'s (the shipped spec's)."""
     spec = spec if spec is not None else default_spec()
     # Imported here: the vector model is defined beside the vectors, which need this module.
-    from workwarden.statemachine.vectors import VectorScenario
+    from workwarden.statemachine.conformance.vectors import VectorScenario
 
     out: dict[str, dict[str, Any]] = {
         "spec.schema.json": spec_json_schema(),

@@ -39,7 +39,7 @@ from itertools import pairwise
 from pydantic import ValidationError
 
 from workwarden.statemachine import Spec, Workload
-from workwarden.statemachine.history import validate_workload
+from workwarden.statemachine.properties.history import validate_workload
 from workwarden.storage import AuditRecord, Store, StoredDocument
 
 __all__ = ["AuditFigures", "Violation", "audit_store", "claim_ending_operations"]

@@ -32,11 +32,11 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority, serialise
 from workwarden.statemachine.commands import Command
+from workwarden.statemachine.conformance.schemas import ClaimNextCommand
 from workwarden.statemachine.grants import GrantVerifier
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import CreateWorkload, Event, Workload
 from workwarden.statemachine.safety import digest
-from workwarden.statemachine.schemas import ClaimNextCommand
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import AuditRecord
 from workwarden.storage.memory import MemoryStore
@@ -444,9 +444,9 @@ def extra_scenarios(spec: Spec) -> list[Scenario]:
     and the shortest that decides by each rule of each policy. Together they
     take every edge and every rule any step can reach.
     """
-    from workwarden.statemachine.checker import check
-    from workwarden.statemachine.replay import trace_commands
-    from workwarden.statemachine.universe import CHECKER_KEY, CHECKER_KEY_ID, Universe
+    from workwarden.statemachine.check.checker import check
+    from workwarden.statemachine.check.replay import trace_commands
+    from workwarden.statemachine.check.universe import CHECKER_KEY, CHECKER_KEY_ID, Universe
 
     universes = (
         ("a policy that retries", Universe.from_spec(spec, dependent=False)),
@@ -487,7 +487,7 @@ def extra_scenarios(spec: Spec) -> list[Scenario]:
 
 def all_scenarios(spec: Spec | None = None) -> list[Scenario]:
     """The seed scenarios, then `extra_scenarios`; refuses a name used twice."""
-    from workwarden.statemachine.scenarios import seed_scenarios
+    from workwarden.statemachine.conformance.scenarios import seed_scenarios
 
     spec = spec if spec is not None else default_spec()
     scenarios = [*seed_scenarios(), *extra_scenarios(spec)]
@@ -572,7 +572,7 @@ class Coverage:
 
 def coverage(spec: Spec, vectors: Sequence[VectorScenario]) -> Coverage:
     """Which edges and policy rules the vectors' committed events take, and how often."""
-    from workwarden.statemachine.decisions import decisions_taken
+    from workwarden.statemachine.properties.decisions import decisions_taken
 
     edges: Counter[tuple[str, str]] = Counter()
     rules: Counter[tuple[str, str]] = Counter()

@@ -16,15 +16,8 @@ from typing import Any
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority, Prepared
-from workwarden.statemachine.checker import _step_violations, state_violations
-from workwarden.statemachine.commands import (
-    AdmitCommand,
-    EnforceDeadlineCommand,
-    RecoverCommand,
-)
-from workwarden.statemachine.schemas import ClaimNextCommand
-from workwarden.statemachine.spec import Spec
-from workwarden.statemachine.universe import (
+from workwarden.statemachine.check.checker import _step_violations, state_violations
+from workwarden.statemachine.check.universe import (
     _CLAIM_GONE,
     _VERIFIER,
     APPLICATION,
@@ -39,6 +32,13 @@ from workwarden.statemachine.universe import (
     WorkerHold,
     worker_name,
 )
+from workwarden.statemachine.commands import (
+    AdmitCommand,
+    EnforceDeadlineCommand,
+    RecoverCommand,
+)
+from workwarden.statemachine.conformance.schemas import ClaimNextCommand
+from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import Store
 
 __all__ = ["ReplayResult", "replay_trace", "trace_commands"]

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from workwarden.statemachine.deadlines import deadline_breach
-from workwarden.statemachine.history import validate_workload
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.predicates import Facts, attempt_budget
+from workwarden.statemachine.properties.history import validate_workload
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import AuditRecord, StoredDocument
 

@@ -31,7 +31,7 @@ from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import IndexFields
 
 if TYPE_CHECKING:
-    from workwarden.statemachine.universe import CheckState, Universe
+    from workwarden.statemachine.check.universe import CheckState, Universe
 
 __all__ = [
     "CACHE_LIMIT",

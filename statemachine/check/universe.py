@@ -14,7 +14,7 @@ commands are decided by the pure core; the scheduler and the sweeps run
 through a real `Authority` over a `MemoryStore` holding the state's documents.
 
 What of a state decides its future (the abstraction the checker keys states
-by, and each document read once) is `workwarden.statemachine.abstraction`.
+by, and each document read once) is `workwarden.statemachine.check.abstraction`.
 The model also keeps the core's decision on a (document, command, instant)
 and a store step's outcome on (documents, action, instant): the core and the
 authority are deterministic, so a kept answer is the answer; these caches
@@ -28,15 +28,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workwarden.statemachine import errors
-from workwarden.statemachine.abstraction import (
+from workwarden.statemachine.admission import workload_id_for
+from workwarden.statemachine.authority import Authority, serialise
+from workwarden.statemachine.check.abstraction import (
     CACHE_LIMIT,
     Abstraction,
     DocumentFacts,
     StateKey,
     keep,
 )
-from workwarden.statemachine.admission import workload_id_for
-from workwarden.statemachine.authority import Authority, serialise
 from workwarden.statemachine.commands import (
     AdmitCommand,
     CancelCommand,

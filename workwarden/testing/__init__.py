@@ -10,8 +10,8 @@ old fences, and a writer's `prepare` held while others commit, then
 committed (every read-decide-write race, without threads or sleeps).
 
 After every step it checks the committed store against the named invariants
-of `workwarden.statemachine.invariants`, and before every call it asks an
-independent shadow model (`workwarden.shadow`) what must happen: the call
+of `workwarden.statemachine.properties.invariants`, and before every call it asks an
+independent shadow model (`workwarden.testing.shadow`) what must happen: the call
 fails the run when the authority disagrees. A refused call must change
 nothing. A failing run prints the shortest program Hypothesis found, step by
 step, with each call and its outcome noted.
@@ -61,7 +61,6 @@ from hypothesis.stateful import (
 )
 from pydantic import ValidationError
 
-from workwarden.shadow import Outcome, ShadowModel
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority, Prepared
 from workwarden.statemachine.commands import (
@@ -83,13 +82,6 @@ from workwarden.statemachine.commands import (
     SweepReply,
     TimeoutCommand,
 )
-from workwarden.statemachine.invariants import (
-    check_audit,
-    check_scopes,
-    check_store,
-    check_workload,
-    check_write,
-)
 from workwarden.statemachine.models import (
     Claim,
     CreateWorkload,
@@ -97,12 +89,20 @@ from workwarden.statemachine.models import (
     Result,
     Workload,
 )
+from workwarden.statemachine.properties.invariants import (
+    check_audit,
+    check_scopes,
+    check_store,
+    check_workload,
+    check_write,
+)
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     IndexFields,
     StoredDocument,
 )
-from workwarden.testing_support import (
+from workwarden.testing.shadow import Outcome, ShadowModel
+from workwarden.testing.support import (
     ALLOWED,
     APPLICATION,
     CAPABILITY_SETS,
@@ -1404,7 +1404,7 @@ class AuthorityMachine(RuleBasedStateMachine):
 
     @invariant()
     def committed_store_keeps_every_invariant(self) -> None:
-        """Every invariant of `workwarden.statemachine.invariants`, and the shadow model's view."""
+        """Every invariant of `statemachine.properties.invariants`, and the shadow model's view."""
         spec = type(self).spec
         documents = list(self.store.scan())
         audit = list(self.store.audit_log())

@@ -1,6 +1,6 @@
 """The `workwarden` command line.
 
-Each group of subcommands lives in its own module (`cli_*.py`) and registers
+Each group of subcommands lives in its own module (`workwarden/cli/*.py`) and registers
 itself through a `register(subparsers)` function listed in `_MODULES`. A
 command returns its exit status; a `WorkloadError` reaching this level is
 printed as `CODE: message` on standard error with exit status 1, never as a
@@ -22,14 +22,14 @@ __all__ = ["main"]
 
 #: Modules that add subcommands, in the order they appear in `--help`.
 _MODULES = (
-    "workwarden.cli_check",
-    "workwarden.cli_demo",
-    "workwarden.cli_spec",
-    "workwarden.cli_diagram",
-    "workwarden.cli_store",
-    "workwarden.cli_inspect",
-    "workwarden.cli_reference",
-    "workwarden.cli_chaos",
+    "workwarden.cli.check",
+    "workwarden.cli.demo",
+    "workwarden.cli.spec",
+    "workwarden.cli.diagram",
+    "workwarden.cli.store",
+    "workwarden.cli.inspect",
+    "workwarden.cli.reference",
+    "workwarden.cli.chaos",
 )
 
 

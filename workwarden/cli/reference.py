@@ -29,12 +29,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from workwarden.statemachine import errors
-from workwarden.statemachine.conform import ScenarioResult, junit_xml, run_conformance
-from workwarden.statemachine.decisions import check_history, recorded_decisions
+from workwarden.statemachine.conformance.conform import ScenarioResult, junit_xml, run_conformance
+from workwarden.statemachine.conformance.schemas import (
+    render_schema,
+    schema_documents,
+    write_schemas,
+)
+from workwarden.statemachine.conformance.vectors import (
+    coverage,
+    generate_vectors,
+    read_vectors,
+    render_vectors,
+)
 from workwarden.statemachine.models import Event, Workload
-from workwarden.statemachine.schemas import render_schema, schema_documents, write_schemas
+from workwarden.statemachine.properties.decisions import check_history, recorded_decisions
 from workwarden.statemachine.spec import Spec, load_spec
-from workwarden.statemachine.vectors import coverage, generate_vectors, read_vectors, render_vectors
 from workwarden.storage import StoreError, open_store
 
 __all__ = ["load_history_file", "register", "shipped_vectors_text"]
