@@ -97,11 +97,12 @@ def execution_fields(
 
 def admitted_not_before(workload: Workload) -> int | None:
     """The `not_before` a workload was admitted with (from its admission event)."""
-    for event in workload.execution_history:
-        if event.to == "READY":
-            value = event.evidence.get("not_before")
-            return int(value) if value is not None else None
-    return None
+    history = workload.execution_history
+    if not history:
+        return None
+    # The admitting edge is the first event of every history.
+    value = history[0].evidence.get("not_before")
+    return int(value) if value is not None else None
 
 
 def _replay(existing: Workload, request: CreateWorkload) -> AdmitReply:
@@ -221,7 +222,7 @@ def decide_admission(
         idempotency_key=request.idempotency_key,
         created_at=now,
         updated_at=now,
-        state="CREATED",
+        state=spec.initial_state,
         retry_policy=request.retry_policy,
         timeouts=request.timeouts,
         next_attempt_at=request.not_before,
@@ -229,5 +230,13 @@ def decide_admission(
     )
     draft = Draft(spec, created, now, "admit", adopt=True)
     evidence = {} if request.not_before is None else {"not_before": str(request.not_before)}
-    draft.move("READY", actor="system.admission", actor_class="system", evidence=evidence)
+    admit = spec.operations[draft.operation]
+    # Checked at load: the admitting operation takes one edge, out of the initial state.
+    edge = spec.edges_for(created.state, admit.name)[0]
+    draft.move(
+        edge.to,
+        actor=admit.spec.acting_as or admit.actor,
+        actor_class=admit.actor,
+        evidence=evidence,
+    )
     return draft.workload, AdmitReply(workload=draft.workload, created=True), draft

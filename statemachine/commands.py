@@ -3,6 +3,8 @@
 A command is data: which operation, on which workload, with which arguments.
 The instant `now` is passed beside it, never read from a clock. Every command
 model refuses unknown fields, so a typo is `WORKLOAD_INVALID`, not silence.
+`ClaimNextCommand` is the scheduler's, outside `Command`: the core never
+decides it alone, but the conformance protocol and checker traces send it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from workwarden.statemachine.models import (
 )
 
 __all__ = [
+    "CARRIES_FENCE",
     "AdmitCommand",
     "AdmitReply",
     "CancelCommand",
     "CheckpointCommand",
     "ClaimCommand",
+    "ClaimNextCommand",
     "Command",
     "CompleteCommand",
     "ConfirmCancelCommand",
@@ -32,6 +36,7 @@ __all__ = [
     "ExecutionContextCommand",
     "FailCommand",
     "HeartbeatCommand",
+    "OperatorCommand",
     "RecoverCommand",
     "RetryCommand",
     "StartCommand",
@@ -169,6 +174,32 @@ class EnforceDeadlineCommand(_Command):
     workload_id: Name
 
 
+class OperatorCommand(_Command):
+    """An operator takes `operation`, an operation of the spec whose effect is `move`.
+
+    The command of the operations a spec adds without code (a pause and a
+    resume, an approval and a rejection): the operation's edge out of the
+    workload's state is found in the table, and `reason` is recorded with it.
+    """
+
+    op: Literal["operator"] = "operator"
+    operation: Name
+    workload_id: Name
+    actor: Name
+    reason: Annotated[str, Field(strict=True, max_length=4096)] | None = None
+
+
+#: The commands a worker sends through its fence (a fenced operation takes one of these).
+CARRIES_FENCE = (
+    StartCommand,
+    HeartbeatCommand,
+    ExecutionContextCommand,
+    CheckpointCommand,
+    CompleteCommand,
+    FailCommand,
+    ConfirmCancelCommand,
+)
+
 Command = Annotated[
     AdmitCommand
     | ClaimCommand
@@ -183,10 +214,28 @@ Command = Annotated[
     | TimeoutCommand
     | RetryCommand
     | RecoverCommand
-    | EnforceDeadlineCommand,
+    | EnforceDeadlineCommand
+    | OperatorCommand,
     Field(discriminator="op"),
 ]
 """Any command, told apart by `op`."""
+
+
+class ClaimNextCommand(_Command):
+    """The scheduler as one command: claim the best claimable workload of a tenant and application.
+
+    Not a command of the pure core (it reads many workloads); the conformance
+    protocol carries it so that priority, eligibility, capability, dependency
+    and tenant gating are held to the reference too. The reply is the claim,
+    or `null` when nothing is claimable.
+    """
+
+    op: Literal["claim_next"] = "claim_next"
+    tenant_id: Name
+    application_id: Name
+    worker_id: Name
+    capabilities: StrSet = ()
+    lease_ms: LeaseMs
 
 
 class AdmitReply(BaseModel):

@@ -28,7 +28,7 @@ def _instants(spec: Spec, workload: Workload) -> list[tuple[str, int]]:
         table = spec.deadline_kinds[kind]
         if workload.state not in table.while_states:
             continue
-        anchor = ANCHORS[table.anchor][0](workload)
+        anchor = ANCHORS[table.anchor][0](workload, spec.roles)
         if anchor is None:
             continue
         out.append((kind, anchor + duration))

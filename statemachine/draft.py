@@ -73,7 +73,7 @@ class Draft:
                 {"from": w.state, "to": target, "operation": op},
             )
         source = w.state
-        w.state, event_type = fire(self.spec, source, target)
+        w.state, event_type = fire(self.spec.machine, edge)
         w.updated_at = self.now
         history = w.execution_history
         event = Event(

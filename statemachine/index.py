@@ -17,8 +17,8 @@ __all__ = ["index_fields"]
 
 def index_fields(spec: Spec, workload: Workload) -> IndexFields:
     """The index fields of `workload` under `spec`."""
-    claimable = any(edge.to == "CLAIMED" for edge in spec.edges_for(workload.state, "claim"))
-    recoverable = bool(spec.edges_for(workload.state, "recover_expired"))
+    claimable = spec.available(workload.state, "claim")
+    recoverable = spec.available(workload.state, "recover_expired")
     claim = workload.current_claim
     return IndexFields(
         tenant=workload.tenant_id,

@@ -8,14 +8,13 @@ becomes `WORKLOAD_TRANSITION_DENIED`. Nothing is injected onto our objects.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from transitions import Machine, MachineError
 
 from workwarden.statemachine import errors
-
-if TYPE_CHECKING:
-    from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.spec_model import TransitionSpec
 
 __all__ = ["StateCursor", "build_machine", "fire"]
 
@@ -29,15 +28,15 @@ class StateCursor:
         self.state = state
 
 
-def build_machine(spec: Spec) -> Any:
+def build_machine(states: Sequence[str], transitions: Sequence[TransitionSpec]) -> Any:
     """A machine with the spec's states and one trigger per event (sources to target)."""
     return Machine(
         model=None,
-        states=list(spec.states),
+        states=list(states),
         initial=None,
         transitions=[
             {"trigger": edge.event, "source": edge.from_state, "dest": edge.to}
-            for edge in spec.data.transitions
+            for edge in transitions
         ],
         auto_transitions=False,
         ignore_invalid_triggers=False,
@@ -45,21 +44,15 @@ def build_machine(spec: Spec) -> Any:
     )
 
 
-def fire(spec: Spec, state: str, target: str) -> tuple[str, str]:
-    """Move from `state` to `target` through the machine; return (new state, event name).
+def fire(machine: Any, edge: TransitionSpec) -> tuple[str, str]:
+    """Take `edge` through `machine`; return (new state, event name).
 
-    Raises `WORKLOAD_TRANSITION_DENIED` when the table has no such edge.
+    Raises `WORKLOAD_TRANSITION_DENIED` when the machine refuses it.
     """
-    edge = spec.edge(state, target)
-    if edge is None:
-        raise errors.WorkloadError(
-            errors.TRANSITION_DENIED,
-            f"{state} cannot transition to {target}",
-            {"from": state, "to": target},
-        )
+    state, target = edge.from_state, edge.to
     cursor = StateCursor(state)
     try:
-        moved = spec.machine.events[edge.event].trigger(cursor)
+        moved = machine.events[edge.event].trigger(cursor)
     except MachineError:
         moved = False
     if not moved or cursor.state != target:

@@ -175,16 +175,9 @@ class Claim(_Model):
         return Fence(claim_id=self.claim_id, worker_id=self.worker_id, token=self.fencing_token)
 
 
-AttemptStatus = Literal[
-    "CLAIMED",
-    "RUNNING",
-    "CHECKPOINTED",
-    "SUCCEEDED",
-    "FAILED",
-    "TIMED_OUT",
-    "CANCELLED",
-    "WORKER_LOST",
-]
+#: An attempt's status: the `attempt_status` of the operation that last acted on it
+#: (`[operations]` in the spec).
+AttemptStatus = Name
 
 
 class Attempt(_Model):

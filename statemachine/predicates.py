@@ -16,16 +16,37 @@ __all__ = [
     "ANCHORS",
     "PREDICATES",
     "Facts",
+    "Roles",
     "attempt_budget",
     "operator_retries",
 ]
 
 
 @dataclass(frozen=True, slots=True)
+class Roles:
+    """The states by what they are for, derived from the spec's table (`Spec.roles`).
+
+    The core and the predicates name no state: they ask which states play a
+    role. `initial`: where a workload is created (the admitting operation's
+    edge starts there). `queued`: states of kind queued. `claimed`: the
+    active states a claim leads into. `succeeded`: the states a recorded
+    result leads into. `cancelling`: the active states a cancellation leads
+    into (the worker is asked to confirm it).
+    """
+
+    initial: str = ""
+    queued: frozenset[str] = frozenset()
+    claimed: frozenset[str] = frozenset()
+    succeeded: frozenset[str] = frozenset()
+    cancelling: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
-    """What a policy decides on: the committed workload and what the operation reports."""
+    """What a policy decides on: the committed workload, the spec's roles, the report."""
 
     workload: Workload
+    roles: Roles
     failure_kind: str | None = None
     effect: str | None = None
     deadline_bounds: str | None = None
@@ -67,7 +88,7 @@ def _budget_exhausted(facts: Facts) -> bool:
 
 
 def _cancellation_requested(facts: Facts) -> bool:
-    return facts.workload.state == "CANCELLATION_REQUESTED"
+    return facts.workload.state in facts.roles.cancelling
 
 
 def _deadline_bounds_work(facts: Facts) -> bool:
@@ -92,7 +113,8 @@ PREDICATES: dict[str, tuple[Callable[[Facts], bool], str]] = {
     ),
     "cancellation_requested": (
         _cancellation_requested,
-        "the workload is in CANCELLATION_REQUESTED",
+        "the workload is in a state a cancellation of active work leads into"
+        " (CANCELLATION_REQUESTED in the shipped spec)",
     ),
     "deadline_bounds_work": (
         _deadline_bounds_work,
@@ -101,14 +123,14 @@ PREDICATES: dict[str, tuple[Callable[[Facts], bool], str]] = {
 }
 
 
-def _admitted(workload: Workload) -> int | None:
+def _admitted(workload: Workload, roles: Roles) -> int | None:
     return workload.created_at
 
 
-def _ready_or_eligible(workload: Workload) -> int | None:
+def _ready_or_eligible(workload: Workload, roles: Roles) -> int | None:
     ready_since = workload.created_at
     for event in reversed(workload.execution_history):
-        if event.to == "READY":
+        if event.to in roles.queued:
             ready_since = event.at
             break
     if workload.next_attempt_at is not None:
@@ -116,26 +138,26 @@ def _ready_or_eligible(workload: Workload) -> int | None:
     return ready_since
 
 
-def _claimed(workload: Workload) -> int | None:
+def _claimed(workload: Workload, roles: Roles) -> int | None:
     claim = workload.current_claim
     return claim.claimed_at if claim is not None else None
 
 
-def _started(workload: Workload) -> int | None:
+def _started(workload: Workload, roles: Roles) -> int | None:
     return workload.attempts[-1].started_at if workload.attempts else None
 
 
-def _last_heartbeat(workload: Workload) -> int | None:
+def _last_heartbeat(workload: Workload, roles: Roles) -> int | None:
     claim = workload.current_claim
     return claim.last_heartbeat if claim is not None else None
 
 
 #: Anchor name -> (function, one-line meaning). Deadlines name these.
-ANCHORS: dict[str, tuple[Callable[[Workload], int | None], str]] = {
+ANCHORS: dict[str, tuple[Callable[[Workload, Roles], int | None], str]] = {
     "admitted": (_admitted, "the admission instant (created_at)"),
     "ready_or_eligible": (
         _ready_or_eligible,
-        "the last time it became READY, or its eligibility instant if later",
+        "the last time it entered a queued state, or its eligibility instant if later",
     ),
     "claimed": (_claimed, "the current claim's instant"),
     "started": (_started, "the current attempt's start"),

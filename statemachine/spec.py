@@ -17,20 +17,21 @@ from importlib import resources
 from pathlib import Path
 
 from workwarden.statemachine import errors
-from workwarden.statemachine.predicates import PREDICATES, Facts
+from workwarden.statemachine.effects import EFFECTS
+from workwarden.statemachine.machine import build_machine
+from workwarden.statemachine.predicates import PREDICATES, Facts, Roles
 from workwarden.statemachine.spec_checks import parse_spec_text, raised_codes
 from workwarden.statemachine.spec_model import (
     ACTOR_CLASSES,
     BACKOFF_SHAPES,
     DEADLINE_KINDS,
-    OPERATIONS,
-    POLICIES,
-    REQUIRED_STATES,
+    STATE_KINDS,
     BackoffSpec,
     DeadlineKindSpec,
     DeadlinesSpec,
     ErrorSpec,
     LimitsSpec,
+    OperationSpec,
     PolicySpec,
     Problem,
     RuleSpec,
@@ -48,18 +49,19 @@ __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
     "DEADLINE_KINDS",
-    "OPERATIONS",
-    "POLICIES",
-    "REQUIRED_STATES",
+    "STATE_KINDS",
     "BackoffSpec",
+    "CompiledOperation",
     "CompiledPolicy",
     "CompiledRule",
     "DeadlineKindSpec",
     "DeadlinesSpec",
     "ErrorSpec",
     "LimitsSpec",
+    "OperationSpec",
     "PolicySpec",
     "Problem",
+    "Roles",
     "RuleSpec",
     "SecretsSpec",
     "Spec",
@@ -133,6 +135,37 @@ class CompiledPolicy:
         return self.first_match(truth)
 
 
+@dataclass(frozen=True, slots=True)
+class CompiledOperation:
+    """An operation of the spec's table, with its policy resolved.
+
+    `gate` is the policy consulted before the operation's own edge (a policy
+    without `via`); `via_policy` the one whose `via` state the operation
+    enters, whose rules then pick the target. At most one of them is set.
+    """
+
+    name: str
+    spec: OperationSpec
+    policy: CompiledPolicy | None
+
+    @property
+    def actor(self) -> str:
+        """The actor class that may call the operation."""
+        return self.spec.actor
+
+    @property
+    def gate(self) -> CompiledPolicy | None:
+        """The policy decided before the operation's own edge, if any."""
+        policy = self.policy
+        return policy if policy is not None and policy.spec.via is None else None
+
+    @property
+    def via_policy(self) -> CompiledPolicy | None:
+        """The policy that decides once the operation has entered its `via` state."""
+        policy = self.policy
+        return policy if policy is not None and policy.spec.via is not None else None
+
+
 class Spec:
     """A validated spec, compiled for the core: lookups, policies and the machine.
 
@@ -182,14 +215,51 @@ class Spec:
         self.terminal_states = frozenset(n for n, s in data.states.items() if s.kind == "terminal")
         #: The states in which a worker holds the work (kind "active").
         self.claimed_states = frozenset(n for n, s in data.states.items() if s.kind == "active")
-        # Imported here: the machine module depends on the compiled spec's tables.
-        from workwarden.statemachine.machine import build_machine
-
-        self.machine = build_machine(self)
+        self.operations: dict[str, CompiledOperation] = {
+            name: CompiledOperation(
+                name=name,
+                spec=operation,
+                policy=self.policies[operation.policy] if operation.policy is not None else None,
+            )
+            for name, operation in data.operations.items()
+        }
+        #: The operation each policy decides for (the first that names it).
+        self.policy_operation: dict[str, str] = {}
+        for name, row in data.operations.items():
+            if row.policy is not None:
+                self.policy_operation.setdefault(row.policy, name)
+        #: The operation that enforces fallen deadlines (its row is used at worker calls too).
+        self.deadline_operation = next(
+            (n for n, op in data.operations.items() if op.effect == "enforce_deadline"), ""
+        )
+        self.roles = _roles(data)
+        #: The state a workload is created in: where the admitting operation's edge starts.
+        self.initial_state = self.roles.initial
+        self.machine = build_machine(list(data.states), data.transitions)
 
     def edges_for(self, state: str, operation: str) -> list[TransitionSpec]:
         """The edges out of `state` that `operation` may take."""
         return self._by_operation.get((state, operation), [])
+
+    def own_edge(self, state: str, operation: str) -> TransitionSpec | None:
+        """The edge `operation` itself takes out of `state` (not one its policy decides).
+
+        None when the table has none: the operation is not available there.
+        An operation is never available from a transient state (those exist
+        only inside the commit that entered them).
+        """
+        if self.states[state].kind == "transient":
+            return None
+        edges = self._by_operation.get((state, operation))
+        return edges[0] if edges else None
+
+    def effect_command(self, operation: CompiledOperation) -> type:
+        """The command type an operation takes (the one its effect is declared with)."""
+        return EFFECTS[operation.spec.effect].command
+
+    def available(self, state: str, operation: str) -> bool:
+        """May `operation` be called on a workload in `state`?"""
+        return self.own_edge(state, operation) is not None
 
     def edge(self, source: str, target: str) -> TransitionSpec | None:
         """The edge from `source` to `target`, if the table has one."""
@@ -197,6 +267,32 @@ class Spec:
 
     def __repr__(self) -> str:
         return f"<Spec {self.data.spec.name} from {self.source}>"
+
+
+def _roles(data: SpecFile) -> Roles:
+    """What the core needs to know of the states by what they are for, derived from the table."""
+    effects = {name: op.effect for name, op in data.operations.items()}
+
+    def targets(effect: str) -> frozenset[str]:
+        return frozenset(
+            edge.to
+            for edge in data.transitions
+            if any(effects.get(op) == effect for op in edge.operations)
+        )
+
+    kinds = {name: state.kind for name, state in data.states.items()}
+    initial = sorted(
+        edge.from_state
+        for edge in data.transitions
+        if any(effects.get(op) == "admit" for op in edge.operations)
+    )
+    return Roles(
+        initial=initial[0] if initial else "",
+        queued=frozenset(n for n, k in kinds.items() if k == "queued"),
+        claimed=targets("lease") - frozenset(n for n, k in kinds.items() if k != "active"),
+        succeeded=targets("record_result"),
+        cancelling=frozenset(s for s in targets("cancel") if kinds.get(s) == "active"),
+    )
 
 
 def check_spec_file(path: str | Path) -> list[Problem]:
@@ -264,6 +360,7 @@ def spec_summary(spec: Spec) -> Mapping[str, int]:
     return {
         "states": len(spec.states),
         "transitions": len(spec.edges),
+        "operations": len(spec.operations),
         "policies": len(spec.policies),
         "errors": len(spec.errors),
     }

@@ -20,16 +20,17 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.commands import CARRIES_FENCE
+from workwarden.statemachine.effects import EFFECTS
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
 from workwarden.statemachine.spec_model import (
     BACKOFF_SHAPES,
     DEADLINE_KINDS,
-    OPERATIONS,
-    POLICIES,
-    REQUIRED_STATES,
+    REQUIRED_OPERATIONS,
     BackoffSpec,
     DeadlineKindSpec,
     ErrorSpec,
+    OperationSpec,
     PolicySpec,
     Problem,
     RuleSpec,
@@ -117,6 +118,7 @@ class _Parts:
     transitions: list[tuple[int, TransitionSpec]]
     transitions_complete: bool
     policies: dict[str, _PolicyParts | None] | None
+    operations: dict[str, OperationSpec | None] | None
     backoff: dict[str, BackoffSpec | None] | None
     deadline_order: list[str] | None
     deadline_kinds: dict[str, DeadlineKindSpec | None] | None
@@ -154,6 +156,7 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
             if isinstance(policies, dict)
             else None
         ),
+        operations=_table(OperationSpec, raw.get("operations")),
         backoff=_table(BackoffSpec, raw.get("backoff")),
         deadline_order=(
             order if isinstance(order, list) and all(isinstance(k, str) for k in order) else None
@@ -176,6 +179,13 @@ class _Checker:
         self.edges: dict[tuple[str, str], TransitionSpec] = {}
         for _, edge in parts.transitions:
             self.edges.setdefault((edge.from_state, edge.to), edge)
+        operations = parts.operations or {}
+        self.valid_operations = ", ".join(operations)
+        #: Policy name -> the operations that consult it, in declaration order.
+        self.consulted_by: dict[str, list[str]] = {}
+        for name, op in operations.items():
+            if op is not None and op.policy is not None:
+                self.consulted_by.setdefault(op.policy, []).append(name)
 
     def add(self, field: str, message: str) -> None:
         self.problems.append(Problem(self.file, field, message))
@@ -197,6 +207,7 @@ class _Checker:
     def run(self) -> list[Problem]:
         self.states()
         self.transitions()
+        self.operations()
         self.policies()
         self.backoff()
         self.deadlines()
@@ -211,9 +222,6 @@ class _Checker:
         for name in states:
             if not _STATE_NAME.match(name):
                 self.add(f"states.{name}", "a state name is SCREAMING_SNAKE_CASE")
-        for name in REQUIRED_STATES:
-            if name not in states:
-                self.add("states", f"missing state {name!r}, which the core refers to")
 
     def transitions(self) -> None:
         first_edge: dict[tuple[str, str], int] = {}
@@ -245,10 +253,10 @@ class _Checker:
                     f"(transitions[{seen[0]}]): the machine would be ambiguous",
                 )
             for j, operation in enumerate(edge.operations):
-                if operation not in OPERATIONS:
+                if self.parts.operations is not None and operation not in self.parts.operations:
                     self.add(
                         f"{where}.operations[{j}]",
-                        f"unknown operation {operation!r} (valid: {', '.join(OPERATIONS)})",
+                        f"unknown operation {operation!r} (valid: {self.valid_operations})",
                     )
             self.exit(where, edge)
 
@@ -282,19 +290,121 @@ class _Checker:
             for edge in self.edges.values()
         )
 
+    def operations(self) -> None:
+        operations = self.parts.operations
+        if operations is None:
+            return
+        for name, effect in REQUIRED_OPERATIONS.items():
+            if name not in operations:
+                self.add("operations", f"missing operation {name!r}, which the commands call")
+                continue
+            entry = operations[name]
+            if entry is not None and entry.effect != effect:
+                self.add(
+                    f"operations.{name}.effect",
+                    f"the {name!r} command needs the effect {effect!r}, not {entry.effect!r}",
+                )
+        for name, entry in operations.items():
+            if entry is not None:
+                self.operation(f"operations.{name}", name, entry)
+
+    def operation(self, where: str, name: str, op: OperationSpec) -> None:
+        info = EFFECTS.get(op.effect)
+        if info is None:
+            self.add(
+                f"{where}.effect",
+                f"unknown effect {op.effect!r} (valid: {', '.join(EFFECTS)})",
+            )
+        else:
+            if op.fenced and not issubclass(info.command, CARRIES_FENCE):
+                self.add(f"{where}.fenced", f"the effect {op.effect!r} takes no fence")
+            if info.sets_attempt and op.attempt_status is None:
+                self.add(
+                    f"{where}.attempt_status",
+                    f"the effect {op.effect!r} marks an attempt: say with which status",
+                )
+        policy = None
+        if op.policy is not None and self.parts.policies is not None:
+            if op.policy not in self.parts.policies:
+                self.add(
+                    f"{where}.policy",
+                    f"unknown policy {op.policy!r} (valid: {', '.join(self.parts.policies)})",
+                )
+            else:
+                policy = self.parts.policies[op.policy]
+        if info is not None:
+            kind = "none" if op.policy is None else None
+            if policy is not None:
+                kind = "via" if policy.via is not None else "gate"
+            if kind is not None and info.policy not in ("any", kind):
+                wanted = {
+                    "via": "a policy with `via`",
+                    "gate": "no policy, or one without `via`",
+                    "none": "no policy",
+                }[info.policy]
+                self.add(f"{where}.policy", f"the effect {op.effect!r} takes {wanted}")
+        if self.parts.errors is not None and op.denied not in self.parts.errors:
+            self.add(f"{where}.denied", f"unknown error code {op.denied!r}")
+        if not self.parts.transitions_complete:
+            return
+        edges = [e for e in self.edges.values() if name in e.operations]
+        if op.stays and edges:
+            self.add(f"{where}.stays", f"{name!r} is listed on edges, so it does not stay")
+        elif not op.stays and not edges:
+            self.add(where, f"no edge lists {name!r} (set stays = true if it takes none)")
+        for edge in edges:
+            if op.actor not in edge.actors and "system" not in edge.actors:
+                self.add(
+                    where,
+                    f"the edge {edge.from_state} -> {edge.to} lets neither {op.actor!r} nor the"
+                    " system take it",
+                )
+        if op.policy is None or policy is not None:
+            self.resolution(where, name, op, policy, edges)
+
+    def resolution(
+        self,
+        where: str,
+        name: str,
+        op: OperationSpec,
+        policy: _PolicyParts | None,
+        edges: list[TransitionSpec],
+    ) -> None:
+        """Each (state, operation) pair resolves to one edge, or to the policy's rules."""
+        by_source: dict[str, list[str]] = {}
+        known = self.parts.states or {}
+        for edge in edges:
+            if edge.from_state in known and edge.to in known:
+                by_source.setdefault(edge.from_state, []).append(edge.to)
+        picked = {rule.to for _, rule in policy.rules if rule.to} if policy else set()
+        if op.effect == "admit" and len(by_source) != 1:
+            self.add(where, "the admitting operation must leave exactly one (initial) state")
+        for source, targets in sorted(by_source.items()):
+            if len(targets) < 2:
+                continue
+            if policy is not None and policy.via == source and set(targets) <= picked:
+                continue
+            if policy is not None and policy.via is None:
+                own = [t for t in targets if t not in picked]
+                if len(own) <= 1:
+                    continue
+            self.add(
+                where,
+                f"{name!r} leaves {source} for {', '.join(sorted(targets))}: one edge, or the"
+                f" `via` state of its policy whose rules pick the target",
+            )
+
     def policies(self) -> None:
         policies = self.parts.policies
         if policies is None:
             return
-        for name in POLICIES:
-            if name not in policies:
-                self.add("policies", f"missing policy {name!r}, which the core consults")
         for name, policy in policies.items():
             where = f"policies.{name}"
-            if name not in POLICIES:
-                self.add(where, f"unknown policy {name!r} (valid: {', '.join(POLICIES)})")
+            users = self.consulted_by.get(name)
+            if self.parts.operations is not None and not users:
+                self.add(where, f"no operation consults the policy {name!r}")
             if policy is not None:
-                self.policy(where, POLICIES.get(name), policy)
+                self.policy(where, users[0] if users else None, policy)
 
     def policy(self, where: str, operation: str | None, policy: _PolicyParts) -> None:
         via = policy.via
@@ -414,13 +524,28 @@ class _Checker:
                 if kind not in order:
                     self.add("deadlines.order", f"deadline {kind!r} is not in the order")
 
+    @property
+    def deadline_operation(self) -> str:
+        """The operation that enforces deadlines (the one whose effect is enforce_deadline)."""
+        operations = self.parts.operations or {}
+        return next(
+            (n for n, op in operations.items() if op and op.effect == "enforce_deadline"), ""
+        )
+
     def deadline(self, where: str, entry: DeadlineKindSpec) -> None:
         if entry.anchor not in ANCHORS:
             self.add(
                 f"{where}.anchor",
                 f"unknown anchor {entry.anchor!r} (valid: {', '.join(ANCHORS)})",
             )
-        policy = self.parts.policies.get("deadline") if self.parts.policies is not None else None
+        operations = self.parts.operations or {}
+        row = operations.get(self.deadline_operation)
+        name = row.policy if row is not None else None
+        policy = (
+            self.parts.policies.get(name)
+            if self.parts.policies is not None and name is not None
+            else None
+        )
         via = policy.via if policy is not None else None
         for s, state in enumerate(entry.while_states):
             known = self.check_state(f"{where}.while[{s}]", state)
@@ -428,11 +553,12 @@ class _Checker:
                 known
                 and via is not None
                 and self.parts.transitions_complete
-                and not self.edge_taking(state, via, "enforce_deadlines")
+                and not self.edge_taking(state, via, self.deadline_operation)
             ):
                 self.add(
                     f"{where}.while[{s}]",
-                    f"no edge {state} -> {via} lets the system take it by 'enforce_deadlines'",
+                    f"no edge {state} -> {via} lets the system take it by "
+                    f"{self.deadline_operation!r}",
                 )
 
     def secrets(self) -> None:

@@ -17,15 +17,15 @@ __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
     "DEADLINE_KINDS",
-    "OPERATIONS",
-    "POLICIES",
-    "REQUIRED_STATES",
+    "REQUIRED_OPERATIONS",
+    "STATE_KINDS",
     "BackoffSpec",
     "CheckSpec",
     "DeadlineKindSpec",
     "DeadlinesSpec",
     "ErrorSpec",
     "LimitsSpec",
+    "OperationSpec",
     "PolicySpec",
     "Problem",
     "RuleSpec",
@@ -42,49 +42,29 @@ __all__ = [
 ActorClass = Literal["worker", "system", "operator"]
 ACTOR_CLASSES: tuple[str, ...] = ("worker", "system", "operator")
 
-#: The operations the core implements; edges name the ones that take them.
-OPERATIONS: dict[str, str] = {
-    "admit": "admit a workload (idempotent per requester-scoped key)",
-    "claim": "claim a READY workload by id",
-    "claim_next": "claim the next claimable workload of a tenant and application",
-    "start": "start the claimed attempt",
-    "heartbeat": "extend the lease of the current claim",
-    "execution_context": "read the input, checkpoints and scopes through a fence",
-    "checkpoint": "record progress of the running attempt",
-    "complete": "record the attempt's result",
-    "fail": "report the attempt's failure",
-    "cancel": "cancel the workload, or request cancellation from its worker",
-    "confirm_cancel": "the worker confirms a requested cancellation",
-    "timeout": "an operator times the workload out",
-    "retry": "an operator re-arms failed, timed-out or dead-lettered work",
-    "recover_expired": "the sweep recovers work whose lease expired",
-    "enforce_deadlines": "a fallen deadline is enforced (by the sweep, or at a worker call)",
-}
+#: The kinds of state: queued (waiting for a worker), held (waiting for an
+#: operator: never claimed), active (held by a worker), terminal (at rest,
+#: finished), transient (exists only inside one commit).
+STATE_KINDS: tuple[str, ...] = ("queued", "held", "active", "terminal", "transient")
 
-#: The policies the core consults, and the operation each decides for.
-POLICIES: dict[str, str] = {
-    "failure": "fail",
-    "recovery": "recover_expired",
-    "deadline": "enforce_deadlines",
-    "operator_timeout": "timeout",
-    "claim": "claim",
+#: The operations the library's commands call, and the effect each must have.
+REQUIRED_OPERATIONS: dict[str, str] = {
+    "admit": "admit",
+    "claim": "lease",
+    "claim_next": "lease",
+    "start": "start_attempt",
+    "heartbeat": "extend_lease",
+    "execution_context": "read_context",
+    "checkpoint": "record_checkpoint",
+    "complete": "record_result",
+    "fail": "record_failure",
+    "cancel": "cancel",
+    "confirm_cancel": "confirm_cancel",
+    "timeout": "end_attempt",
+    "retry": "rearm",
+    "recover_expired": "recover_lease",
+    "enforce_deadlines": "enforce_deadline",
 }
-
-#: States the core refers to by name; a spec must declare each.
-REQUIRED_STATES: tuple[str, ...] = (
-    "CREATED",
-    "READY",
-    "CLAIMED",
-    "RUNNING",
-    "CHECKPOINTED",
-    "RECOVERING",
-    "CANCELLATION_REQUESTED",
-    "SUCCEEDED",
-    "FAILED",
-    "CANCELLED",
-    "TIMED_OUT",
-    "DEAD_LETTER",
-)
 
 #: Deadline kinds, one per field of `Timeouts` (`<kind>_ms`).
 DEADLINE_KINDS: tuple[str, ...] = ("overall", "queue", "claim", "execution", "heartbeat")
@@ -110,7 +90,7 @@ class SpecHeader(_Strict):
 class StateSpec(_Strict):
     """`[states.NAME]`: a state's kind and one-line meaning."""
 
-    kind: Literal["queued", "active", "terminal", "transient"]
+    kind: Literal["queued", "held", "active", "terminal", "transient"]
     meaning: str
 
 
@@ -137,11 +117,34 @@ class RuleSpec(_Strict):
 
 
 class PolicySpec(_Strict):
-    """`[policies.NAME]`: ordered rules, first match decides."""
+    """`[policies.NAME]`: ordered rules, first match decides, recorded as `actor`."""
 
     via: str | None = None
+    actor: str = Field(min_length=1)
     meaning: str
     rules: list[RuleSpec] = Field(min_length=1)
+
+
+class OperationSpec(_Strict):
+    """`[operations.NAME]`: who calls an operation, what guards it, what it does.
+
+    The edge it takes out of a state is found in the table: each (state,
+    operation) pair has at most one edge, or leads into the `via` state of
+    its policy, whose rules pick the target. `stays = true` declares an
+    operation that takes no edge at all (it changes the workload in place,
+    or only reads it).
+    """
+
+    actor: ActorClass
+    acting_as: str | None = Field(default=None, min_length=1)
+    fenced: bool = False
+    deadlines: bool = False
+    attempt_status: str | None = Field(default=None, min_length=1)
+    policy: str | None = None
+    effect: str
+    denied: str = "WORKLOAD_TRANSITION_DENIED"
+    stays: bool = False
+    meaning: str
 
 
 class BackoffSpec(_Strict):
@@ -232,6 +235,7 @@ class SpecFile(_Strict):
     states: dict[str, StateSpec]
     transitions: list[TransitionSpec]
     policies: dict[str, PolicySpec]
+    operations: dict[str, OperationSpec]
     backoff: dict[str, BackoffSpec]
     deadlines: DeadlinesSpec
     secrets: SecretsSpec

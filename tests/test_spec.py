@@ -20,14 +20,14 @@ from pydantic import BaseModel
 from transitions import Machine, MachineError
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.effects import EFFECTS
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.machine import StateCursor, fire
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
 from workwarden.statemachine.spec import (
-    OPERATIONS,
-    POLICIES,
     Problem,
     SpecFile,
+    TransitionSpec,
     check_spec_file,
     default_spec,
     load_spec,
@@ -330,23 +330,45 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
     (
         "missing policy",
         without_table("[policies.operator_timeout]"),
-        "policies",
-        "missing policy 'operator_timeout', which the core consults",
+        "operations.timeout.policy",
+        "unknown policy 'operator_timeout' (valid: failure, recovery,",
     ),
     (
-        "unknown policy",
+        "policy no operation consults",
         edited("[policies.claim]", "[policies.claims]"),
         "policies.claims",
-        "unknown policy 'claims' (valid: failure, recovery,",
+        "no operation consults the policy 'claims'",
     ),
     (
-        "missing state the core refers to",
+        "missing operation the commands call",
+        without_table("[operations.start]"),
+        "operations",
+        "missing operation 'start', which the commands call",
+    ),
+    (
+        "unknown effect",
+        edited('effect = "start_attempt"', 'effect = "begin"'),
+        "operations.start.effect",
+        "unknown effect 'begin' (valid: admit, lease,",
+    ),
+    (
+        "an operation leaving one state for two targets without a policy",
         edited(
-            '[states.CANCELLED]\nkind = "terminal"\n',
-            '[states.ABANDONED]\nkind = "terminal"\n',
+            '{ from = "READY", to = "CANCELLED", event = "workload.cancelled", '
+            'actors = ["operator"], operations = ["cancel"] },',
+            '{ from = "READY", to = "CANCELLED", event = "workload.cancelled", '
+            'actors = ["operator"], operations = ["cancel"] },\n'
+            '  { from = "READY", to = "SUCCEEDED", event = "workload.completed", '
+            'actors = ["operator"], operations = ["cancel"] },',
         ),
-        "states",
-        "missing state 'CANCELLED', which the core refers to",
+        "operations.cancel",
+        "'cancel' leaves READY for CANCELLED, SUCCEEDED: one edge, or the `via` state",
+    ),
+    (
+        "an operation on no edge that does not say it stays",
+        edited('effect = "extend_lease"\nstays = true', 'effect = "extend_lease"'),
+        "operations.heartbeat",
+        "no edge lists 'heartbeat' (set stays = true if it takes none)",
     ),
     (
         "state name not in capitals",
@@ -455,7 +477,7 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "unknown state kind",
         edited('[states.READY]\nkind = "queued"', '[states.READY]\nkind = "waiting"'),
         "states.READY.kind",
-        "Input should be 'queued', 'active', 'terminal' or 'transient'",
+        "Input should be 'queued', 'held', 'active', 'terminal' or 'transient'",
     ),
     (
         "missing field of an edge",
@@ -547,7 +569,7 @@ def test_a_missing_section_is_reported_once_without_knock_on_problems(tmp_path: 
 
 def test_a_missing_policy_section_is_reported_once(tmp_path: Path) -> None:
     text = SHIPPED
-    for name in POLICIES:
+    for name in default_spec().policies:
         text = without_table(f"[policies.{name}]", text)
     problems = problems_in(text, tmp_path)
     # Deadlines need the deadline policy's `via`; without it nothing more is claimed.
@@ -629,7 +651,7 @@ def test_the_machine_has_a_trigger_for_every_edge_of_the_table() -> None:
     for edge in spec.data.transitions:
         event = spec.machine.events[edge.event]
         assert [t.dest for t in event.transitions[edge.from_state]] == [edge.to]
-        assert fire(spec, edge.from_state, edge.to) == (edge.to, edge.event)
+        assert fire(spec.machine, edge) == (edge.to, edge.event)
 
 
 def test_the_machine_has_no_trigger_the_table_does_not_declare() -> None:
@@ -647,7 +669,18 @@ def test_the_machine_has_no_trigger_the_table_does_not_declare() -> None:
 def test_an_illegal_change_through_the_machine_is_denied() -> None:
     spec = default_spec()
     with pytest.raises(WorkloadError) as raised:
-        fire(spec, "SUCCEEDED", "RUNNING")
+        fire(
+            spec.machine,
+            TransitionSpec.model_validate(
+                {
+                    "from": "SUCCEEDED",
+                    "to": "RUNNING",
+                    "event": "workload.started",
+                    "actors": ["worker"],
+                    "operations": ["start"],
+                }
+            ),
+        )
     assert raised.value.code == errors.TRANSITION_DENIED
     assert raised.value.details == {"from": "SUCCEEDED", "to": "RUNNING"}
 
@@ -713,8 +746,9 @@ def _documented(name: str) -> bool:
         ("allowed value", sorted(_literals())),
         ("predicate", sorted(PREDICATES)),
         ("anchor", sorted(ANCHORS)),
-        ("operation", sorted(OPERATIONS)),
-        ("policy", sorted(POLICIES)),
+        ("operation", sorted(default_spec().operations)),
+        ("effect", sorted(EFFECTS)),
+        ("policy", sorted(default_spec().policies)),
         ("deadline kind", sorted(default_spec().deadline_kinds)),
         ("state", sorted(default_spec().states)),
     ],

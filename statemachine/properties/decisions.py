@@ -30,7 +30,7 @@ from workwarden.statemachine.properties.history import (
     validate_events,
     validate_workload,
 )
-from workwarden.statemachine.spec import POLICIES, CompiledPolicy, Spec
+from workwarden.statemachine.spec import CompiledPolicy, Spec
 
 __all__ = ["RecordedDecision", "check_history", "decisions_taken", "recorded_decisions"]
 
@@ -69,9 +69,16 @@ def _policy_for(spec: Spec, events: Sequence[Event], index: int, decision: str) 
         if len(via) == 1:
             return via[0]
         # The same via state entered by an operator's operation or by the system's:
-        # the policy is the one the registry names for the operation that entered it.
-        operation = "timeout" if entering.actor_class == "operator" else "enforce_deadlines"
-        chosen = [name for name in via if POLICIES.get(name) == operation]
+        # the policy is the one consulted by an operation of the class that entered it.
+        chosen = sorted(
+            {
+                op.policy.name
+                for op in spec.operations.values()
+                if op.policy is not None
+                and op.policy.name in via
+                and op.actor == entering.actor_class
+            }
+        )
         return chosen[0] if len(chosen) == 1 else None
     direct = [
         name
@@ -92,9 +99,13 @@ def _proceed_policy(spec: Spec, event: Event) -> tuple[str, str] | None:
     if edge is None:
         return None
     for name, policy in spec.policies.items():
-        operation = POLICIES.get(name)
+        consulting = {
+            op.name
+            for op in spec.operations.values()
+            if op.policy is not None and op.policy.name == name
+        }
         proceed = [rule for rule in policy.rules if rule.spec.to is None]
-        if proceed and operation in edge.operations and policy.spec.via is None:
+        if proceed and consulting & set(edge.operations) and policy.spec.via is None:
             return name, proceed[0].spec.decision
     return None
 
@@ -130,7 +141,7 @@ def recorded_decisions(
     operation proceed, so it is checked as a decision too.
     """
     policy_of_workload = workload.retry_policy if workload is not None else None
-    claims_total = sum(1 for e in events if e.to == "CLAIMED")
+    claims_total = sum(1 for e in events if e.to in spec.roles.claimed)
     # Attempts a document records beyond the claims in its history were made before it.
     offset = max(workload.attempt_count - claims_total, 0) if workload is not None else 0
     claims = 0
@@ -174,7 +185,7 @@ def recorded_decisions(
                 else kind is not None and kind in retry_on,
                 "retries_timeout": None if retry_on is None else "timeout" in retry_on,
                 "budget_exhausted": None if budget is None else used >= budget,
-                "cancellation_requested": entering.from_state == "CANCELLATION_REQUESTED",
+                "cancellation_requested": entering.from_state in spec.roles.cancelling,
                 "deadline_bounds_work": deadline is not None
                 and deadline in spec.deadline_kinds
                 and spec.deadline_kinds[deadline].bounds == "work",
@@ -191,7 +202,7 @@ def recorded_decisions(
                     unknown=unknown,
                 )
             )
-        if event.to == "CLAIMED":
+        if event.to in spec.roles.claimed:
             claims += 1
         if event.evidence.get("retry") == "operator":
             rearms += 1

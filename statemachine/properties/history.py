@@ -58,7 +58,7 @@ def validate_events(spec: Spec, events: Sequence[Event]) -> HistoryProblem | Non
         if previous is not None and event.at < previous.at:
             return HistoryProblem(event.sequence, "goes back in time")
         token = event.evidence.get("fencing_token")
-        if event.to == "CLAIMED":
+        if event.to in spec.roles.claimed:
             if token is None or not token.isdigit() or int(token) <= last_token:
                 return HistoryProblem(
                     event.sequence, f"fencing token {token} does not increase past {last_token}"
@@ -78,7 +78,7 @@ def validate_workload(spec: Spec, workload: Workload) -> HistoryProblem | None:
         return HistoryProblem(
             history[-1].sequence, f"history ends at {history[-1].to}, workload is {workload.state}"
         )
-    if workload.fencing_token != sum(1 for e in history if e.to == "CLAIMED"):
+    if workload.fencing_token != sum(1 for e in history if e.to in spec.roles.claimed):
         return HistoryProblem(
             history[-1].sequence if history else 0, "fencing token does not count the claims"
         )

@@ -179,17 +179,18 @@ def check_workload(spec: Spec, workload: Workload) -> list[Violation]:
     budget = attempt_budget(workload)
     if workload.attempt_count > budget:
         add("attempts_within_budget", f"attempt_count {workload.attempt_count} > budget {budget}")
-    claims = sum(1 for event in workload.execution_history if event.to == "CLAIMED")
+    claims = sum(1 for event in workload.execution_history if event.to in spec.roles.claimed)
     if not len(workload.attempts) == workload.attempt_count == claims:
         add(
             "one_attempt_per_claim",
             f"{len(workload.attempts)} attempt records, attempt_count {workload.attempt_count}, "
             f"{claims} CLAIMED events",
         )
-    succeeded = [a for a in workload.attempts if a.status == "SUCCEEDED"]
+    success = spec.operations["complete"].spec.attempt_status
+    succeeded = [a for a in workload.attempts if a.status == success]
     if len(succeeded) > 1:
         add("at_most_one_success", f"{len(succeeded)} attempts succeeded")
-    if (workload.result is not None) != (workload.state == "SUCCEEDED"):
+    if (workload.result is not None) != (workload.state in spec.roles.succeeded):
         add(
             "result_exactly_when_succeeded",
             f"{workload.state} with {'a' if workload.result is not None else 'no'} result",
@@ -240,7 +241,7 @@ def _check_claim(spec: Spec, workload: Workload, add: _Add) -> None:
     claimed_tokens = [
         event.evidence.get("fencing_token")
         for event in workload.execution_history
-        if event.to == "CLAIMED"
+        if event.to in spec.roles.claimed
     ]
     if claimed_tokens != [str(t) for t in tokens]:
         add(
@@ -284,7 +285,7 @@ def _check_decisions(spec: Spec, workload: Workload) -> list[Violation]:
             problem = _recompute(spec, workload, history, index, event, decision, claims)
             if problem is not None:
                 out.append(Violation("decisions_follow_the_policy", key, problem))
-        if event.to == "CLAIMED":
+        if event.to in spec.roles.claimed:
             claims += 1
     return out
 
@@ -323,6 +324,7 @@ def _recompute(
     )
     facts = Facts(
         workload=before,
+        roles=spec.roles,
         failure_kind=inputs.get("failure_kind"),
         effect=inputs.get("effect"),
         deadline_bounds=bounds,
@@ -395,7 +397,7 @@ def check_write(
     previous_token = before.fencing_token if before is not None else 0
     if after.fencing_token < previous_token:
         add("fencing_tokens_increase", f"token {previous_token} lowered to {after.fencing_token}")
-    claimed = any(event.to == "CLAIMED" for event in new)
+    claimed = any(event.to in spec.roles.claimed for event in new)
     if claimed and after.fencing_token != previous_token + 1:
         add(
             "fencing_tokens_increase",
