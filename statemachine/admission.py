@@ -18,7 +18,7 @@ from typing import Any
 from workwarden.statemachine import errors
 from workwarden.statemachine.commands import AdmitReply
 from workwarden.statemachine.draft import Draft
-from workwarden.statemachine.models import CreateWorkload, Workload
+from workwarden.statemachine.models import CreateWorkload, Dependency, Workload
 from workwarden.statemachine.safety import check_json, digest, text_digest
 from workwarden.statemachine.spec import Spec
 
@@ -59,6 +59,17 @@ def workload_id_for(request: CreateWorkload) -> str:
     """The workload id a request admits under: derived from its scope."""
     scope = admission_scope(request).encode("utf-8")
     return "workload_" + hashlib.sha256(scope).hexdigest()[:24]
+
+
+def with_required_states(spec: Spec, deps: tuple[Dependency, ...]) -> tuple[Dependency, ...]:
+    """The dependencies with each omitted `required_state` filled in: where a result leads."""
+    if all(d.required_state is not None for d in deps):
+        return deps
+    succeeded = min(spec.roles.succeeded)
+    return tuple(
+        d if d.required_state is not None else d.model_copy(update={"required_state": succeeded})
+        for d in deps
+    )
 
 
 def _dependencies(deps: Any) -> list[list[str]]:
@@ -105,7 +116,7 @@ def admitted_not_before(workload: Workload) -> int | None:
     return int(value) if value is not None else None
 
 
-def _replay(existing: Workload, request: CreateWorkload) -> AdmitReply:
+def _replay(spec: Spec, existing: Workload, request: CreateWorkload) -> AdmitReply:
     recorded = execution_fields(
         definition_id=existing.definition_id,
         definition_revision=existing.definition_revision,
@@ -129,7 +140,7 @@ def _replay(existing: Workload, request: CreateWorkload) -> AdmitReply:
         priority=request.priority,
         retry_policy=request.retry_policy,
         timeouts=request.timeouts,
-        dependencies=request.dependencies,
+        dependencies=with_required_states(spec, request.dependencies),
         not_before=request.not_before,
     )
     conflicting = [name for name in EXECUTION_FIELDS if recorded[name] != requested[name]]
@@ -166,7 +177,7 @@ def _check_request(spec: Spec, request: CreateWorkload, now: int) -> str:
             {"field": "retry_policy.initial_delay_ms"},
         )
     for index, dependency in enumerate(request.dependencies):
-        if dependency.required_state not in spec.states:
+        if dependency.required_state is not None and dependency.required_state not in spec.states:
             raise errors.WorkloadError(
                 errors.INVALID,
                 f"unknown required_state {dependency.required_state!r}",
@@ -201,7 +212,7 @@ def decide_admission(
             raise errors.WorkloadError(
                 errors.CONFLICT, "the stored workload does not match the admission scope"
             )
-        return None, _replay(existing, request), None
+        return None, _replay(spec, existing, request), None
     created = Workload(
         contract_version=spec.contract_version,
         workload_id=workload_id,
@@ -226,7 +237,7 @@ def decide_admission(
         retry_policy=request.retry_policy,
         timeouts=request.timeouts,
         next_attempt_at=request.not_before,
-        dependencies=request.dependencies,
+        dependencies=with_required_states(spec, request.dependencies),
     )
     draft = Draft(spec, created, now, "admit", adopt=True)
     evidence = {} if request.not_before is None else {"not_before": str(request.not_before)}

@@ -45,7 +45,7 @@ __all__ = [
 FORMATS: dict[str, str] = {"dot": ".dot", "svg": ".svg", "png": ".png", "mermaid": ".mmd"}
 
 #: The kinds of state, in the order nodes are listed and the legend shows them.
-KIND_ORDER: tuple[str, ...] = ("transient", "queued", "active", "terminal")
+KIND_ORDER: tuple[str, ...] = ("transient", "queued", "held", "active", "terminal")
 
 #: The colour of each actor class (Okabe-Ito: told apart by colour-blind readers too).
 ACTOR_COLOURS: dict[str, str] = {
@@ -72,6 +72,7 @@ _FONT = "Helvetica"
 _KIND_NODE: dict[str, dict[str, str]] = {
     "transient": {"shape": "hexagon", "style": "dashed,filled", "fillcolor": "#FFFFFF"},
     "queued": {"shape": "box", "style": "rounded,filled", "fillcolor": "#FFF4CC"},
+    "held": {"shape": "box", "style": "rounded,dashed,filled", "fillcolor": "#F3E5F5"},
     "active": {"shape": "box", "style": "filled", "fillcolor": "#DCEBF7"},
     "terminal": {
         "shape": "box",
@@ -84,6 +85,7 @@ _KIND_NODE: dict[str, dict[str, str]] = {
 _KIND_MEANING: dict[str, str] = {
     "transient": "inside one commit only",
     "queued": "waiting for a worker",
+    "held": "waiting for an operator",
     "active": "held by a worker",
     "terminal": "at rest, finished",
 }
@@ -91,6 +93,7 @@ _KIND_MEANING: dict[str, str] = {
 _MERMAID_STYLE: dict[str, str] = {
     "transient": "fill:#FFFFFF,stroke:#333333,stroke-dasharray:5 5",
     "queued": "fill:#FFF4CC,stroke:#333333",
+    "held": "fill:#F3E5F5,stroke:#333333,stroke-dasharray:3 3",
     "active": "fill:#DCEBF7,stroke:#333333",
     "terminal": "fill:#E4E4E4,stroke:#333333,stroke-width:3px",
 }

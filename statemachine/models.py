@@ -114,10 +114,15 @@ class Timeouts(_Model):
 
 
 class Dependency(_Model):
-    """Gate for the scheduler: `workload_id` must be in `required_state`."""
+    """Gate for the scheduler: `workload_id` must be in `required_state`.
+
+    Omitted in a request, `required_state` is the state a recorded result leads
+    into (`SUCCEEDED` in the shipped spec); admission writes it in, so a stored
+    workload always names it.
+    """
 
     workload_id: Name
-    required_state: Name = "SUCCEEDED"
+    required_state: Name | None = None
 
 
 class CreateWorkload(_Model):
