@@ -7,22 +7,19 @@ An implementation in another language reproduces each byte for byte:
 from __future__ import annotations
 
 import hashlib
-import json
-from typing import Any
 
 __all__ = ["attempt_id_for", "checkpoint_id_for", "claim_id_for", "lease_id_for"]
 
 
-def _hash(*parts: Any) -> str:
-    # The parts as a compact JSON array (no spaces, non-ASCII kept as UTF-8),
-    # hashed with SHA-256, in lower-case hex.
-    text = json.dumps(list(parts), separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def claim_id_for(workload_id: str, token: int, worker_id: str) -> str:
-    """The claim id of `worker_id`'s claim of a workload under fencing token `token`."""
-    return "claim_" + _hash(workload_id, token, worker_id)[:20]
+    """The claim id of `worker_id`'s claim of a workload under fencing token `token`.
+
+    As the seed derives it: the first 20 hex digits of the SHA-256 of
+    `workload_id:token:worker_id` in UTF-8. Unambiguous: a workload id has no
+    colon and a token is digits, so all after the second colon is the worker.
+    """
+    seed = f"{workload_id}:{token}:{worker_id}".encode()
+    return "claim_" + hashlib.sha256(seed).hexdigest()[:20]
 
 
 def lease_id_for(token: int) -> str:

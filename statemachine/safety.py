@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import string
 from typing import TYPE_CHECKING, Any
 
 from workwarden.statemachine import errors
@@ -17,7 +18,15 @@ from workwarden.statemachine import errors
 if TYPE_CHECKING:
     from workwarden.statemachine.spec import Spec
 
-__all__ = ["canonical_json", "check_json", "check_text", "digest", "text_digest"]
+__all__ = ["ascii_lower", "canonical_json", "check_json", "check_text", "digest", "text_digest"]
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def ascii_lower(text: str) -> str:
+    """`text` with A-Z lowered and nothing else changed, as the seed compares secret keys."""
+    return text.translate(_ASCII_LOWER)
 
 
 def canonical_json(value: Any) -> str:
@@ -60,7 +69,7 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
     Returns the canonical JSON text of `value` it measured, so a caller that
     also needs its digest does not serialise it twice.
     """
-    forbidden = {key.lower() for key in spec.secrets.forbidden_keys}
+    forbidden = {ascii_lower(key) for key in spec.secrets.forbidden_keys}
     max_depth = spec.limits.max_json_depth
     stack: list[tuple[Any, int, str]] = [(value, 1, what)]
     while stack:
@@ -77,7 +86,7 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
                     raise errors.WorkloadError(
                         errors.INVALID, f"{what} has a non-string key", {"field": path}
                     )
-                if key.lower() in forbidden:
+                if ascii_lower(key) in forbidden:
                     raise errors.WorkloadError(
                         errors.SECRET_REJECTED,
                         "plaintext secrets are forbidden in workload state",

@@ -1,0 +1,47 @@
+"""Where the seed's behaviour is the contract: ids and checks reproduced byte for byte.
+
+The expected values are the seed's recipes worked by hand (docs/design.md,
+"Ids and hashes"), so another implementation can check itself against them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from support import VERIFIER, request
+from workwarden.statemachine import Authority, WorkloadError, default_spec, errors
+from workwarden.statemachine.ids import claim_id_for
+from workwarden.statemachine.safety import check_json
+from workwarden.storage import Store
+
+WORKLOAD = "workload_a905c442ee731da96617b295"
+
+
+def test_the_claim_id_is_the_seeds_hash_of_workload_token_and_worker() -> None:
+    expected = hashlib.sha256(f"{WORKLOAD}:1:worker-a".encode()).hexdigest()[:20]
+    assert claim_id_for(WORKLOAD, 1, "worker-a") == "claim_" + expected
+    assert claim_id_for(WORKLOAD, 1, "worker-a") == "claim_1c853f1693a49050f5fd"
+
+
+def test_a_claim_carries_the_seeds_claim_id(authority: Authority) -> None:
+    admitted = authority.admit(request(), 10_000).workload
+    assert admitted.workload_id == WORKLOAD
+    claim = authority.claim(WORKLOAD, "worker-a", {"email:send"}, 11_000, lease_ms=10_000)
+    assert claim.claim_id == "claim_1c853f1693a49050f5fd"
+
+
+def test_secret_keys_are_matched_ignoring_ascii_case_only() -> None:
+    spec = default_spec()
+    with pytest.raises(WorkloadError) as refused:
+        check_json(spec, {"ToKeN": 1}, "input")
+    assert refused.value.code == errors.SECRET_REJECTED
+    # KELVIN SIGN lowers to "k" in Unicode but not in ASCII: the seed accepts it.
+    check_json(spec, {"to\u212aen": 1}, "input")
+
+
+def test_a_key_with_a_non_ascii_look_alike_is_admitted(store: Store) -> None:
+    warden = Authority(store, grants=VERIFIER)
+    admitted = warden.admit(request(input={"to\u212aen": "x"}), 10_000)
+    assert admitted.created
