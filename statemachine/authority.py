@@ -18,20 +18,22 @@ decision that writes, and records no refusal, is committed that way: the
 write succeeding proves the version was the committed one. Anything else (a
 refusal, an answer that writes nothing, a conflict) is decided again on a
 fresh read, so a refusal is never issued from an unconfirmed version.
+
+Which candidate `claim_next` tries, and in what order, is the scheduler's
+(`workwarden.statemachine.scheduler`); what is kept of the latest writes is
+`workwarden.statemachine.remembered`'s.
 """
 
 from __future__ import annotations
 
 import builtins
 import hashlib
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from workwarden.statemachine import errors
+from workwarden.statemachine import errors, scheduler
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.commands import (
     AdmitCommand,
@@ -46,6 +48,7 @@ from workwarden.statemachine.commands import (
     ExecutionContextCommand,
     FailCommand,
     HeartbeatCommand,
+    OperatorCommand,
     RecoverCommand,
     RetryCommand,
     StartCommand,
@@ -67,6 +70,7 @@ from workwarden.statemachine.models import (
     Result,
     Workload,
 )
+from workwarden.statemachine.remembered import DEFAULT_REMEMBER, Remembered
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     AuditRecord,
@@ -77,17 +81,16 @@ from workwarden.storage.base import (
     StoreError,
 )
 
-__all__ = ["DEFAULT_REMEMBER", "Authority", "Prepared", "invalid_from_validation"]
-
-DEFAULT_REMEMBER = 256
-"""How many of its latest writes an `Authority` keeps unless told otherwise."""
+__all__ = [
+    "DEFAULT_REMEMBER",
+    "Authority",
+    "Prepared",
+    "invalid_from_validation",
+    "serialise",
+]
 
 _COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
-_PAGE = 64
-# The first page of claim candidates is smaller: nearly every call claims one
-# of its first rows, and each row read is a whole document fetched and decoded.
-_FIRST_PAGE = 16
 
 
 def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.WorkloadError:
@@ -188,20 +191,6 @@ def serialise(workload: Workload) -> str:
     return workload.model_dump_json(by_alias=True)
 
 
-def _detached(reply: Any, workload: Workload) -> bool:
-    """Is `reply` a claim or attempt of its own, sharing nothing with `workload`?
-
-    Only then may the authority keep `workload` decoded to decide the next
-    call on: every field of a claim or an attempt is immutable (text,
-    numbers, tuples), so a copy of one shares nothing a caller could change.
-    """
-    if type(reply) is Claim:
-        return reply is not workload.current_claim
-    if type(reply) is Attempt:
-        return all(reply is not attempt for attempt in workload.attempts)
-    return False
-
-
 class Prepared:
     """A decided call, not yet written: `commit()` writes it with the version it was decided on."""
 
@@ -293,8 +282,7 @@ class Authority:
         self.grants = grants
         self.spec = spec if spec is not None else default_spec()
         self.remember = remember
-        self._known: OrderedDict[str, tuple[StoredDocument, Workload | None]] = OrderedDict()
-        self._known_lock = threading.Lock()
+        self._latest = Remembered(remember)
 
     # -- the two phases --------------------------------------------------
 
@@ -381,8 +369,7 @@ class Authority:
             key = workload_id_for(command.request)
             return self._unconfirmed(command, now, operation, key, None)
         key = command.workload_id
-        with self._known_lock:
-            known = self._known.get(key)
+        known = self._latest.get(key)
         if known is None:
             return None
         doc, decoded = known
@@ -406,18 +393,6 @@ class Authority:
         fresh = self._prepare(command, now, operation)
         fresh._private = True
         return fresh.commit()
-
-    def _remembered(self, doc: StoredDocument, decoded: Workload | None) -> None:
-        with self._known_lock:
-            known = self._known
-            known[doc.key] = (doc, decoded)
-            known.move_to_end(doc.key)
-            while len(known) > self.remember:
-                known.popitem(last=False)
-
-    def _forget(self, key: str) -> None:
-        with self._known_lock:
-            self._known.pop(key, None)
 
     def _decide(self, workload: Workload | None, command: Command, now: int) -> Decision:
         """The core's decision; the one place the shell calls it."""
@@ -464,7 +439,7 @@ class Authority:
             )
         except StoreConflict as exc:
             if self.remember:
-                self._forget(prepared.key)
+                self._latest.forget(prepared.key)
             raise errors.WorkloadError(
                 errors.CONFLICT,
                 "another writer committed this workload first; nothing was committed",
@@ -472,12 +447,11 @@ class Authority:
             ) from None
         except StoreError as exc:
             if self.remember:
-                self._forget(prepared.key)
+                self._latest.forget(prepared.key)
             raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
         if self.remember:
             stored = StoredDocument(prepared.key, version, document, index)
-            keep = prepared._private and _detached(decision.reply, workload)
-            self._remembered(stored, workload if keep else None)
+            self._latest.wrote(stored, workload, decision.reply, prepared._private)
         return version
 
     # -- reads ------------------------------------------------------------
@@ -579,64 +553,33 @@ class Authority:
         probe = _build(
             ClaimCommand, workload_id="-", worker_id=worker_id, capabilities=caps, lease_ms=lease_ms
         )
-        held = set(probe.capabilities)
-        cursor: CandidateCursor | None = None
-        states: dict[str, Workload | None] = {}
-        while True:
-            page = self._store_call(
-                self.store.claim_candidates,
-                tenant,
-                application,
-                now,
-                _PAGE if cursor is not None else _FIRST_PAGE,
-                cursor,
-            )
-            if not page:
-                return None
-            for doc in page:
-                workload = _parse(doc)
-                if (
-                    workload.tenant_id != tenant
-                    or workload.application_id != application
-                    or not workload.is_eligible_at(now)
-                    or not held.issuperset(workload.capability_snapshot)
-                    or not self._dependencies_met(workload, states)
-                ):
-                    continue
-                command = probe.model_copy(update={"workload_id": doc.key})
-                # Decided on the page's version; the write confirms it. When it
-                # conflicts, the candidate changed since the page was read (most
-                # likely another claimer took it): it is skipped without a
-                # re-read, as a conflict after a fresh read is. A refusal is
-                # decided again on a fresh read.
-                prepared = self._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
-                try:
-                    if prepared is None:
-                        prepared = self._prepare(command, now, "claim_next")
-                    prepared._private = True
-                    claim: Claim = prepared.commit()
-                except errors.WorkloadError as exc:
-                    if exc.code in _SKIPPABLE_AT_CLAIM:
-                        continue
-                    raise
-                return claim
-            last = page[-1]
-            cursor = CandidateCursor(last.index.priority, last.index.created_at, last.key)
+        seeker = scheduler.Seeker(tenant, application, now, frozenset(probe.capabilities))
 
-    def _dependencies_met(self, workload: Workload, cache: dict[str, Workload | None]) -> bool:
-        for dependency in workload.dependencies:
-            if dependency.workload_id not in cache:
-                doc = self._store_call(self.store.read, dependency.workload_id)
-                cache[dependency.workload_id] = _parse(doc) if doc is not None else None
-            other = cache[dependency.workload_id]
-            if (
-                other is None
-                or other.tenant_id != workload.tenant_id
-                or other.application_id != workload.application_id
-                or other.state != dependency.required_state
-            ):
-                return False
-        return True
+        def candidates(limit: int, after: CandidateCursor | None) -> Sequence[StoredDocument]:
+            page: Sequence[StoredDocument] = self._store_call(
+                self.store.claim_candidates, tenant, application, now, limit, after
+            )
+            return page
+
+        def read(key: str) -> StoredDocument | None:
+            doc: StoredDocument | None = self._store_call(self.store.read, key)
+            return doc
+
+        def try_claim(doc: StoredDocument, workload: Workload) -> Claim:
+            command = probe.model_copy(update={"workload_id": doc.key})
+            # Decided on the page's version; the write confirms it. When it
+            # conflicts, the candidate changed since the page was read (most
+            # likely another claimer took it): the scheduler skips it without
+            # a re-read, as a conflict after a fresh read is. A refusal is
+            # decided again on a fresh read.
+            prepared = self._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
+            if prepared is None:
+                prepared = self._prepare(command, now, "claim_next")
+            prepared._private = True
+            claim: Claim = prepared.commit()
+            return claim
+
+        return scheduler.claim_best(seeker, candidates, read, _parse, try_claim)
 
     def start(self, workload_id: str, fence: Fence, now: int) -> Attempt:
         """Start the claimed attempt."""
@@ -754,6 +697,26 @@ class Authority:
         )
         return reply.state
 
+    def operate(
+        self, workload_id: str, operation: str, actor: str, now: int, reason: str | None = None
+    ) -> str:
+        """Take `operation`, an operation the spec adds with the effect `move`; the new state.
+
+        A pause and a resume, an approval and a rejection: the operation's edge
+        out of the workload's state is found in the table, and `reason` is
+        recorded with it. An operation the spec lacks is `WORKLOAD_INVALID`;
+        one the state has no edge for is its `denied` code.
+        """
+        command = _build(
+            OperatorCommand,
+            operation=operation,
+            workload_id=workload_id,
+            actor=actor,
+            reason=reason,
+        )
+        reply: StateReply = self.execute(command, now)
+        return reply.state
+
     # -- sweeps --------------------------------------------------------------
 
     def _sweep(
@@ -771,7 +734,7 @@ class Authority:
         while True:
             keys = [
                 key
-                for key in self._store_call(due, now, _PAGE, tenant, application)
+                for key in self._store_call(due, now, scheduler.PAGE, tenant, application)
                 if key not in seen
             ]
             if not keys:
@@ -825,20 +788,10 @@ _COMMAND_TYPES = (
     RetryCommand,
     RecoverCommand,
     EnforceDeadlineCommand,
+    OperatorCommand,
 )
 
 #: The `op` of every command `prepare` takes.
 _OPERATIONS: tuple[str, ...] = tuple(
     sorted(str(model.model_fields["op"].default) for model in _COMMAND_TYPES)
-)
-
-_SKIPPABLE_AT_CLAIM = frozenset(
-    {
-        errors.CONFLICT,
-        errors.TIMED_OUT,
-        errors.ATTEMPTS_EXHAUSTED,
-        errors.NOT_READY,
-        errors.NOT_YET_ELIGIBLE,
-        errors.CAPABILITY_DENIED,
-    }
 )

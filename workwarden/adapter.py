@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from workwarden.statemachine.conformance.vectors import ReferenceImplementation
+from workwarden.statemachine.conformance.runner import ReferenceImplementation
 from workwarden.statemachine.spec import load_spec
 
 __all__ = ["main", "serve"]

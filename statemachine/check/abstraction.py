@@ -21,17 +21,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from workwarden.statemachine.authority import serialise
+from workwarden.statemachine.check.state import CheckState, Universe
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import operator_retries
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import IndexFields
-
-if TYPE_CHECKING:
-    from workwarden.statemachine.check.universe import CheckState, Universe
 
 __all__ = [
     "CACHE_LIMIT",

@@ -34,10 +34,10 @@ from workwarden.statemachine.check.universe import (
 )
 from workwarden.statemachine.commands import (
     AdmitCommand,
+    ClaimNextCommand,
     EnforceDeadlineCommand,
     RecoverCommand,
 )
-from workwarden.statemachine.conformance.schemas import ClaimNextCommand
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import Store
 

@@ -9,7 +9,9 @@ every boundary race is in the universe and the universe stays finite.
 
 A state is plain hashable data: the instant, each workload's committed
 document (its JSON text), what each worker holds (its current fence and the
-last fence it lost), and the racing writer's pending write. Single-workload
+last fence it lost), and the racing writer's pending write (the types, and
+the `Universe` of bounds, are `workwarden.statemachine.check.state`; they
+are importable from here too). Single-workload
 commands are decided by the pure core; the scheduler and the sweeps run
 through a real `Authority` over a `MemoryStore` holding the state's documents.
 
@@ -24,7 +26,7 @@ are bounded (`CACHE_LIMIT`) and what they drop is only worked out again.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workwarden.statemachine import errors
@@ -37,6 +39,7 @@ from workwarden.statemachine.check.abstraction import (
     StateKey,
     keep,
 )
+from workwarden.statemachine.check.state import CheckState, Pending, Universe, WorkerHold
 from workwarden.statemachine.commands import (
     AdmitCommand,
     CancelCommand,
@@ -93,101 +96,6 @@ CHECKER_KEY = b"checker-signing-key-0123456789ab"
 _SIGNER = GrantSigner(CHECKER_KEY_ID, CHECKER_KEY)
 _VERIFIER = GrantVerifier({CHECKER_KEY_ID: CHECKER_KEY})
 _REQUESTER = Subject(kind="service", id="requester")
-
-
-@dataclass(frozen=True)
-class Universe:
-    """The bounds of an exploration. Every field can be set in the spec's `[check]` table."""
-
-    workers: int = 2
-    max_attempts: int = 2
-    lease_ms: int = 10
-    horizon_ms: int = 60
-    rearms: int = 1
-    operator_actions: int = 1
-    crashes: int = 0
-    racer_prepares: int = 1
-    checkpoints_per_attempt: int = 2
-    initial_delay_ms: int = 3
-    max_delay_ms: int = 6
-    dependent: bool = True
-    racer: bool = False
-    stale_workers: bool = True
-    first_timeouts: dict[str, int] = field(default_factory=lambda: {"claim_ms": 8})
-    second_timeouts: dict[str, int] = field(default_factory=lambda: {"queue_ms": 8, "claim_ms": 4})
-    second_retry_on: tuple[str, ...] = ("transient_connection",)
-    first_retry_on: tuple[str, ...] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The universe as JSON-ready data (for reports and traces)."""
-        return {
-            "workers": self.workers,
-            "max_attempts": self.max_attempts,
-            "lease_ms": self.lease_ms,
-            "horizon_ms": self.horizon_ms,
-            "rearms": self.rearms,
-            "operator_actions": self.operator_actions,
-            "crashes": self.crashes,
-            "racer_prepares": self.racer_prepares,
-            "checkpoints_per_attempt": self.checkpoints_per_attempt,
-            "initial_delay_ms": self.initial_delay_ms,
-            "max_delay_ms": self.max_delay_ms,
-            "dependent": self.dependent,
-            "racer": self.racer,
-            "stale_workers": self.stale_workers,
-            "first_timeouts": dict(self.first_timeouts),
-            "second_timeouts": dict(self.second_timeouts),
-            "second_retry_on": list(self.second_retry_on),
-            "first_retry_on": None if self.first_retry_on is None else list(self.first_retry_on),
-        }
-
-    @classmethod
-    def from_spec(cls, spec: Spec, **overrides: Any) -> Universe:
-        """The universe of the spec's `[check]` table, with `overrides` applied."""
-        settings = {k: v for k, v in spec.data.check.model_dump().items() if v is not None}
-        settings.update(overrides)
-        return cls.from_dict(settings)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Universe:
-        """A universe from `to_dict` output (unknown keys are an error)."""
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
-        if unknown:
-            raise errors.WorkloadError(
-                errors.INVALID, f"unknown universe settings: {sorted(unknown)}"
-            )
-        values = dict(data)
-        for name in ("second_retry_on", "first_retry_on"):
-            if values.get(name) is not None:
-                values[name] = tuple(values[name])
-        return cls(**values)
-
-
-WorkerHold = tuple[tuple[int, str, str, int] | None, tuple[int, str, str, int] | None]
-"""What a worker holds: (slot, claim id, worker id, token) of its fence, and of the last it lost."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """The racing writer's prepared write: decided on a version, not yet committed."""
-
-    slot: int
-    document: str | None
-    refusal: str | None
-    stale: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CheckState:
-    """One state of the universe."""
-
-    now: int
-    docs: tuple[str | None, ...]
-    workers: tuple[WorkerHold, ...]
-    pending: Pending | None = None
-    crashes: int = 0
-    prepares: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,7 @@ from xml.etree import ElementTree
 
 from pydantic import BaseModel, ValidationError
 
-from workwarden.statemachine.conformance.schemas import REPLY_MODELS
-from workwarden.statemachine.conformance.vectors import (
+from workwarden.statemachine.conformance.runner import (
     Expectation,
     ReferenceImplementation,
     Snapshot,
@@ -40,6 +39,7 @@ from workwarden.statemachine.conformance.vectors import (
     observe,
     snapshot,
 )
+from workwarden.statemachine.conformance.schemas import REPLY_MODELS
 from workwarden.statemachine.models import Event
 from workwarden.statemachine.spec import Spec
 

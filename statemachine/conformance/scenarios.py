@@ -26,6 +26,7 @@ from workwarden.statemachine.commands import (
     CancelCommand,
     CheckpointCommand,
     ClaimCommand,
+    ClaimNextCommand,
     CompleteCommand,
     ConfirmCancelCommand,
     EnforceDeadlineCommand,
@@ -37,8 +38,7 @@ from workwarden.statemachine.commands import (
     StartCommand,
     TimeoutCommand,
 )
-from workwarden.statemachine.conformance.schemas import ClaimNextCommand
-from workwarden.statemachine.conformance.vectors import (
+from workwarden.statemachine.conformance.runner import (
     CONFORMANCE_KEY_ID,
     CONFORMANCE_SECRET,
     Scenario,

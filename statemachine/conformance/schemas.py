@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
@@ -24,6 +24,7 @@ from workwarden.statemachine.commands import (
     CancelCommand,
     CheckpointCommand,
     ClaimCommand,
+    ClaimNextCommand,
     Command,
     CompleteCommand,
     ConfirmCancelCommand,
@@ -38,14 +39,13 @@ from workwarden.statemachine.commands import (
     SweepReply,
     TimeoutCommand,
 )
+from workwarden.statemachine.conformance.runner import VectorScenario
 from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
     Claim,
     ExecutionContext,
-    Name,
     Result,
-    StrSet,
     Workload,
 )
 from workwarden.statemachine.spec import Spec, default_spec, spec_json_schema
@@ -54,6 +54,7 @@ __all__ = [
     "COMMAND_MODELS",
     "DRAFT",
     "REPLY_MODELS",
+    # Defined in `commands` beside the other commands; still importable from here.
     "ClaimNextCommand",
     "ErrorObject",
     "render_schema",
@@ -63,25 +64,6 @@ __all__ = [
 
 #: The JSON Schema dialect of every schema written here.
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-
-
-class ClaimNextCommand(BaseModel):
-    """The scheduler as one command: claim the best claimable workload of a tenant and application.
-
-    Not a command of the pure core (it reads many workloads); the conformance
-    protocol carries it so that priority, eligibility, capability, dependency
-    and tenant gating are held to the reference too. The reply is the claim,
-    or `null` when nothing is claimable.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    op: Literal["claim_next"] = "claim_next"
-    tenant_id: Name
-    application_id: Name
-    worker_id: Name
-    capabilities: StrSet = ()
-    lease_ms: int = Field(strict=True, ge=1, le=2**53 - 1)
 
 
 class ErrorObject(BaseModel):
@@ -244,9 +226,6 @@ def _protocol_schemas() -> dict[str, dict[str, Any]]:
 def schema_documents(spec: Spec | None = None) -> dict[str, dict[str, Any]]:
     """Every schema, by file name. The error codes listed are `spec`'s (the shipped spec's)."""
     spec = spec if spec is not None else default_spec()
-    # Imported here: the vector model is defined beside the vectors, which need this module.
-    from workwarden.statemachine.conformance.vectors import VectorScenario
-
     out: dict[str, dict[str, Any]] = {
         "spec.schema.json": spec_json_schema(),
         "workload.schema.json": _titled(

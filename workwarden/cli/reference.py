@@ -30,17 +30,13 @@ from pydantic import ValidationError
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.conformance.conform import ScenarioResult, junit_xml, run_conformance
+from workwarden.statemachine.conformance.runner import read_vectors, render_vectors
 from workwarden.statemachine.conformance.schemas import (
     render_schema,
     schema_documents,
     write_schemas,
 )
-from workwarden.statemachine.conformance.vectors import (
-    coverage,
-    generate_vectors,
-    read_vectors,
-    render_vectors,
-)
+from workwarden.statemachine.conformance.vectors import coverage, generate_vectors
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.properties.decisions import check_history, recorded_decisions
 from workwarden.statemachine.spec import Spec, load_spec

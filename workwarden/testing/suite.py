@@ -1,0 +1,139 @@
+"""The stateful suite put together: `AuthorityMachine` and the factories that configure it.
+
+`AuthorityMachine` mixes every rule group of `workwarden.testing` into one
+Hypothesis `RuleBasedStateMachine` (Hypothesis collects the rules,
+initializers, invariants and preconditions of every class it inherits);
+`authority_machine(...)` builds a concrete machine over a store factory and a
+spec, and `run_authority_machine(...)` runs one once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.spec import Spec, default_spec
+from workwarden.testing.admission_rules import AdmissionRules
+from workwarden.testing.claim_rules import ClaimRules
+from workwarden.testing.clock_rules import ClockRules
+from workwarden.testing.crash_rules import CrashRules
+from workwarden.testing.held_rules import HeldCallRules
+from workwarden.testing.operator_rules import OperatorRules
+from workwarden.testing.race_rules import RaceRules
+from workwarden.testing.support import Coverage, StoreFactory, same_rules
+from workwarden.testing.sweep_rules import SweepRules
+from workwarden.testing.worker_rules import WorkerRules
+
+__all__ = ["AuthorityMachine", "authority_machine", "run_authority_machine"]
+
+
+class AuthorityMachine(
+    RaceRules,
+    HeldCallRules,
+    CrashRules,
+    WorkerRules,
+    ClaimRules,
+    AdmissionRules,
+    OperatorRules,
+    SweepRules,
+    ClockRules,
+):
+    """Writers and workers over one store, checked after every step.
+
+    Build a concrete machine with `authority_machine(...)`; the class
+    attributes of its base, `MachineBase`, are what it sets.
+    """
+
+
+def authority_machine(
+    store_factory: StoreFactory,
+    spec: Spec | None = None,
+    *,
+    writers: int = 2,
+    workers: int = 3,
+    remember: Sequence[int] = (0, 16),
+    shadow: bool | None = None,
+    authority_class: type[Authority] = Authority,
+    coverage: Coverage | None = None,
+) -> type[AuthorityMachine]:
+    """A concrete `AuthorityMachine` over stores from `store_factory`, under `spec`.
+
+    `spec` defaults to the shipped spec. `shadow` runs the shadow model, which
+    states the shipped spec's rules; by default it runs exactly when `spec`
+    has the shipped rules (states, table, policies, backoff, deadlines), and
+    otherwise the suite checks the invariants and that each refusal is one
+    the operation can give. `writers` authorities share the store; each is
+    built by `authority_class` (a subclass of `Authority`) with the next
+    `remember` value, cycled (by default the first writer reads before every
+    decision, the second decides one-call methods on its own 16 latest writes
+    too). `workers` workers hold claims. `coverage` collects the edges and
+    outcomes the runs reach. The class's `TestCase` is a unittest case for
+    pytest.
+    """
+    if not callable(store_factory):
+        raise TypeError("store_factory must be a callable returning a fresh store")
+    if writers < 1 or workers < 1:
+        raise ValueError(f"need at least one writer and one worker (got {writers}, {workers})")
+    if not remember or any(
+        isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in remember
+    ):
+        raise ValueError(f"remember must list whole numbers of writes, 0 or more (got {remember})")
+    if not (isinstance(authority_class, type) and issubclass(authority_class, Authority)):
+        raise TypeError("authority_class must be Authority or a subclass of it")
+    chosen = spec if spec is not None else default_spec()
+    use_shadow = same_rules(chosen, default_spec()) if shadow is None else shadow
+    return type(
+        "AuthorityMachine",
+        (AuthorityMachine,),
+        {
+            "store_factory": staticmethod(store_factory),
+            "spec": chosen,
+            "writer_count": writers,
+            "remember": tuple(remember),
+            "worker_count": workers,
+            "authority_class": authority_class,
+            "shadow_enabled": use_shadow,
+            "coverage": coverage,
+            "__doc__": AuthorityMachine.__doc__,
+            # Named as the public module that exports the suite.
+            "__module__": __package__,
+        },
+    )
+
+
+def run_authority_machine(
+    store_factory: StoreFactory,
+    spec: Spec | None = None,
+    *,
+    settings: settings | None = None,
+    writers: int = 2,
+    workers: int = 3,
+    remember: Sequence[int] = (0, 16),
+    shadow: bool | None = None,
+    authority_class: type[Authority] = Authority,
+    coverage: Coverage | None = None,
+) -> None:
+    """Run the stateful suite once against stores from `store_factory`; raise on a failure.
+
+    `settings` defaults to the current Hypothesis profile's settings.
+    """
+    machine = authority_machine(
+        store_factory,
+        spec,
+        writers=writers,
+        workers=workers,
+        remember=remember,
+        shadow=shadow,
+        authority_class=authority_class,
+        coverage=coverage,
+    )
+    chosen = settings if settings is not None else _current()
+    # Older Hypothesis releases leave this one function unannotated.
+    run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call, unused-ignore]
+
+
+def _current() -> settings:
+    return settings()
