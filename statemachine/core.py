@@ -250,20 +250,24 @@ def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -
             events=events,
             actor=command.request.requested_by.id,
         )
-    w = _require(workload, command.workload_id)
-    step = Step(spec, operation, w, command, now)
-    # What the command carries is checked first: the hash of the checkpoint
-    # state or the output is taken of the canonical text the size check
-    # already made; a report already recorded is answered as it was.
+    # What the command carries is checked first, before the workload is looked
+    # up, as the seed does: the hash of the checkpoint state or the output is
+    # taken of the canonical text the size check already made.
+    reported_hash = ""
     if isinstance(command, CheckpointCommand):
-        step.reported_hash = text_digest(check_json(spec, command.state, "state"))
+        reported_hash = text_digest(check_json(spec, command.state, "state"))
     elif isinstance(command, CompleteCommand):
-        step.reported_hash = text_digest(check_json(spec, command.output, "output"))
+        reported_hash = text_digest(check_json(spec, command.output, "output"))
+    elif isinstance(command, FailCommand):
+        check_text(spec, command.error, "error")
+    w = _require(workload, command.workload_id)
+    step = Step(spec, operation, w, command, now, reported_hash)
+    # A report already recorded is answered as it was.
+    if isinstance(command, CompleteCommand):
         replay = _complete_replay(step, command)
         if replay is not None:
             return replay
     elif isinstance(command, FailCommand):
-        check_text(spec, command.error, "error")
         replay = _fail_replay(step, command)
         if replay is not None:
             return replay

@@ -13,6 +13,8 @@ import math
 import string
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from workwarden.statemachine import errors
 
 if TYPE_CHECKING:
@@ -29,11 +31,48 @@ def ascii_lower(text: str) -> str:
     return text.translate(_ASCII_LOWER)
 
 
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
+
+
+def _canonical(value: Any, has_float: bool) -> str:
+    if not has_float:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    # Floats as serde_json writes them, as the seed hashed them: the shortest
+    # round-trip digits, fixed notation for exponents -5 to 15 (`0.00001`),
+    # else `1.5e-7` / `1e+16`. Python's own form (`1e-05`) would hash differently.
+    return pydantic_core.to_json(_sorted(value)).decode("utf-8")
+
+
+def _floats(value: Any) -> list[float]:
+    out: list[float] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float):
+            out.append(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
 def canonical_json(value: Any) -> str:
-    """Sorted keys, no spaces, UTF-8 kept: the form every hash is taken over."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    """Sorted keys, no spaces, UTF-8 kept, floats as serde_json writes them: what is hashed.
+
+    The recipe, byte for byte, is in docs/design.md ("Ids and hashes").
+    """
+    floats = _floats(value)
+    if not all(math.isfinite(number) for number in floats):
+        raise ValueError("Out of range float values are not JSON compliant")
+    return _canonical(value, bool(floats))
 
 
 def digest(value: Any) -> str:
@@ -71,6 +110,7 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
     """
     forbidden = {ascii_lower(key) for key in spec.secrets.forbidden_keys}
     max_depth = spec.limits.max_json_depth
+    has_float = False
     stack: list[tuple[Any, int, str]] = [(value, 1, what)]
     while stack:
         node, depth, path = stack.pop()
@@ -104,6 +144,7 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
                     {"field": path},
                 )
         elif isinstance(node, float):
+            has_float = True
             if not math.isfinite(node):
                 raise errors.WorkloadError(
                     errors.INVALID, f"{what} holds a number that is not finite", {"field": path}
@@ -113,9 +154,9 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
                 errors.INVALID, f"{what} holds a value that is not JSON", {"field": path}
             )
     try:
-        text = canonical_json(value)
+        text = _canonical(value, has_float)
         size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
+    except (UnicodeEncodeError, pydantic_core.PydanticSerializationError):
         # A lone surrogate: Python text that is not Unicode, which no
         # backend can store and no digest can be taken of.
         raise errors.WorkloadError(

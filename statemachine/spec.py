@@ -233,6 +233,14 @@ class Spec:
             (n for n, op in data.operations.items() if op.effect == "enforce_deadline"), ""
         )
         self.roles = _roles(data)
+        self._own: dict[tuple[str, str], TransitionSpec] = {}
+        for (source, name), edges in self._by_operation.items():
+            declared = data.operations.get(name)
+            if declared is None or data.states[source].kind == "transient":
+                continue
+            own = [edge for edge in edges if declared.actor in edge.actors]
+            if own:
+                self._own[(source, name)] = own[0]
         #: The state a workload is created in: where the admitting operation's edge starts.
         self.initial_state = self.roles.initial
         self.machine = build_machine(list(data.states), data.transitions)
@@ -244,22 +252,22 @@ class Spec:
     def own_edge(self, state: str, operation: str) -> TransitionSpec | None:
         """The edge `operation` itself takes out of `state` (not one its policy decides).
 
-        None when the table has none: the operation is not available there.
-        An operation is never available from a transient state (those exist
-        only inside the commit that entered them).
+        It is the edge out of `state` listing the operation that the operation's
+        actor class may take (the loader checks there is at most one); an edge
+        only the system may take, from a caller's operation, is its policy's.
+        None when there is none: the operation is not available there. An
+        operation is never available from a transient state (those exist only
+        inside the commit that entered them).
         """
-        if self.states[state].kind == "transient":
-            return None
-        edges = self._by_operation.get((state, operation))
-        return edges[0] if edges else None
+        return self._own.get((state, operation))
+
+    def available(self, state: str, operation: str) -> bool:
+        """May `operation` be called on a workload in `state`?"""
+        return (state, operation) in self._own
 
     def effect_command(self, operation: CompiledOperation) -> type:
         """The command type an operation takes (the one its effect is declared with)."""
         return EFFECTS[operation.spec.effect].command
-
-    def available(self, state: str, operation: str) -> bool:
-        """May `operation` be called on a workload in `state`?"""
-        return self.own_edge(state, operation) is not None
 
     def edge(self, source: str, target: str) -> TransitionSpec | None:
         """The edge from `source` to `target`, if the table has one."""

@@ -360,39 +360,41 @@ class _Checker:
                     " system take it",
                 )
         if op.policy is None or policy is not None:
-            self.resolution(where, name, op, policy, edges)
+            self.resolution(where, name, op, edges)
 
     def resolution(
         self,
         where: str,
         name: str,
         op: OperationSpec,
-        policy: _PolicyParts | None,
         edges: list[TransitionSpec],
     ) -> None:
-        """Each (state, operation) pair resolves to one edge, or to the policy's rules."""
-        by_source: dict[str, list[str]] = {}
+        """Each (state, operation) pair resolves to at most one edge its actor takes.
+
+        The other edges out of a state that list the operation are taken by the
+        system, as its policy decides (out of the policy's `via` state, or where
+        a gate policy diverts the workload).
+        """
+        own: dict[str, list[str]] = {}
         known = self.parts.states or {}
         for edge in edges:
-            if edge.from_state in known and edge.to in known:
-                by_source.setdefault(edge.from_state, []).append(edge.to)
-        picked = {rule.to for _, rule in policy.rules if rule.to} if policy else set()
-        if op.effect == "admit" and len(by_source) != 1:
-            self.add(where, "the admitting operation must leave exactly one (initial) state")
-        for source, targets in sorted(by_source.items()):
-            if len(targets) < 2:
+            if edge.from_state not in known or edge.to not in known:
                 continue
-            if policy is not None and policy.via == source and set(targets) <= picked:
-                continue
-            if policy is not None and policy.via is None:
-                own = [t for t in targets if t not in picked]
-                if len(own) <= 1:
-                    continue
-            self.add(
-                where,
-                f"{name!r} leaves {source} for {', '.join(sorted(targets))}: one edge, or the"
-                f" `via` state of its policy whose rules pick the target",
-            )
+            if op.actor in edge.actors and self.kind(edge.from_state) != "transient":
+                own.setdefault(edge.from_state, []).append(edge.to)
+        if op.effect == "admit":
+            sources = {edge.from_state for edge in edges if edge.from_state in known}
+            if len(sources) != 1:
+                self.add(where, "the admitting operation must leave exactly one (initial) state")
+            return
+        for source, targets in sorted(own.items()):
+            if len(targets) > 1:
+                self.add(
+                    where,
+                    f"{name!r} leaves {source} for {', '.join(sorted(targets))} as "
+                    f"{op.actor!r}: one edge, or let only the system take all but one "
+                    f"(its policy decides those)",
+                )
 
     def policies(self) -> None:
         policies = self.parts.policies

@@ -362,7 +362,7 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
             'actors = ["operator"], operations = ["cancel"] },',
         ),
         "operations.cancel",
-        "'cancel' leaves READY for CANCELLED, SUCCEEDED: one edge, or the `via` state",
+        "'cancel' leaves READY for CANCELLED, SUCCEEDED as 'operator': one edge",
     ),
     (
         "an operation on no edge that does not say it stays",
