@@ -11,7 +11,14 @@ import hashlib
 import pytest
 
 from support import VERIFIER, request
-from workwarden.statemachine import Authority, WorkloadError, default_spec, errors
+from workwarden.statemachine import (
+    Authority,
+    CheckpointCommand,
+    Fence,
+    WorkloadError,
+    default_spec,
+    errors,
+)
 from workwarden.statemachine.ids import claim_id_for
 from workwarden.statemachine.safety import check_json
 from workwarden.storage import Store
@@ -45,3 +52,25 @@ def test_a_key_with_a_non_ascii_look_alike_is_admitted(store: Store) -> None:
     warden = Authority(store, grants=VERIFIER)
     admitted = warden.admit(request(input={"to\u212aen": "x"}), 10_000)
     assert admitted.created
+
+
+def test_floats_are_hashed_as_serde_json_writes_them() -> None:
+    # serde_json writes 1e-5 as 0.00001 and 1.5e-7 without padding; so do we.
+    spec = default_spec()
+    assert check_json(spec, {"b": 1e-5, "a": [1.5e-7, 2, 1.0]}, "input") == (
+        '{"a":[1.5e-7,2,1.0],"b":0.00001}'
+    )
+    assert check_json(spec, {"x": 1}, "input") == '{"x":1}'
+
+
+def test_a_checkpoint_carrying_a_secret_is_refused_for_it_before_the_lookup(
+    authority: Authority,
+) -> None:
+    command = CheckpointCommand(
+        workload_id="workload_missing",
+        fence=Fence(claim_id="c", worker_id="w", token=1),
+        state={"password": "x"},
+    )
+    with pytest.raises(WorkloadError) as refused:
+        authority.execute(command, 10_000)
+    assert refused.value.code == errors.SECRET_REJECTED
