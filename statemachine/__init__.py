@@ -22,6 +22,7 @@ from workwarden.statemachine.commands import (
     ExecutionContextCommand,
     FailCommand,
     HeartbeatCommand,
+    OperatorCommand,
     RecoverCommand,
     RetryCommand,
     StartCommand,
@@ -40,6 +41,7 @@ from workwarden.statemachine.grants import (
     Subject,
 )
 from workwarden.statemachine.models import (
+    DEFAULT_RETRY_ON,
     Attempt,
     Checkpoint,
     Claim,
@@ -52,10 +54,12 @@ from workwarden.statemachine.models import (
     RetryPolicy,
     Timeouts,
     Workload,
+    default_retry_policy,
 )
 from workwarden.statemachine.spec import Problem, Spec, check_spec_file, default_spec, load_spec
 
 __all__ = [
+    "DEFAULT_RETRY_ON",
     "AdmitCommand",
     "AdmitReply",
     "Attempt",
@@ -81,6 +85,7 @@ __all__ = [
     "GrantSigner",
     "GrantVerifier",
     "HeartbeatCommand",
+    "OperatorCommand",
     "Prepared",
     "Problem",
     "RecoverCommand",
@@ -100,6 +105,7 @@ __all__ = [
     "WorkloadError",
     "check_spec_file",
     "decide",
+    "default_retry_policy",
     "default_spec",
     "load_spec",
     "workload_id_for",

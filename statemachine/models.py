@@ -21,6 +21,7 @@ from pydantic import (
 from workwarden.statemachine.grants import SignedGrant, Subject
 
 __all__ = [
+    "DEFAULT_RETRY_ON",
     "MAX_INSTANT",
     "Attempt",
     "AttemptStatus",
@@ -40,6 +41,7 @@ __all__ = [
     "StrSet",
     "Timeouts",
     "Workload",
+    "default_retry_policy",
 ]
 
 #: The largest instant or duration accepted: the largest integer a JSON number
@@ -85,18 +87,31 @@ class _Model(BaseModel):
 Backoff = Literal["fixed", "exponential"]
 
 
+#: The failure kinds a request without a `retry_policy` retries (the seed's default policy).
+DEFAULT_RETRY_ON: tuple[str, ...] = ("timeout", "transient_connection", "worker_failure")
+
+
 class RetryPolicy(_Model):
     """How many attempts a workload gets and how long it waits between them.
 
     `retry_on` lists the failure kinds the policy retries; `worker_failure`
-    also covers a lost worker and a failure whose effect is unknown.
+    also covers a lost worker and a failure whose effect is unknown. As in
+    the seed, a policy that leaves `retry_on` out retries no kind: only a
+    request with no `retry_policy` at all gets `default_retry_policy()`, which
+    retries `DEFAULT_RETRY_ON`. Write `retry_on=DEFAULT_RETRY_ON` to change
+    another field of the default policy and keep its retries.
     """
 
     max_attempts: Annotated[int, Field(strict=True, ge=1, le=1000)] = 3
     initial_delay_ms: Duration = 1000
     max_delay_ms: Duration = 300_000
     backoff: Backoff = "exponential"
-    retry_on: StrSet = ("timeout", "transient_connection", "worker_failure")
+    retry_on: StrSet = ()
+
+
+def default_retry_policy() -> RetryPolicy:
+    """The policy of a request that gives none: the defaults, retrying `DEFAULT_RETRY_ON`."""
+    return RetryPolicy(retry_on=DEFAULT_RETRY_ON)
 
 
 class Timeouts(_Model):
@@ -147,7 +162,7 @@ class CreateWorkload(_Model):
     connection_scopes: StrSet = ()
     priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = 0
     idempotency_key: Name
-    retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry_policy: RetryPolicy = Field(default_factory=default_retry_policy)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     dependencies: tuple[Dependency, ...] = ()
     not_before: Instant | None = None

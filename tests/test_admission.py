@@ -23,6 +23,7 @@ from workwarden.statemachine import (
     WorkloadError,
 )
 from workwarden.statemachine.admission import EXECUTION_FIELDS
+from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.storage import Store
 
 ADMITTED_AT = 10_000
@@ -197,7 +198,10 @@ EXECUTION_FIELD_CHANGES: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("capability_snapshot", lambda r: r.update(capability_snapshot=(*CAPS, "sms:send"))),
     ("connection_scopes", lambda r: r.update(connection_scopes=("crm",))),
     ("priority", lambda r: r.update(priority=5)),
-    ("retry_policy", lambda r: r.update(retry_policy=RetryPolicy(max_attempts=9))),
+    (
+        "retry_policy",
+        lambda r: r.update(retry_policy=RetryPolicy(max_attempts=9, retry_on=DEFAULT_RETRY_ON)),
+    ),
     (
         "retry_policy",
         lambda r: r.update(retry_policy=RetryPolicy(retry_on=("timeout", "transient_connection"))),
@@ -272,7 +276,7 @@ def test_a_new_authority_answers_replays_from_the_committed_record(store: Store)
     reopened = authority_over(store)
 
     assert not reopened.admit(request(**_original()), now=ADMITTED_AT + 1_000).created
-    changed = _original(retry_policy=RetryPolicy(initial_delay_ms=5))
+    changed = _original(retry_policy=RetryPolicy(initial_delay_ms=5, retry_on=DEFAULT_RETRY_ON))
     refused = _refusal(reopened, **changed)
 
     assert refused.code == "IDEMPOTENCY_KEY_REUSED"

@@ -22,6 +22,7 @@ from workwarden.statemachine import (
     Workload,
     WorkloadError,
 )
+from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.storage import Store
 
 ADMITTED = 10_000
@@ -203,7 +204,9 @@ def test_a_started_attempt_reporting_no_effect_records_none_and_is_decided_by_ki
 
 
 def test_the_attempt_budget_bounds_failure_retries(authority: Authority) -> None:
-    workload_id, claim = claimed(authority, retry_policy=RetryPolicy(max_attempts=2))
+    workload_id, claim = claimed(
+        authority, retry_policy=RetryPolicy(max_attempts=2, retry_on=DEFAULT_RETRY_ON)
+    )
     assert authority.fail(workload_id, claim.fence, "timeout", "x", 12_000) == "READY"
     eligible = authority.get(workload_id).next_attempt_at
     assert eligible == 13_000
@@ -216,7 +219,9 @@ def test_the_attempt_budget_bounds_failure_retries(authority: Authority) -> None
 
 
 def test_a_single_attempt_policy_dead_letters_a_retryable_failure(authority: Authority) -> None:
-    workload_id, claim = running(authority, retry_policy=RetryPolicy(max_attempts=1))
+    workload_id, claim = running(
+        authority, retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)
+    )
     assert authority.fail(workload_id, claim.fence, "worker_failure", "crashed", 13_000) == (
         "DEAD_LETTER"
     )
@@ -321,7 +326,11 @@ def test_exponential_backoff_doubles_each_delay_exactly_and_is_capped(
     authority: Authority,
 ) -> None:
     policy = RetryPolicy(
-        max_attempts=6, initial_delay_ms=1_500, max_delay_ms=7_000, backoff="exponential"
+        max_attempts=6,
+        initial_delay_ms=1_500,
+        max_delay_ms=7_000,
+        backoff="exponential",
+        retry_on=DEFAULT_RETRY_ON,
     )
     workload_id, claim = claimed(authority, retry_policy=policy)
     now = 12_345
@@ -334,7 +343,13 @@ def test_exponential_backoff_doubles_each_delay_exactly_and_is_capped(
 
 
 def test_fixed_backoff_waits_the_initial_delay_every_time(authority: Authority) -> None:
-    policy = RetryPolicy(max_attempts=4, initial_delay_ms=250, max_delay_ms=1_000, backoff="fixed")
+    policy = RetryPolicy(
+        max_attempts=4,
+        initial_delay_ms=250,
+        max_delay_ms=1_000,
+        backoff="fixed",
+        retry_on=DEFAULT_RETRY_ON,
+    )
     workload_id, claim = claimed(authority, retry_policy=policy)
     now = 11_001
     delays = []

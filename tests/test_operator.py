@@ -15,6 +15,7 @@ import pytest
 
 from support import CAPS, request
 from workwarden.statemachine import Authority, RetryPolicy, WorkloadError
+from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.storage import Store
 
 ADMITTED = 10_000
@@ -89,7 +90,9 @@ def test_each_operator_retry_grants_exactly_one_attempt_and_is_recorded(
 
 
 def test_operator_retries_are_bounded_by_max_attempts(authority: Authority, store: Store) -> None:
-    workload_id = dead_lettered(authority, retry_policy=RetryPolicy(max_attempts=2))
+    workload_id = dead_lettered(
+        authority, retry_policy=RetryPolicy(max_attempts=2, retry_on=DEFAULT_RETRY_ON)
+    )
     now = 1_000_000
     for _ in range(2):
         authority.retry(workload_id, "operator-1", now)
@@ -226,7 +229,9 @@ def test_an_operator_timeout_dead_letters_when_the_policy_does_not_retry_timeout
 def test_an_operator_timeout_dead_letters_when_the_attempt_budget_is_spent(
     authority: Authority,
 ) -> None:
-    workload_id = admit(authority, retry_policy=RetryPolicy(max_attempts=1))
+    workload_id = admit(
+        authority, retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)
+    )
     authority.claim(workload_id, "a", CAPS, now=11_000, lease_ms=LEASE)
     assert authority.timeout(workload_id, "operator-1", 12_000) == "DEAD_LETTER"
     workload = authority.get(workload_id)
@@ -238,7 +243,9 @@ def test_an_operator_timeout_dead_letters_when_the_attempt_budget_is_spent(
 def test_an_operator_timeout_of_work_that_cannot_time_out_is_denied(
     authority: Authority, store: Store, where: str
 ) -> None:
-    workload_id = admit(authority, retry_policy=RetryPolicy(max_attempts=1))
+    workload_id = admit(
+        authority, retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)
+    )
     claim = authority.claim(workload_id, "a", CAPS, now=11_000, lease_ms=LEASE)
     authority.start(workload_id, claim.fence, now=12_000)
     if where == "DEAD_LETTER":

@@ -34,6 +34,7 @@ from workwarden.statemachine import (
     errors,
 )
 from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.storage import AuditRecord, Store
 
 Call = Callable[[], Any]
@@ -136,7 +137,7 @@ def _(a: Authority, b: Authority, store: Store) -> Call:
 
 @refusal(errors.INVALID, "initial-delay-over-max")
 def _(a: Authority, b: Authority, store: Store) -> Call:
-    policy = RetryPolicy(initial_delay_ms=10_000, max_delay_ms=1_000)
+    policy = RetryPolicy(initial_delay_ms=10_000, max_delay_ms=1_000, retry_on=DEFAULT_RETRY_ON)
     return lambda: a.admit(request(retry_policy=policy), now=11_000)
 
 
@@ -332,7 +333,9 @@ def _(a: Authority, b: Authority, store: Store) -> Call:
 
 @refusal(errors.RETRY_EXHAUSTED, "operator-retries-used")
 def _(a: Authority, b: Authority, store: Store) -> Call:
-    workload_id, claim = _running(a, retry_policy=RetryPolicy(max_attempts=1))
+    workload_id, claim = _running(
+        a, retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)
+    )
     a.fail(workload_id, claim.fence, "validation", "bad", now=13_000)
     assert a.retry(workload_id, "operator", now=14_000) == "READY"
     again = a.claim(workload_id, "w", CAPS, now=15_000, lease_ms=10_000)

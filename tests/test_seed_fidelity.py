@@ -12,10 +12,13 @@ import pytest
 
 from support import VERIFIER, request
 from workwarden.statemachine import (
+    DEFAULT_RETRY_ON,
     Authority,
     CheckpointCommand,
     Fence,
+    RetryPolicy,
     WorkloadError,
+    default_retry_policy,
     default_spec,
     errors,
 )
@@ -74,3 +77,19 @@ def test_a_checkpoint_carrying_a_secret_is_refused_for_it_before_the_lookup(
     with pytest.raises(WorkloadError) as refused:
         authority.execute(command, 10_000)
     assert refused.value.code == errors.SECRET_REJECTED
+
+
+def test_a_retry_policy_given_without_retry_on_retries_nothing(authority: Authority) -> None:
+    policy = RetryPolicy(max_attempts=5)
+    assert policy.retry_on == ()
+    workload_id = authority.admit(request(retry_policy=policy), 10_000).workload.workload_id
+    claim = authority.claim(workload_id, "w", {"email:send"}, 11_000, lease_ms=10_000)
+    assert authority.fail(workload_id, claim.fence, "timeout", "slow", 12_000) == "DEAD_LETTER"
+    decided = authority.get(workload_id).execution_history[-1].evidence["decision"]
+    assert decided == "failure_kind_not_retryable"
+
+
+def test_a_request_without_a_retry_policy_retries_the_default_kinds() -> None:
+    assert request().retry_policy == default_retry_policy()
+    assert default_retry_policy().retry_on == DEFAULT_RETRY_ON
+    assert DEFAULT_RETRY_ON == ("timeout", "transient_connection", "worker_failure")

@@ -20,7 +20,7 @@ from support import CAPS, request
 from support import authority as authority_over
 from workwarden.cli import main
 from workwarden.statemachine import Authority, RetryPolicy
-from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.models import DEFAULT_RETRY_ON, Event, Workload
 from workwarden.statemachine.properties.decisions import check_history, recorded_decisions
 from workwarden.statemachine.spec import default_spec
 from workwarden.storage import MemoryStore, SQLiteStore
@@ -29,7 +29,7 @@ from workwarden.storage import MemoryStore, SQLiteStore
 def _budget_spent(authority: Authority) -> Workload:
     """A workload with max_attempts 2 whose second failure is dead-lettered."""
     workload_id = authority.admit(
-        request(retry_policy=RetryPolicy(max_attempts=2)), now=10_000
+        request(retry_policy=RetryPolicy(max_attempts=2, retry_on=DEFAULT_RETRY_ON)), now=10_000
     ).workload.workload_id
     claim = authority.claim(workload_id, "a", CAPS, now=11_000, lease_ms=10_000)
     authority.fail(workload_id, claim.fence, "timeout", "slow", 12_000)

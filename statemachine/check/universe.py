@@ -60,6 +60,7 @@ from workwarden.statemachine.commands import (
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Subject
 from workwarden.statemachine.models import (
+    DEFAULT_RETRY_ON,
     Claim,
     CreateWorkload,
     Dependency,
@@ -135,7 +136,7 @@ def _request(universe: Universe, index: int, parent: str | None) -> CreateWorklo
     timeouts = universe.first_timeouts if index == 0 else universe.second_timeouts
     if index == 0:
         first = universe.first_retry_on
-        retry_on = RetryPolicy().retry_on if first is None else tuple(sorted(set(first)))
+        retry_on = DEFAULT_RETRY_ON if first is None else tuple(sorted(set(first)))
     else:
         retry_on = tuple(sorted(set(universe.second_retry_on)))
     return CreateWorkload(

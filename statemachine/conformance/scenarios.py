@@ -48,6 +48,7 @@ from workwarden.statemachine.conformance.runner import (
 from workwarden.statemachine.core import claim_id_for, decide
 from workwarden.statemachine.grants import Grant, GrantSigner, SignedGrant, Subject
 from workwarden.statemachine.models import (
+    DEFAULT_RETRY_ON,
     CreateWorkload,
     Dependency,
     Fence,
@@ -548,7 +549,7 @@ def _eligibility() -> list[Scenario]:
 def _cancellation() -> list[Scenario]:
     w = Work(request())
     scheduled = Work(request(not_before=50_000))
-    one = Work(request(retry_policy=RetryPolicy(max_attempts=1)))
+    one = Work(request(retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)))
     return [
         _s(
             "cancellation/cancelling_before_the_eligibility_instant_prevents_execution",
@@ -686,15 +687,24 @@ def _completion() -> list[Scenario]:
 def _failures() -> list[Scenario]:
     w = Work(request())
     no_worker_failure = Work(request(retry_policy=RetryPolicy(retry_on=("timeout",))))
-    two = Work(request(retry_policy=RetryPolicy(max_attempts=2)))
-    one = Work(request(retry_policy=RetryPolicy(max_attempts=1)))
+    two = Work(request(retry_policy=RetryPolicy(max_attempts=2, retry_on=DEFAULT_RETRY_ON)))
+    one = Work(request(retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)))
     exponential = Work(
         request(
-            retry_policy=RetryPolicy(max_attempts=6, initial_delay_ms=1_000, max_delay_ms=4_000)
+            retry_policy=RetryPolicy(
+                max_attempts=6,
+                initial_delay_ms=1_000,
+                max_delay_ms=4_000,
+                retry_on=DEFAULT_RETRY_ON,
+            )
         )
     )
     fixed = Work(
-        request(retry_policy=RetryPolicy(max_attempts=4, initial_delay_ms=700, backoff="fixed"))
+        request(
+            retry_policy=RetryPolicy(
+                max_attempts=4, initial_delay_ms=700, backoff="fixed", retry_on=DEFAULT_RETRY_ON
+            )
+        )
     )
     invalid_effect = command_json(w.fail("w", 1, 13_000, "x", "y")[0])
     invalid_effect["effect"] = "maybe"
@@ -912,7 +922,7 @@ def _lose_leases(work: Work, count: int, now: int) -> tuple[list[Step], int]:
 
 def _operator() -> list[Scenario]:
     w = Work(request())
-    one = Work(request(retry_policy=RetryPolicy(max_attempts=1)))
+    one = Work(request(retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)))
     no_timeouts = Work(request(retry_policy=RetryPolicy(retry_on=("worker_failure",))))
     unknown = Work(request(retry_policy=RetryPolicy(retry_on=("timeout",))))
     three_lost, t3 = _lose_leases(w, 3, 10_000)
@@ -1049,7 +1059,7 @@ def _deadlines() -> list[Scenario]:
     claim = timed("claim-retried", claim_ms=2_000)
     queue = timed("queue", queue_ms=4_000)
     overall = timed("overall", overall_ms=10_000)
-    one = timed("one", RetryPolicy(max_attempts=1), execution_ms=5_000)
+    one = timed("one", RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON), execution_ms=5_000)
     legacy_request = request("legacy", timeouts=Timeouts(execution_ms=1_000, overall_ms=2_000))
     legacy = Work(legacy_request)
     return [

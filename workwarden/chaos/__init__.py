@@ -59,6 +59,7 @@ from workwarden.statemachine import (
     workload_id_for,
 )
 from workwarden.statemachine import errors as codes
+from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.storage import Store, open_store
 
 __all__ = [
@@ -197,6 +198,7 @@ def plan_workloads(count: int, seed: int, start_ms: int, seconds: float) -> Plan
                 initial_delay_ms=50,
                 max_delay_ms=500,
                 backoff=rng.choice(("fixed", "exponential")),
+                retry_on=DEFAULT_RETRY_ON,
             ),
             timeouts=timeouts,
             dependencies=(Dependency(workload_id=parent),) if parent is not None else (),
