@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from workwarden.statemachine.catalogue import error_class
+
 __all__ = [
     "ATTEMPTS_EXHAUSTED",
     "CAPABILITY_DENIED",
@@ -73,6 +75,17 @@ class WorkloadError(Exception):
         self.code = code
         self.message = message
         self.details: dict[str, Any] | None = dict(details) if details is not None else None
+
+    @property
+    def error_class(self) -> str | None:
+        """How a program sorts this refusal, from the catalogue (`[errors.CODE] class`).
+
+        `attempt_over`: stop working on the attempt (its claim is gone);
+        `conflict_retry_now`: read again and call again at once; `retry_later`:
+        call again with the same arguments later; `fix_request`: the request is
+        wrong; `give_up`: the call cannot succeed.
+        """
+        return error_class(self.code)
 
     def to_dict(self) -> dict[str, Any]:
         """The error object as JSON-ready data: `code`, `message` and `details` when set."""

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.catalogue import shipped_classes
 from workwarden.statemachine.commands import CARRIES_FENCE
 from workwarden.statemachine.effects import EFFECTS
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
@@ -580,6 +581,13 @@ class _Checker:
         for code in raised_codes():
             if code not in catalogue:
                 self.add("errors", f"missing error code {code!r}, which the core raises")
+        shipped = shipped_classes()
+        for code, entry in catalogue.items():
+            if entry is not None and code in shipped and entry.error_class != shipped[code]:
+                self.add(
+                    f"errors.{code}.class",
+                    f"{code} is of class {shipped[code]!r} in every spec (programs sort by it)",
+                )
 
 
 def raised_codes() -> tuple[str, ...]:

@@ -17,6 +17,7 @@ __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
     "DEADLINE_KINDS",
+    "ERROR_CLASSES",
     "REQUIRED_OPERATIONS",
     "STATE_KINDS",
     "BackoffSpec",
@@ -193,11 +194,23 @@ class LimitsSpec(_Strict):
     max_reason_chars: Annotated[int, Field(ge=1)]
 
 
+ErrorClass = Literal["attempt_over", "conflict_retry_now", "retry_later", "fix_request", "give_up"]
+#: The classes a program sorts refusals by (`[errors.CODE] class`).
+ERROR_CLASSES: tuple[str, ...] = (
+    "attempt_over",
+    "conflict_retry_now",
+    "retry_later",
+    "fix_request",
+    "give_up",
+)
+
+
 class ErrorSpec(_Strict):
-    """`[errors.CODE]`: what the code means and what the caller should do."""
+    """`[errors.CODE]`: what the code means, what the caller should do, its class."""
 
     meaning: str
     action: Literal["retry_later", "give_up", "fix_request"]
+    error_class: ErrorClass = Field(alias="class")
     records: bool = False
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter
 
@@ -78,6 +78,11 @@ class ErrorObject(BaseModel):
     code: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     message: str = ""
     details: dict[str, JsonValue] | None = None
+    #: How a program sorts the refusal (the catalogue's `class` of `code`); optional.
+    error_class: (
+        Literal["attempt_over", "conflict_retry_now", "retry_later", "fix_request", "give_up"]
+        | None
+    ) = Field(default=None, alias="class")
 
 
 #: The model of each command, by its `op`.
