@@ -1,12 +1,14 @@
 """The authority: the thin shell around the pure core.
 
 `Authority.prepare(command, now)` reads the committed workload, verifies what
-needs keys (grant signatures) or other documents (a result id's owner), and
-calls `decide`. `Prepared.commit()` writes the decided workload with the
-version it was decided on; if another writer committed first, nothing of this
-call is written and it raises `WORKLOAD_CONFLICT`, and the next call decides
-on the committed version. The one-call methods (`admit`, `claim`, ...) are
-prepare then commit.
+needs keys (grant signatures) or other documents (a result id's owner, once
+the output is checked), and calls `decide`. `Prepared.commit()` writes the
+decided workload with the version it was decided on; if another writer
+committed first, nothing of this call is written and it raises
+`WORKLOAD_CONFLICT`, and the next call decides on the committed version. The
+one-call methods (`admit`, `claim`, ...) are prepare then commit. What a
+caller hands in is turned into models, or refused, by
+`workwarden.statemachine.inputs`.
 
 Deciding without reading first: a one-call method may decide on a version
 the authority did not read just now, and let the compare-and-swap confirm it.
@@ -31,9 +33,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
-from workwarden.statemachine import errors, scheduler
+from workwarden.statemachine import errors, inputs, scheduler
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.commands import (
     AdmitCommand,
@@ -59,6 +59,7 @@ from workwarden.statemachine.commands import (
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import GrantVerifier
 from workwarden.statemachine.index import index_fields
+from workwarden.statemachine.inputs import invalid_from_validation
 from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
@@ -66,11 +67,11 @@ from workwarden.statemachine.models import (
     CreateWorkload,
     ExecutionContext,
     Fence,
-    Name,
     Result,
     Workload,
 )
 from workwarden.statemachine.remembered import DEFAULT_REMEMBER, Remembered
+from workwarden.statemachine.safety import check_json
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     AuditRecord,
@@ -89,101 +90,11 @@ __all__ = [
     "serialise",
 ]
 
-_COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
-_NAME: TypeAdapter[str] = TypeAdapter(Name)
-
-
-def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.WorkloadError:
-    """A pydantic `ValidationError` as `WORKLOAD_INVALID`, naming each field path."""
-    problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        path = ".".join(str(part) for part in err["loc"])
-        if not path and err["type"].startswith("union_tag"):
-            path = "op"
-        if prefix:
-            path = f"{prefix}.{path}" if path else prefix
-        problems.append({"field": path, "message": err["msg"]})
-    first = problems[0] if problems else {"field": prefix, "message": "invalid"}
-    return errors.WorkloadError(
-        errors.INVALID, f"{first['field']}: {first['message']}", {"errors": problems}
-    )
-
-
-def _check_now(now: Any) -> None:
-    """Refuse an instant that is not an integer number of milliseconds in range."""
-    if isinstance(now, bool) or not isinstance(now, int) or not 0 <= now <= 2**53 - 1:
-        message = "now must be an integer instant in milliseconds"
-        raise errors.WorkloadError(
-            errors.INVALID,
-            message,
-            {"field": "now", "errors": [{"field": "now", "message": message}]},
-        )
-
-
-def _names(values: Any) -> Any:
-    """A caller's collection of names as a tuple; anything else is left for validation to refuse."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        return values
-    return tuple(values)
-
-
-def _name(value: Any, field: str) -> str:
-    """`value` as a name (1 to 256 printable characters), or `WORKLOAD_INVALID` naming `field`."""
-    try:
-        return _NAME.validate_python(value)
-    except ValidationError as exc:
-        raise invalid_from_validation(exc, field) from None
-
-
-def _scope(tenant: Any, application: Any) -> tuple[str | None, str | None]:
-    """An optional tenant and application, each a name when given."""
-    return (
-        None if tenant is None else _name(tenant, "tenant"),
-        None if application is None else _name(application, "application"),
-    )
-
 
 def _in_scope(workload: Workload, tenant: str | None, application: str | None) -> bool:
     return (tenant is None or workload.tenant_id == tenant) and (
         application is None or workload.application_id == application
     )
-
-
-def _parse_command(command: Any) -> Command:
-    """A command from caller data, or `WORKLOAD_INVALID` naming each problem's field."""
-    if isinstance(command, Mapping):
-        op = command.get("op")
-        if not isinstance(op, str) or op not in _OPERATIONS:
-            # Checked before pydantic, which would quote a bad `op` back in its
-            # message, however large or deeply nested (or secret) it is.
-            message = "must name one of the operations: " + ", ".join(_OPERATIONS)
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"op: {message}",
-                {"errors": [{"field": "op", "message": message}]},
-            )
-    try:
-        return _COMMAND.validate_python(command)
-    except ValidationError as exc:
-        raise invalid_from_validation(exc) from None
-
-
-def _build(model: Any, **fields: Any) -> Any:
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        raise invalid_from_validation(exc) from None
-
-
-def _parse(doc: StoredDocument) -> Workload:
-    try:
-        return Workload.model_validate_json(doc.document)
-    except ValidationError as exc:
-        raise errors.WorkloadError(
-            errors.STORAGE_FAILURE,
-            f"stored document {doc.key} version {doc.version} does not parse",
-            {"workload_id": doc.key},
-        ) from exc
 
 
 def serialise(workload: Workload) -> str:
@@ -288,8 +199,8 @@ class Authority:
 
     def prepare(self, command: Command | Mapping[str, Any], now: int) -> Prepared:
         """Read and decide `command` at `now`; nothing is written until `commit()`."""
-        parsed = command if isinstance(command, _COMMAND_TYPES) else _parse_command(command)
-        _check_now(now)
+        parsed = inputs.as_command(command)
+        inputs.check_now(now)
         return self._prepare(parsed, now, parsed.op)
 
     def _prepare(self, command: Command, now: int, operation: str) -> Prepared:
@@ -299,16 +210,27 @@ class Authority:
         else:
             key = command.workload_id
         if isinstance(command, CompleteCommand):
-            owner = self._store_call(self.store.find_result, command.result_id)
-            if owner is not None and owner != key:
-                raise errors.WorkloadError(
-                    errors.RESULT_DUPLICATE, "result id belongs to another workload"
-                )
+            self._check_result_owner(command, key)
         doc = self._store_call(self.store.read, key)
-        workload = _parse(doc) if doc is not None else None
+        workload = inputs.parse_stored(doc) if doc is not None else None
         decision = self._decide(workload, command, now)
         version = doc.version if doc is not None else None
         return self._prepared(command, key, version, decision, now, operation)
+
+    def _check_result_owner(self, command: CompleteCommand, key: str) -> None:
+        """Refuse a completion naming a result id another workload holds.
+
+        The output is checked first, as the seed checks it: an output with a
+        secret, too deep or too large, is refused for that before the store is
+        asked who owns the result id. (`decide` checks it again, as it hashes
+        it; only the core could take the text made here.)
+        """
+        check_json(self.spec, command.output, "output")
+        owner = self._store_call(self.store.find_result, command.result_id)
+        if owner is not None and owner != key:
+            raise errors.WorkloadError(
+                errors.RESULT_DUPLICATE, "result id belongs to another workload"
+            )
 
     def _prepared(
         self,
@@ -350,7 +272,7 @@ class Authority:
         only a fresh read may decide those.
         """
         if workload is None and doc is not None:
-            workload = _parse(doc)
+            workload = inputs.parse_stored(doc)
         try:
             decision = self._decide(workload, command, now)
         except errors.WorkloadError:
@@ -402,9 +324,13 @@ class Authority:
         """Prepare and commit `command` in one call."""
         if self.remember == 0:
             return self.prepare(command, now).commit()
-        parsed = command if isinstance(command, _COMMAND_TYPES) else _parse_command(command)
-        _check_now(now)
+        parsed = inputs.as_command(command)
+        inputs.check_now(now)
         return self._run(parsed, now, parsed.op, self._speculate(parsed, now, parsed.op))
+
+    def _call(self, model: type[Command], now: int, /, **fields: Any) -> Any:
+        """Execute a `model` command made of a one-call method's arguments."""
+        return self.execute(inputs.build(model, **fields), now)
 
     def _store_call(self, fn: Any, *args: Any) -> Any:
         try:
@@ -466,10 +392,10 @@ class Authority:
         details as one that does not exist: a scoped read never tells that
         another scope's work exists. Unscoped (the default), any id is read.
         """
-        key = _name(workload_id, "workload_id")
-        tenant, application = _scope(tenant, application)
+        key = inputs.as_name(workload_id, "workload_id")
+        tenant, application = inputs.as_scope(tenant, application)
         doc = self._store_call(self.store.read, key)
-        workload = _parse(doc) if doc is not None else None
+        workload = inputs.parse_stored(doc) if doc is not None else None
         if workload is None or not _in_scope(workload, tenant, application):
             raise errors.WorkloadError(errors.NOT_FOUND, "workload not found", {"workload_id": key})
         return workload
@@ -480,8 +406,8 @@ class Authority:
         A store that answers with another scope's workload is a
         `WORKLOAD_STORAGE_FAILURE`, never a leak.
         """
-        scope = _name(tenant, "tenant"), _name(application, "application")
-        workloads = [_parse(doc) for doc in self._store_call(self.store.list, *scope)]
+        scope = inputs.as_full_scope(tenant, application)
+        workloads = [inputs.parse_stored(doc) for doc in self._store_call(self.store.list, *scope)]
         if any(not _in_scope(workload, *scope) for workload in workloads):
             raise errors.WorkloadError(
                 errors.STORAGE_FAILURE, "the store listed a workload of another scope"
@@ -497,12 +423,7 @@ class Authority:
         converges on what it committed: the original for the same request,
         `IDEMPOTENCY_KEY_REUSED` for a different one.
         """
-        if not isinstance(request, CreateWorkload):
-            try:
-                request = CreateWorkload.model_validate(request)
-            except ValidationError as exc:
-                raise invalid_from_validation(exc, "request") from None
-        command = AdmitCommand(request=request)
+        command = AdmitCommand(request=inputs.as_request(request))
         try:
             reply: AdmitReply = self.execute(command, now)
         except errors.WorkloadError as exc:
@@ -520,15 +441,15 @@ class Authority:
         lease_ms: int,
     ) -> Claim:
         """Claim READY work by id: a lease until `now + lease_ms` under a new fencing token."""
-        caps = _names(capabilities)
-        command = _build(
+        caps = inputs.as_names(capabilities)
+        claim: Claim = self._call(
             ClaimCommand,
+            now,
             workload_id=workload_id,
             worker_id=worker_id,
             capabilities=caps,
             lease_ms=lease_ms,
         )
-        claim: Claim = self.execute(command, now)
         return claim
 
     def claim_next(
@@ -547,10 +468,10 @@ class Authority:
         dependency; work that a claim dead-letters or times out is skipped
         too. Never raises because of one ineligible workload.
         """
-        _check_now(now)
-        tenant, application = _name(tenant, "tenant"), _name(application, "application")
-        caps = _names(capabilities)
-        probe = _build(
+        inputs.check_now(now)
+        tenant, application = inputs.as_full_scope(tenant, application)
+        caps = inputs.as_names(capabilities)
+        probe = inputs.build(
             ClaimCommand, workload_id="-", worker_id=worker_id, capabilities=caps, lease_ms=lease_ms
         )
         seeker = scheduler.Seeker(tenant, application, now, frozenset(probe.capabilities))
@@ -579,19 +500,17 @@ class Authority:
             claim: Claim = prepared.commit()
             return claim
 
-        return scheduler.claim_best(seeker, candidates, read, _parse, try_claim)
+        return scheduler.claim_best(seeker, candidates, read, inputs.parse_stored, try_claim)
 
     def start(self, workload_id: str, fence: Fence, now: int) -> Attempt:
         """Start the claimed attempt."""
-        attempt: Attempt = self.execute(
-            _build(StartCommand, workload_id=workload_id, fence=fence), now
-        )
+        attempt: Attempt = self._call(StartCommand, now, workload_id=workload_id, fence=fence)
         return attempt
 
     def heartbeat(self, workload_id: str, fence: Fence, now: int, extend_ms: int) -> Claim:
         """Extend the lease to `now + extend_ms`."""
-        claim: Claim = self.execute(
-            _build(HeartbeatCommand, workload_id=workload_id, fence=fence, extend_ms=extend_ms), now
+        claim: Claim = self._call(
+            HeartbeatCommand, now, workload_id=workload_id, fence=fence, extend_ms=extend_ms
         )
         return claim
 
@@ -599,21 +518,19 @@ class Authority:
         self, workload_id: str, fence: Fence, now: int, secret_references: Iterable[str] = ()
     ) -> ExecutionContext:
         """The input, every checkpoint so far, and the scopes, read through the fence."""
-        context: ExecutionContext = self.execute(
-            _build(
-                ExecutionContextCommand,
-                workload_id=workload_id,
-                fence=fence,
-                secret_references=_names(secret_references),
-            ),
+        context: ExecutionContext = self._call(
+            ExecutionContextCommand,
             now,
+            workload_id=workload_id,
+            fence=fence,
+            secret_references=inputs.as_names(secret_references),
         )
         return context
 
     def checkpoint(self, workload_id: str, fence: Fence, state: Any, now: int) -> Checkpoint:
         """Record progress of the running attempt."""
-        checkpoint: Checkpoint = self.execute(
-            _build(CheckpointCommand, workload_id=workload_id, fence=fence, state=state), now
+        checkpoint: Checkpoint = self._call(
+            CheckpointCommand, now, workload_id=workload_id, fence=fence, state=state
         )
         return checkpoint
 
@@ -629,17 +546,15 @@ class Authority:
         schema_version: int = 1,
     ) -> Result:
         """Record the attempt's result; the same report repeated returns the same result."""
-        result: Result = self.execute(
-            _build(
-                CompleteCommand,
-                workload_id=workload_id,
-                fence=fence,
-                result_id=result_id,
-                output=output,
-                artifacts=_names(artifacts),
-                schema_version=schema_version,
-            ),
+        result: Result = self._call(
+            CompleteCommand,
             now,
+            workload_id=workload_id,
+            fence=fence,
+            result_id=result_id,
+            output=output,
+            artifacts=inputs.as_names(artifacts),
+            schema_version=schema_version,
         )
         return result
 
@@ -654,23 +569,21 @@ class Authority:
         effect: str | None = None,
     ) -> str:
         """Report the attempt's failure; returns the state the failure policy decided."""
-        reply: StateReply = self.execute(
-            _build(
-                FailCommand,
-                workload_id=workload_id,
-                fence=fence,
-                kind=kind,
-                error=error,
-                effect=effect,
-            ),
+        reply: StateReply = self._call(
+            FailCommand,
             now,
+            workload_id=workload_id,
+            fence=fence,
+            kind=kind,
+            error=error,
+            effect=effect,
         )
         return reply.state
 
     def confirm_cancel(self, workload_id: str, fence: Fence, now: int) -> str:
         """The holding worker confirms a requested cancellation."""
-        reply: StateReply = self.execute(
-            _build(ConfirmCancelCommand, workload_id=workload_id, fence=fence), now
+        reply: StateReply = self._call(
+            ConfirmCancelCommand, now, workload_id=workload_id, fence=fence
         )
         return reply.state
 
@@ -678,22 +591,18 @@ class Authority:
 
     def cancel(self, workload_id: str, actor: str, now: int) -> str:
         """Cancel queued work, or request cancellation from the worker holding it."""
-        reply: StateReply = self.execute(
-            _build(CancelCommand, workload_id=workload_id, actor=actor), now
-        )
+        reply: StateReply = self._call(CancelCommand, now, workload_id=workload_id, actor=actor)
         return reply.state
 
     def timeout(self, workload_id: str, actor: str, now: int) -> str:
         """An operator times the workload out; returns the state the policy decided."""
-        reply: StateReply = self.execute(
-            _build(TimeoutCommand, workload_id=workload_id, actor=actor), now
-        )
+        reply: StateReply = self._call(TimeoutCommand, now, workload_id=workload_id, actor=actor)
         return reply.state
 
     def retry(self, workload_id: str, actor: str, now: int, reason: str | None = None) -> str:
         """Re-arm failed, timed-out or dead-lettered work: one more attempt, with `reason`."""
-        reply: StateReply = self.execute(
-            _build(RetryCommand, workload_id=workload_id, actor=actor, reason=reason), now
+        reply: StateReply = self._call(
+            RetryCommand, now, workload_id=workload_id, actor=actor, reason=reason
         )
         return reply.state
 
@@ -707,14 +616,14 @@ class Authority:
         recorded with it. An operation the spec lacks is `WORKLOAD_INVALID`;
         one the state has no edge for is its `denied` code.
         """
-        command = _build(
+        reply: StateReply = self._call(
             OperatorCommand,
+            now,
             operation=operation,
             workload_id=workload_id,
             actor=actor,
             reason=reason,
         )
-        reply: StateReply = self.execute(command, now)
         return reply.state
 
     # -- sweeps --------------------------------------------------------------
@@ -727,8 +636,8 @@ class Authority:
         tenant: str | None,
         application: str | None,
     ) -> builtins.list[str]:
-        _check_now(now)
-        tenant, application = _scope(tenant, application)
+        inputs.check_now(now)
+        tenant, application = inputs.as_scope(tenant, application)
         changed: builtins.list[str] = []
         seen: set[str] = set()
         while True:
@@ -771,27 +680,3 @@ class Authority:
         return self._sweep(
             self.store.deadlines_due, EnforceDeadlineCommand, now, tenant, application
         )
-
-
-_COMMAND_TYPES = (
-    AdmitCommand,
-    ClaimCommand,
-    StartCommand,
-    HeartbeatCommand,
-    ExecutionContextCommand,
-    CheckpointCommand,
-    CompleteCommand,
-    FailCommand,
-    CancelCommand,
-    ConfirmCancelCommand,
-    TimeoutCommand,
-    RetryCommand,
-    RecoverCommand,
-    EnforceDeadlineCommand,
-    OperatorCommand,
-)
-
-#: The `op` of every command `prepare` takes.
-_OPERATIONS: tuple[str, ...] = tuple(
-    sorted(str(model.model_fields["op"].default) for model in _COMMAND_TYPES)
-)
