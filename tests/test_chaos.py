@@ -156,8 +156,9 @@ def test_the_audit_flags_a_write_committed_under_a_stale_fence() -> None:
     wid, _ = _history_with_a_recovery(store)
     forged = _forge(store, wid)
     _, violations = audit_store(store, default_spec(), [wid])
-    stale = [v for v in violations if "stale fence" in v.message]
+    stale = [v for v in violations if v.property == "no_write_from_a_stale_fence"]
     assert len(stale) == 1
+    assert "stale fence" in stale[0].message
     assert stale[0].record is not None
     assert stale[0].record.transaction_id == forged.transaction_id
     # The report shows the workload's history and the record.
@@ -170,7 +171,9 @@ def test_the_audit_flags_a_document_whose_last_record_is_not_its_digest() -> Non
     wid, _ = _history_with_a_recovery(store)
     _forge(store, wid, actor="system.recovery", operation="recover_expired", fencing_token=None)
     _, violations = audit_store(store, default_spec(), [wid])
-    assert [v.message for v in violations] == ["the last audit digest is not the document's"]
+    assert [(v.property, v.message) for v in violations] == [
+        ("audit_matches_the_documents", "the last record's digest is not version 8's")
+    ]
 
 
 def test_the_audit_flags_lost_work_and_an_acknowledged_completion_not_stored() -> None:
@@ -179,10 +182,13 @@ def test_the_audit_flags_lost_work_and_an_acknowledged_completion_not_stored() -
     _, violations = audit_store(
         store, default_spec(), [wid, "workload_missing"], [(wid, 1, "r-by-the-stale-worker")]
     )
-    messages = sorted(v.message for v in violations)
+    messages = sorted((v.property, v.message) for v in violations)
     assert messages == [
-        "admitted but not in the store",
-        "completion r-by-the-stale-worker under token 1 was acknowledged but is not stored",
+        (
+            "acknowledged_completions_are_stored",
+            "completion r-by-the-stale-worker under token 1 was acknowledged but is not stored",
+        ),
+        ("admitted_work_is_stored", "admitted but not in the store"),
     ]
 
 
@@ -190,7 +196,9 @@ def test_the_audit_flags_work_left_unfinished() -> None:
     store = MemoryStore()
     wid = make_authority(store).admit(request(), 10_000).workload.workload_id
     _, violations = audit_store(store, default_spec(), [wid])
-    assert [v.message for v in violations] == ["not terminal after draining: READY"]
+    assert [(v.property, v.message) for v in violations] == [
+        ("work_finishes_after_draining", "not terminal after draining: READY")
+    ]
 
 
 def test_the_operations_that_end_a_claim_are_read_from_the_spec() -> None:

@@ -30,7 +30,7 @@ TEETH = Universe(
 CAUGHT_BY = {
     "store_ignores_expected_version": "writes_extend_the_committed_history",
     "complete_skips_fence": "no_write_from_a_stale_fence",
-    "recovery_skips_recheck": "recovery_only_of_an_expired_lease",
+    "recovery_skips_recheck": "recovered_only_after_lease_expiry",
     "deadline_one_ms_late": "no_write_after_a_deadline",
     "retry_past_budget": "ready_work_has_an_attempt_left",
 }

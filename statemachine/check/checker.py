@@ -7,27 +7,33 @@ symmetry reduced) into short keys of numbers (see `Model.canonical`); only
 the keys, parent links and the graph's edges are kept, so memory stays
 bounded by the number of states.
 
-It checks, and reports:
+It holds the model to the registered properties
+(`statemachine/properties/registry.py`), through the same check functions
+the stateful suite and the chaos audit use, and reports each violation
+under its registered name:
 
-- **always** (safety): every invariant that is a property of one state, on
-  every reachable state, and the step properties of every write (no write from
-  a stale or expired fence, or after a deadline had fallen; every write extends
-  the history it replaced);
-- **sometimes** (reachability): which edges of the table some step takes and
-  which none can (reported by name), which rules of each policy decide some
-  step, which states are never at rest (seen only inside one commit), whether
-  every terminal state is reached;
-- **liveness within the bounds**: every reachable state can reach one where
-  every workload is terminal (states cut off by the time horizon count as
-  able to);
-- **policies**: each is total (some rule matches every combination of its
-  predicates) and deterministic (the same inputs decide the same way).
+- **always** (safety): the properties of one workload (`check_workload`,
+  and `check_reached` for what only reachable states keep) on every
+  document of every reachable state, and the properties of one write
+  (`check_write`) on every write a step makes, with the audit record the
+  step would commit (its operation, the fence its worker presented, its
+  instant);
+- **sometimes** (reachability, `properties.coverage`): which edges of the
+  table some step takes and which none can (reported by name), which rules
+  of each policy decide some step, which states are never at rest (seen
+  only inside one commit), whether every terminal state is reached
+  (`CheckReport.sometimes`, by property);
+- **eventually** (`work_can_always_finish`, within the bounds): every
+  reachable state can reach one where every workload is terminal (states
+  cut off by the time horizon count as able to);
+- **the spec** (`policies_are_total`, `policies_are_deterministic`): each
+  policy decides every combination of its predicates, the same way each
+  time.
 """
 
 from __future__ import annotations
 
 import gc
-import itertools
 import time
 from array import array
 from collections import deque
@@ -36,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workwarden.statemachine.check.universe import (
+    APPLICATION,
+    TENANT,
     Action,
     CheckState,
     Model,
@@ -43,27 +51,23 @@ from workwarden.statemachine.check.universe import (
     Step,
     Universe,
 )
-from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.models import Workload
-from workwarden.statemachine.predicates import attempt_budget
-from workwarden.statemachine.properties.invariants import check_workload
+from workwarden.statemachine.properties.coverage import (
+    Reached,
+    check_policies,
+    edges_never_taken,
+    proceeding_rules,
+    rules_never_decided,
+    states_never_at_rest,
+    unreached,
+)
+from workwarden.statemachine.properties.invariants import check_reached, check_workload
+from workwarden.statemachine.properties.operations import operation_roles
+from workwarden.statemachine.properties.writes import check_write
 from workwarden.statemachine.spec import Spec
+from workwarden.storage.base import AuditRecord
 
 __all__ = ["CheckReport", "Finding", "check", "policy_findings", "state_violations"]
-
-_FENCED = frozenset(
-    {"start", "heartbeat", "execution_context", "checkpoint", "complete", "fail", "confirm_cancel"}
-)
-_DEADLINE_GUARDED = frozenset(
-    {"start", "heartbeat", "execution_context", "checkpoint", "complete", "fail"}
-)
-_POLICY_ACTORS = {
-    "system.failure": "failure",
-    "system.recovery": "recovery",
-    "system.deadline": "deadline",
-    "system.timeout": "operator_timeout",
-    "system.claim": "claim",
-}
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,8 @@ class CheckReport:
     rules_taken: dict[str, list[str]] = field(default_factory=dict)
     rules_never_taken: dict[str, list[str]] = field(default_factory=dict)
     terminal_unreached: list[str] = field(default_factory=list)
+    #: Each registered `sometimes` property, with what no step reached (empty: met).
+    sometimes: dict[str, list[str]] = field(default_factory=dict)
     horizon_cut: int = 0
     cannot_finish: int = 0
     violations: list[Finding] = field(default_factory=list)
@@ -132,6 +138,7 @@ class CheckReport:
             "rules_taken": self.rules_taken,
             "rules_never_taken": self.rules_never_taken,
             "terminal_unreached": self.terminal_unreached,
+            "sometimes": self.sometimes,
             "horizon_cut": self.horizon_cut,
             "cannot_finish": self.cannot_finish,
             "violations": [v.to_dict() for v in self.violations],
@@ -141,95 +148,78 @@ class CheckReport:
 
 
 def policy_findings(spec: Spec) -> list[str]:
-    """Problems with the policies' totality or determinism (empty when every policy is sound)."""
-    problems: list[str] = []
-    for name, policy in sorted(spec.policies.items()):
-        names = policy.predicates
-        for values in itertools.product((False, True), repeat=len(names)):
-            truth = dict(zip(names, values, strict=True))
-            try:
-                first = policy.first_match(truth.__getitem__)
-            except AssertionError:
-                problems.append(f"policy {name} decides nothing when {truth}")
-                continue
-            again = policy.first_match(truth.__getitem__)
-            if again is not first:
-                problems.append(f"policy {name} is not deterministic when {truth}")
-    return problems
+    """Problems with the policies' totality or determinism (empty when every policy is sound).
+
+    Each names its registered property (`policies_are_total`,
+    `policies_are_deterministic`; see `properties.coverage.check_policies`).
+    """
+    return [str(violation) for violation in check_policies(spec)]
 
 
 def state_violations(spec: Spec, workload: Workload) -> list[tuple[str, str]]:
-    """The one-state invariants a committed workload breaks: (property, message) pairs.
+    """The properties a committed workload of a reachable state breaks: (property, message).
 
-    The invariants of `statemachine.invariants` (the same definitions the
-    stateful suite holds every committed document to), and one more that only
-    reachable states keep: READY work has an attempt left (only a document
-    written outside the core, an import, can be READY with its budget spent).
+    The registered properties of one workload (`check_workload`, the same
+    definitions the stateful suite and the chaos audit hold every committed
+    document to) and of a workload the core reached (`check_reached`: queued
+    work has an attempt left, which only an imported document can break).
     """
-    out = [(v.invariant, v.message) for v in check_workload(spec, workload)]
-    budget = attempt_budget(workload)
-    if workload.state == "READY" and workload.attempt_count >= budget:
-        out.append(
-            (
-                "ready_work_has_an_attempt_left",
-                f"READY with {workload.attempt_count} of {budget} attempts used",
-            )
-        )
-    return out
+    found = check_workload(spec, workload) + check_reached(spec, workload)
+    return [(violation.property, violation.message) for violation in found]
+
+
+def _write_record(
+    model: Model, state: CheckState, action: Action, slot: int, written: Workload
+) -> AuditRecord:
+    """The audit record of a step's write to `slot`, as the real authority would commit it.
+
+    Its operation is the action's; a worker's call through a fence carries
+    the fence the worker presented (held, or lost for a stale call); its
+    instant is the step's, or for the racing writer's commit the instant
+    the held decision was made at (its document's `updated_at`).
+    """
+    label = action.label
+    operation = label.removeprefix("stale_")
+    at = written.updated_at if label == "commit" else state.now
+    worker: str | None = None
+    token: int | None = None
+    if operation in operation_roles(model.spec).fenced and action.worker >= 0:
+        held, lost = state.workers[action.worker]
+        hold = lost if label.startswith("stale_") else held
+        assert hold is not None
+        worker, token = hold[2], hold[3]
+    return AuditRecord(
+        transaction_id="checker",
+        key=model.ids[slot],
+        version=0,
+        actor=action.actor,
+        operation=operation,
+        tenant=TENANT,
+        application=APPLICATION,
+        at=at,
+        digest="",
+        worker=worker,
+        fencing_token=token,
+    )
 
 
 def _step_violations(
     model: Model, state: CheckState, action: Action, step: Step
 ) -> list[tuple[str, str]]:
-    """Properties of one write: who wrote it, when, and on top of what."""
+    """The properties of each write a step made (`check_write`): (property, message) pairs.
+
+    Each write is checked with the record `_write_record` makes of it: who
+    wrote it, through which fence, when, and on top of which version.
+    """
     out: list[tuple[str, str]] = []
     for slot, before, after in step.decision_docs:
         if after is None or after == before:
             continue
-        old = model.workload(before)
         new = model.workload(after)
         assert new is not None
-        if old is not None:
-            prefix = old.execution_history
-            if new.execution_history[: len(prefix)] != prefix:
-                out.append(
-                    ("writes_extend_the_committed_history", f"a write to slot {slot} lost events")
-                )
-            claim = old.current_claim
-            recovered = any(
-                e.actor == "system.recovery" for e in new.execution_history[len(prefix) :]
-            )
-            if recovered and claim is not None and claim.expires_at > state.now:
-                out.append(
-                    (
-                        "recovery_only_of_an_expired_lease",
-                        f"slot {slot} recovered at {state.now}, "
-                        f"its lease ran to {claim.expires_at}",
-                    )
-                )
-    base = action.label.removeprefix("stale_")
-    if action.label == "commit" and step.wrote:
-        base = "complete" if step.refusal is None else ""
-    if base in _FENCED and step.wrote and step.refusal is None and action.label != "commit":
-        slot = action.slot
-        old = model.workload(state.docs[slot])
-        held, lost = state.workers[action.worker]
-        hold = lost if action.label.startswith("stale_") else held
-        assert old is not None
-        assert hold is not None
-        claim = old.current_claim
-        if claim is None or claim.claim_id != hold[1] or claim.fencing_token != hold[3]:
-            out.append(("no_write_from_a_stale_fence", f"{action.label} by {action.actor}"))
-        elif claim.expires_at <= state.now:
-            out.append(("no_write_from_an_expired_lease", f"{action.label} by {action.actor}"))
-        if base in _DEADLINE_GUARDED and deadline_breach(model.spec, old, state.now) is not None:
-            kind, at = deadline_breach(model.spec, old, state.now) or ("", 0)
-            out.append(
-                (
-                    "no_write_after_a_deadline",
-                    f"{action.label} at {state.now} though the {kind} deadline fell at {at}",
-                )
-            )
+        record = _write_record(model, state, action, slot, new)
+        for violation in check_write(model.spec, model.workload(before), new, record):
+            out.append((violation.property, violation.message))
     return out
 
 
@@ -318,6 +308,8 @@ def _check(
     frontier: deque[tuple[CheckState, int, int]] = deque([(init, 0, 0)])
     edges_taken: dict[tuple[str, str], int] = {}
     rules: dict[str, set[str]] = {name: set() for name in spec.policies}
+    policy_of_actor = operation_roles(spec).policy_of_actor
+    proceeds = proceeding_rules(spec)
     at_rest: set[str] = set()
     checked_docs: set[str] = set()
     terminal = spec.terminal_states
@@ -358,9 +350,10 @@ def _check(
                         Finding(name, message, explorer.trace(index, (action, state.now)))
                     )
                 found: list[str] = []
-                if action.label in ("claim", "claim_next") and step.refusal is None:
-                    rules["claim"].add("claimable")
-                    found.append("rule:claim.claimable")
+                proceed = proceeds.get(action.label)
+                if proceed is not None and step.refusal is None:
+                    rules[proceed[0]].add(proceed[1])
+                    found.append(f"rule:{proceed[0]}.{proceed[1]}")
                 for _slot, before, after in step.decision_docs:
                     if after is None or after == before:
                         continue
@@ -373,7 +366,7 @@ def _check(
                         edges_taken[key] = edges_taken.get(key, 0) + 1
                         found.append(f"edge:{key[0]} -> {key[1]}")
                         decision = event.evidence.get("decision")
-                        policy = _POLICY_ACTORS.get(event.actor)
+                        policy = policy_of_actor.get(event.actor)
                         if decision is not None and policy is not None:
                             rules[policy].add(decision)
                             found.append(f"rule:{policy}.{decision}")
@@ -425,19 +418,25 @@ def _check(
     report.edges_taken = {
         f"{a} -> {b}": n for (a, b), n in sorted(edges_taken.items()) if (a, b) in spec.edges
     }
-    report.edges_never_taken = [
-        f"{a} -> {b}" for (a, b) in sorted(spec.edges) if (a, b) not in edges_taken
-    ]
-    report.never_at_rest = sorted(set(spec.states) - at_rest)
+    report.edges_never_taken = [f"{a} -> {b}" for a, b in edges_never_taken(spec, edges_taken)]
+    report.never_at_rest = states_never_at_rest(spec, at_rest)
     report.rules_taken = {name: sorted(found) for name, found in sorted(rules.items())}
-    report.rules_never_taken = {
-        name: [r.spec.decision for r in policy.rules if r.spec.decision not in rules[name]]
-        for name, policy in sorted(spec.policies.items())
-    }
-    report.terminal_unreached = sorted(terminal - at_rest)
+    report.rules_never_taken = rules_never_decided(spec, rules)
+    report.terminal_unreached = states_never_at_rest(spec, at_rest, {"terminal"})
+    report.sometimes = unreached(spec, Reached(edges_taken, rules, at_rest))
     report.horizon_cut = sum(explorer.cut)
     if report.complete:
-        report.cannot_finish = _cannot_finish(explorer, len(seen))
+        report.cannot_finish, stuck = _cannot_finish(explorer, len(seen))
+        if stuck is not None:
+            # Reported under its registered name too, with a shortest trace to one such state.
+            report.violations.append(
+                Finding(
+                    "work_can_always_finish",
+                    f"{report.cannot_finish} reachable states cannot reach one where every "
+                    "workload is terminal",
+                    explorer.trace(stuck),
+                )
+            )
     return report
 
 
@@ -458,8 +457,11 @@ def _first_per_property(violations: list[Finding]) -> list[Finding]:
     return sorted(first.values(), key=lambda f: (len(f.trace), f.property))
 
 
-def _cannot_finish(explorer: _Explorer, count: int) -> int:
-    """States from which no path reaches all-terminal (or the horizon): a reverse search."""
+def _cannot_finish(explorer: _Explorer, count: int) -> tuple[int, int | None]:
+    """States from which no path reaches all-terminal (or the horizon): a reverse search.
+
+    Returns their number and the first of them found breadth first (None when none is).
+    """
     incoming: list[list[int]] = [[] for _ in range(count)]
     edges = explorer.edges
     for i in range(0, len(edges), 2):
@@ -476,4 +478,5 @@ def _cannot_finish(explorer: _Explorer, count: int) -> int:
             if not able[source]:
                 able[source] = 1
                 queue.append(source)
-    return count - sum(able)
+    stuck = able.find(0)
+    return count - sum(able), (stuck if stuck >= 0 else None)

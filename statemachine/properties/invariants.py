@@ -1,46 +1,55 @@
-"""Named invariants of committed work: plain functions over documents and the audit log.
+"""The always-properties of committed work: one document, the scopes, the whole store.
 
 What must hold of everything an authority ever commits, whatever the calls
-and however they interleave. Each invariant has a name (`INVARIANTS` lists
-them with their meaning) and is checked by a plain function over committed
-data, with no test framework in sight, so the stateful suite
-(`workwarden.testing`) and the model checker hold the authority to exactly
-the same definitions:
+and however they interleave. Each property is declared once, with its kind
+and meaning, in `registry.PROPERTIES`; the functions here (and in `writes`
+and `audit_log`) check them over committed data, with no test framework in
+sight, so that the model checker, the stateful suite (`workwarden.testing`)
+and the chaos audit hold the authority to exactly the same definitions:
 
 - `check_workload(spec, workload)`: one committed document on its own.
-- `check_write(spec, before, after, record)`: one committed write, given the
-  version it replaced, the version it wrote, and its audit record.
-- `check_audit(documents, audit)` and `check_scopes(workloads)`: the store as
-  a whole.
+- `check_reached(spec, workload)`: what holds of a document the core reached
+  from its admission (the checker's states), not of an imported one.
+- `check_write(spec, before, after, record)` (from `writes`): one committed
+  write, given the version it replaced, the version it wrote, and its audit
+  record.
+- `check_audit(documents, audit)` and `check_audit_fences(spec, workload,
+  records)` (from `audit_log`), and `check_scopes(workloads)`: the store as a
+  whole.
 - `check_store(spec, documents, audit, versions)`: all of the above over a
   committed snapshot; `versions` (every document text ever committed, by key
   and version) enables the write checks.
 
-Each returns a list of `Violation`s, empty when everything holds.
+Each returns a list of `Violation`s, each named by its registered property,
+empty when everything holds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.predicates import Facts, attempt_budget
+from workwarden.statemachine.properties.audit_log import (
+    check_audit,
+    check_audit_fences,
+    document_digest,
+)
 from workwarden.statemachine.properties.history import validate_workload
+from workwarden.statemachine.properties.operations import operation_roles
+from workwarden.statemachine.properties.registry import Violation
+from workwarden.statemachine.properties.writes import check_write
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import AuditRecord, StoredDocument
 
 __all__ = [
-    "DEADLINE_GUARDED_OPERATIONS",
-    "INVARIANTS",
-    "POLICY_ACTORS",
     "Violation",
     "check_audit",
+    "check_audit_fences",
+    "check_reached",
     "check_scopes",
     "check_store",
     "check_workload",
@@ -50,119 +59,12 @@ __all__ = [
 
 _Add = Callable[[str, str], None]
 
-#: Every invariant, by name, with what it asserts.
-INVARIANTS: dict[str, str] = {
-    "documents_parse": "every committed document parses as a workload",
-    "history_is_a_legal_path": (
-        "the history is a path of legal edges of the table, numbered 1, 2, 3, ... without a "
-        "gap, each taken by an actor class the edge allows, never going back in time, ending "
-        "at the workload's state, its claims under strictly increasing fencing tokens that "
-        "the workload's fencing_token counts"
-    ),
-    "no_transient_state_at_rest": "no committed workload rests in a state of kind transient",
-    "claim_exactly_when_claimed": (
-        "a workload holds a claim exactly in the claimed (active) states, and that claim is "
-        "its last attempt's, under its current fencing token"
-    ),
-    "fencing_tokens_increase": (
-        "attempts carry strictly increasing fencing tokens, each the token of its CLAIMED "
-        "event; no write lowers the token, and a write that claims raises it by exactly one"
-    ),
-    "one_attempt_per_claim": "one attempt record per counted attempt, one per CLAIMED event",
-    "attempts_within_budget": (
-        "attempt_count never exceeds the attempt budget (max_attempts plus operator re-arms)"
-    ),
-    "at_most_one_success": "at most one attempt succeeded",
-    "result_exactly_when_succeeded": (
-        "a result is recorded exactly when the workload is SUCCEEDED, for the attempt that "
-        "succeeded"
-    ),
-    "decisions_follow_the_policy": (
-        "every decision recorded as evidence is the one the spec's policy gives, recomputed "
-        "from the workload as it was before the decided step and the inputs the step recorded; "
-        "a policy's via state is only ever left by a decision"
-    ),
-    "recovered_only_after_lease_expiry": (
-        "a recovery happens only once the lease it recovers has expired (expires_at <= at)"
-    ),
-    "deadlines_enforced_only_when_due": (
-        "a deadline is enforced only once it has fallen: the recorded deadline is the first "
-        "fallen one, at its recorded instant, at or before the write"
-    ),
-    "one_workload_per_scope": (
-        "one workload per idempotency scope (tenant, application, requester kind and id, "
-        "key), stored under its own workload id"
-    ),
-    "one_audit_record_per_version": (
-        "the audit log has one record per committed version: per key, versions 1..n in "
-        "commit order with n the document's version, sequence numbers increasing"
-    ),
-    "audit_matches_the_documents": (
-        "an audit record carries the digest of the document it committed, and the events a "
-        "write adds carry the write's instant"
-    ),
-    "writes_extend_the_committed_history": (
-        "a write keeps every event of the version it replaced and appends after them"
-    ),
-    "no_write_from_a_stale_fence": (
-        "a worker's write is accepted only under the current claim's fencing token and worker"
-    ),
-    "no_write_from_an_expired_lease": (
-        "a worker's write is accepted only while the claim's lease is live (expires_at > at)"
-    ),
-    "no_write_after_a_deadline": (
-        "no claim and no deadline-guarded worker write is accepted once a deadline of the "
-        "workload has fallen (only the timeout it causes is written)"
-    ),
-}
-
-#: The actor each policy's decisions are recorded under.
-POLICY_ACTORS: dict[str, str] = {
-    "system.failure": "failure",
-    "system.recovery": "recovery",
-    "system.deadline": "deadline",
-    "system.timeout": "operator_timeout",
-    "system.claim": "claim",
-}
-
-#: Operations refused once a deadline has fallen (they time the workload out instead).
-DEADLINE_GUARDED_OPERATIONS = frozenset(
-    {
-        "claim",
-        "claim_next",
-        "start",
-        "heartbeat",
-        "execution_context",
-        "checkpoint",
-        "complete",
-        "fail",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken invariant: its name, the workload (key) it concerns, and what was wrong."""
-
-    invariant: str
-    key: str | None
-    message: str
-
-    def __str__(self) -> str:
-        where = f" [{self.key}]" if self.key is not None else ""
-        return f"{self.invariant}{where}: {self.message}"
-
-
-def document_digest(document: str) -> str:
-    """The digest an audit record carries for the document text it committed (SHA-256, hex)."""
-    return hashlib.sha256(document.encode("utf-8")).hexdigest()
-
 
 # -- one workload ----------------------------------------------------------------
 
 
 def check_workload(spec: Spec, workload: Workload) -> list[Violation]:
-    """The invariants of one committed workload on its own."""
+    """The always-properties of one committed workload on its own (subject `workload`)."""
     key = workload.workload_id
     out: list[Violation] = []
 
@@ -186,10 +88,13 @@ def check_workload(spec: Spec, workload: Workload) -> list[Violation]:
             f"{len(workload.attempts)} attempt records, attempt_count {workload.attempt_count}, "
             f"{claims} CLAIMED events",
         )
-    success = spec.operations["complete"].spec.attempt_status
-    succeeded = [a for a in workload.attempts if a.status == success]
+    successes = operation_roles(spec).success_statuses
+    succeeded = [a for a in workload.attempts if a.status in successes]
     if len(succeeded) > 1:
         add("at_most_one_success", f"{len(succeeded)} attempts succeeded")
+    entered = sum(1 for event in workload.execution_history if event.to in spec.roles.succeeded)
+    if entered > 1:
+        add("at_most_one_success", f"the history enters a succeeded state {entered} times")
     if (workload.result is not None) != (workload.state in spec.roles.succeeded):
         add(
             "result_exactly_when_succeeded",
@@ -254,7 +159,7 @@ def _check_decisions(spec: Spec, workload: Workload) -> list[Violation]:
     """Recompute every decision the history records and compare.
 
     For each event whose evidence has `decision`, the deciding policy is
-    named by the event's actor (`POLICY_ACTORS`). The decision's inputs are
+    named by the event's actor (the policy whose `actor` it is). The decision's inputs are
     the evidence of the step that led into the policy's via state (the event
     before it), or for a direct rule the event's own evidence: the reported
     `failure_kind` and `effect`, and the fallen `deadline` (whose `bounds`
@@ -300,7 +205,7 @@ def _recompute(
     claims: int,
 ) -> str | None:
     where = f"event {event.sequence} ({event.from_state} -> {event.to}, {decision})"
-    name = POLICY_ACTORS.get(event.actor)
+    name = operation_roles(spec).policy_of_actor.get(event.actor)
     policy = spec.policies.get(name) if name is not None else None
     if policy is None:
         return f"{where} is recorded by {event.actor}, which is no policy's actor"
@@ -344,126 +249,24 @@ def _recompute(
     return None
 
 
-# -- one write --------------------------------------------------------------------
+def check_reached(spec: Spec, workload: Workload) -> list[Violation]:
+    """What holds of a workload the core reached from its admission (subject `reached`).
 
-
-def check_write(
-    spec: Spec,
-    before: Workload | None,
-    after: Workload,
-    record: AuditRecord,
-    document: str | None = None,
-) -> list[Violation]:
-    """The invariants of one committed write.
-
-    `before` is the version it replaced (None for a create), `after` the one
-    it wrote, `record` its audit record, `document` the text it wrote (to
-    check the record's digest). What is checked, by the kind of write (told
-    by its audit record and the events it adds):
-
-    - every write: it extends the history it replaced; its new events carry
-      its instant; it does not lower the fencing token, and a claim raises it
-      by one;
-    - a write that enforces a deadline (its first new event records
-      `deadline`): that deadline had fallen at the write's instant;
-    - a recovery (its first new event records `recovery_reason`): the lease
-      had expired at the write's instant;
-    - a claim (it adds a CLAIMED event): no deadline of `before` had fallen,
-      and its record carries no token or the token it issued;
-    - any other write through a fence (the record has a `fencing_token`): the
-      token and worker are the claim's in `before`, its lease still live, and
-      for a deadline-guarded operation no deadline of `before` had fallen.
+    Queued work has an attempt left: every way back to a queued state checks
+    the budget first. Only a document written outside the core (an import)
+    can be queued with its budget spent, so the stateful suite and the audit,
+    which see imported documents too, do not hold documents to this.
     """
-    key = record.key
-    out: list[Violation] = []
-
-    def add(name: str, message: str) -> None:
-        out.append(Violation(name, key, f"v{record.version} {record.operation}: {message}"))
-
-    if after.workload_id != key:
-        add("one_workload_per_scope", f"document {after.workload_id} written under key {key}")
-    if document is not None and document_digest(document) != record.digest:
-        add("audit_matches_the_documents", "the record's digest is not the document's")
-    old = before.execution_history if before is not None else []
-    if after.execution_history[: len(old)] != old:
-        add("writes_extend_the_committed_history", "the write changed or lost committed events")
-        return out
-    new = after.execution_history[len(old) :]
-    if any(event.at != record.at for event in new):
-        add(
-            "audit_matches_the_documents",
-            f"events not stamped with the write's instant {record.at}",
-        )
-    previous_token = before.fencing_token if before is not None else 0
-    if after.fencing_token < previous_token:
-        add("fencing_tokens_increase", f"token {previous_token} lowered to {after.fencing_token}")
-    claimed = any(event.to in spec.roles.claimed for event in new)
-    if claimed and after.fencing_token != previous_token + 1:
-        add(
-            "fencing_tokens_increase",
-            f"a claim moved the token from {previous_token} to {after.fencing_token}",
-        )
-    if before is None:
-        return out
-    first = new[0].evidence if new else {}
-    if "deadline" in first:
-        breach = deadline_breach(spec, before, record.at)
-        recorded = (first.get("deadline"), first.get("deadline_at"))
-        if breach is None or (breach[0], str(breach[1])) != recorded:
-            add(
-                "deadlines_enforced_only_when_due",
-                f"enforced {recorded[0]} (at {recorded[1]}) at {record.at}; fallen then: {breach}",
+    budget = attempt_budget(workload)
+    if workload.state in spec.roles.queued and workload.attempt_count >= budget:
+        return [
+            Violation(
+                "ready_work_has_an_attempt_left",
+                workload.workload_id,
+                f"{workload.state} with {workload.attempt_count} of {budget} attempts used",
             )
-    elif first.get("recovery_reason") == "lease_expired":
-        claim = before.current_claim
-        if claim is None or claim.expires_at > record.at:
-            expiry = claim.expires_at if claim is not None else None
-            add(
-                "recovered_only_after_lease_expiry",
-                f"recovered at {record.at} a lease expiring at {expiry}",
-            )
-    elif claimed:
-        if record.fencing_token not in (None, after.fencing_token):
-            add(
-                "fencing_tokens_increase",
-                f"the claim's record carries token {record.fencing_token}, "
-                f"it issued {after.fencing_token}",
-            )
-        breach = deadline_breach(spec, before, record.at)
-        if breach is not None:
-            add(
-                "no_write_after_a_deadline",
-                f"claimed at {record.at}; {breach[0]} fell at {breach[1]}",
-            )
-    elif record.fencing_token is not None:
-        _check_fenced(spec, before, record, add)
-    return out
-
-
-def _check_fenced(spec: Spec, before: Workload, record: AuditRecord, add: _Add) -> None:
-    claim = before.current_claim
-    if (
-        claim is None
-        or claim.fencing_token != record.fencing_token
-        or (record.worker is not None and claim.worker_id != record.worker)
-    ):
-        current = None if claim is None else (claim.worker_id, claim.fencing_token)
-        add(
-            "no_write_from_a_stale_fence",
-            f"accepted token {record.fencing_token} of {record.worker}; the claim was {current}",
-        )
-    elif claim.expires_at <= record.at:
-        add(
-            "no_write_from_an_expired_lease",
-            f"accepted at {record.at}; the lease expired at {claim.expires_at}",
-        )
-    if record.operation in DEADLINE_GUARDED_OPERATIONS:
-        breach = deadline_breach(spec, before, record.at)
-        if breach is not None:
-            add(
-                "no_write_after_a_deadline",
-                f"accepted at {record.at}; the {breach[0]} deadline fell at {breach[1]}",
-            )
+        ]
+    return []
 
 
 # -- the whole store ------------------------------------------------------------------
@@ -493,51 +296,6 @@ def check_scopes(workloads: Sequence[Workload]) -> list[Violation]:
     return out
 
 
-def check_audit(
-    documents: Sequence[StoredDocument], audit: Sequence[AuditRecord]
-) -> list[Violation]:
-    """One audit record per committed version, in commit order, matching the documents."""
-    out: list[Violation] = []
-    previous = 0
-    versions: dict[str, list[int]] = {}
-    last: dict[str, AuditRecord] = {}
-    for record in audit:
-        if record.sequence <= previous:
-            out.append(
-                Violation(
-                    "one_audit_record_per_version",
-                    record.key,
-                    f"sequence {record.sequence} after {previous}",
-                )
-            )
-        previous = record.sequence
-        versions.setdefault(record.key, []).append(record.version)
-        last[record.key] = record
-    by_key = {doc.key: doc for doc in documents}
-    for key in sorted(set(by_key) | set(versions)):
-        doc = by_key.get(key)
-        found = versions.get(key, [])
-        wanted = list(range(1, doc.version + 1)) if doc is not None else []
-        if found != wanted:
-            out.append(
-                Violation(
-                    "one_audit_record_per_version",
-                    key,
-                    f"audit versions {found}, document version "
-                    f"{doc.version if doc is not None else None}",
-                )
-            )
-        elif doc is not None and document_digest(doc.document) != last[key].digest:
-            out.append(
-                Violation(
-                    "audit_matches_the_documents",
-                    key,
-                    f"the last record's digest is not version {doc.version}'s",
-                )
-            )
-    return out
-
-
 def _parse(key: str, text: str, out: list[Violation]) -> Workload | None:
     try:
         return Workload.model_validate_json(text)
@@ -552,18 +310,24 @@ def check_store(
     audit: Sequence[AuditRecord],
     versions: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Violation]:
-    """Every invariant over a committed snapshot.
+    """Every always-property of committed data over a snapshot (subject `store`).
 
-    `versions` maps (key, version) to the document text committed then; the
-    write checks run for every audit record whose version (and, after the
-    first, whose predecessor) it holds.
+    Each document parses and is stored under its own id, and is checked on
+    its own (`check_workload`); then the scopes, the audit log, and, when
+    `versions` is given, every write. `versions` maps (key, version) to the
+    document text committed then; the write checks run for every audit record
+    whose version (and, after the first, whose predecessor) it holds. Last,
+    each workload's fences are reconstructed from its audit records
+    (`check_audit_fences`).
     """
     out: list[Violation] = []
     workloads: list[Workload] = []
+    parsed_keys: list[str] = []
     for doc in documents:
         parsed = _parse(doc.key, doc.document, out)
         if parsed is not None:
             workloads.append(parsed)
+            parsed_keys.append(doc.key)
             if parsed.workload_id != doc.key:
                 out.append(
                     Violation(
@@ -585,4 +349,10 @@ def check_store(
             before = _parse(record.key, prior, out) if prior is not None else None
             if after is not None:
                 out.extend(check_write(spec, before, after, record, text))
+    by_key: dict[str, list[AuditRecord]] = {}
+    for record in audit:
+        by_key.setdefault(record.key, []).append(record)
+    for key, workload in zip(parsed_keys, workloads, strict=True):
+        records = sorted(by_key.get(key, []), key=lambda r: r.version)
+        out.extend(check_audit_fences(spec, workload, records))
     return out

@@ -1,64 +1,75 @@
 """Auditing a whole store after a chaos run: what must hold however the processes died.
 
 `audit_store(store, spec, admitted, acknowledged)` reads every document and
-the whole audit log and checks:
+the whole audit log and holds them to the registered properties
+(`workwarden.statemachine.properties.registry`), through the same check
+functions the stateful suite uses, so that a violation is reported under the
+same name:
 
-- every admitted workload is present, and nothing else is;
-- each is in a terminal state;
-- no workload has two successful attempts (attempts, history and audit agree);
-- every committed history is valid against the spec (`validate_workload`);
-- fencing tokens strictly increase, claim after claim, in the audit log and in
-  the document;
-- no worker's write was committed under a fence that was stale at its commit;
-- audit records and document versions agree one to one: versions 1..n, each
-  once, in the document's tenant and application, the last record's digest
-  the digest of the document as stored;
-- every completion a worker was told succeeded is in the store.
+- the whole store (`check_store`): every document parses and keeps every
+  property of one workload (a valid history, at most one success, a result
+  exactly when succeeded, increasing fencing tokens, ...); one workload per
+  scope; one audit record per version, in the document's tenant and
+  application, the last one the digest of the document as stored; and the
+  fences of every workload's writes, reconstructed from its audit records
+  alone (no write committed under a fence that was stale at its commit,
+  claims issuing increasing tokens, at most one completion);
+- the run (`runs`): every admitted workload is present and nothing else is,
+  each is in a terminal state once drained, and every completion a worker
+  was told succeeded is in the store.
 
-The fence a write replaced is reconstructed from the audit log and the
-documents: walking a workload's records in version order, a worker's claim
-(operation `claim` or `claim_next` by the worker itself) makes its attempt's
-token the held one, and a write that takes the work out of the states a
-worker holds ends it. Which operations do is read from the spec: an
-operation on an edge from a held state to one that is not (`complete`,
-`fail`, `confirm_cancel`, `recover_expired`, `timeout`, `enforce_deadlines`),
-or a deadline found at a worker call (actor `system.deadline`). A write by a
-worker that presents a token must present the held one, as that worker. (A
-deadline found at a stale worker's call is the system's write, not the
-worker's: the sweep would have written the same.)
+The store keeps only each document's latest version, so the properties of
+one write (which need the version it replaced) are the suite's to check; the
+audit log is what holds across processes. Which operations claim, complete,
+recover or end a claim is read from the spec (`properties.operations`).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from pydantic import ValidationError
 
 from workwarden.statemachine import Spec, Workload
-from workwarden.statemachine.properties.history import validate_workload
-from workwarden.storage import AuditRecord, Store, StoredDocument
+from workwarden.statemachine.properties.audit_log import is_system_actor
+from workwarden.statemachine.properties.invariants import check_store
+from workwarden.statemachine.properties.operations import operation_roles
+from workwarden.statemachine.properties.registry import Violation as PropertyViolation
+from workwarden.statemachine.properties.runs import (
+    check_acknowledged,
+    check_admitted,
+    check_drained,
+)
+from workwarden.storage import AuditRecord, Store
 
-__all__ = ["AuditFigures", "Violation", "audit_store", "claim_ending_operations"]
-
-_CLAIMS = frozenset({"claim", "claim_next"})
-_DEADLINE_ACTOR = "system.deadline"
+__all__ = [
+    "AuditFigures",
+    "Violation",
+    "audit_store",
+    "claim_ending_operations",
+    "history_lines",
+]
 
 
 @dataclass(frozen=True)
 class Violation:
-    """One thing that must not happen, with the workload's history and the offending record."""
+    """One thing that must not happen, with the workload's history and the offending record.
+
+    `property` is the registered property it breaks (None for what is not a
+    property of the store, such as a process of the run that raised).
+    """
 
     workload_id: str | None
     message: str
     history: tuple[str, ...] = ()
     record: AuditRecord | None = None
+    property: str | None = None
 
     def __str__(self) -> str:
-        lines = [f"VIOLATION {self.workload_id or '(store)'}: {self.message}"]
+        named = f" {self.property}:" if self.property is not None else ""
+        lines = [f"VIOLATION {self.workload_id or '(store)'}:{named} {self.message}"]
         if self.history:
             lines.append("  history:")
             lines += [f"    {line}" for line in self.history]
@@ -102,119 +113,22 @@ def history_lines(workload: Workload) -> tuple[str, ...]:
 
 def claim_ending_operations(spec: Spec) -> frozenset[str]:
     """The operations that take an edge from a state a worker holds to one it does not."""
-    held = spec.claimed_states
-    return frozenset(
-        operation
-        for edge in spec.data.transitions
-        if edge.from_state in held and edge.to not in held
-        for operation in edge.operations
-    )
+    return operation_roles(spec).claim_ending
 
 
-class _Audit:
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.ending = claim_ending_operations(spec)
-        self.figures = AuditFigures()
-        self.violations: list[Violation] = []
-
-    def flag(
-        self, workload: Workload | None, key: str | None, message: str, record: AuditRecord | None
-    ) -> None:
-        history = history_lines(workload) if workload is not None else ()
-        self.violations.append(Violation(key, message, history, record))
-
-    def document(self, doc: StoredDocument, records: Sequence[AuditRecord]) -> None:
-        try:
-            workload = Workload.model_validate_json(doc.document)
-        except ValidationError as exc:
-            self.flag(None, doc.key, f"the document does not parse: {exc}", None)
-            return
-        self.figures.outcomes[workload.state] += 1
-        if workload.state not in self.spec.terminal_states:
-            self.flag(workload, doc.key, f"not terminal after draining: {workload.state}", None)
-        problem = validate_workload(self.spec, workload)
-        if problem is not None:
-            self.flag(workload, doc.key, f"history invalid against the spec: {problem}", None)
-        successes = [a for a in workload.attempts if a.status == "SUCCEEDED"]
-        succeeded = [e for e in workload.execution_history if e.to == "SUCCEEDED"]
-        if len(successes) > 1 or len(succeeded) > 1:
-            self.flag(workload, doc.key, "two successful attempts", None)
-        if (workload.state == "SUCCEEDED") != (workload.result is not None):
-            self.flag(workload, doc.key, "result and state disagree", None)
-        tokens = [attempt.fencing_token for attempt in workload.attempts]
-        if any(later <= earlier for earlier, later in pairwise(tokens)):
-            self.flag(workload, doc.key, f"attempt fencing tokens not increasing: {tokens}", None)
-        self.versions(doc, workload, records)
-        self.fences(doc.key, workload, records)
-
-    def versions(
-        self, doc: StoredDocument, workload: Workload, records: Sequence[AuditRecord]
-    ) -> None:
-        versions = [record.version for record in records]
-        if versions != list(range(1, doc.version + 1)):
-            shown = versions if len(versions) <= 20 else [*versions[:20], "..."]
-            self.flag(
-                workload,
-                doc.key,
-                f"audit versions {shown} do not match document versions 1..{doc.version}",
-                None,
-            )
-            return
-        for record in records:
-            if (record.tenant, record.application) != (workload.tenant_id, workload.application_id):
-                self.flag(workload, doc.key, "audit record in another scope", record)
-        digest = hashlib.sha256(doc.document.encode("utf-8")).hexdigest()
-        if records and records[-1].digest != digest:
-            self.flag(workload, doc.key, "the last audit digest is not the document's", records[-1])
-
-    def fences(self, key: str, workload: Workload, records: Sequence[AuditRecord]) -> None:
-        attempts = {attempt.attempt_id: attempt for attempt in workload.attempts}
-        held: tuple[int, str] | None = None
-        issued: list[int] = []
-        completions = 0
-        for record in records:
-            by_worker = not record.actor.startswith("system.")
-            if record.operation in _CLAIMS and by_worker:
-                attempt = attempts.get(record.attempt or "")
-                if attempt is None or attempt.worker_id != record.worker:
-                    self.flag(workload, key, "a claim whose attempt is not recorded", record)
-                    continue
-                if record.fencing_token not in (None, attempt.fencing_token):
-                    self.flag(workload, key, "a claim audited under another token", record)
-                if issued and attempt.fencing_token <= issued[-1]:
-                    self.flag(
-                        workload,
-                        key,
-                        f"fencing token {attempt.fencing_token} issued after {issued[-1]}",
-                        record,
-                    )
-                issued.append(attempt.fencing_token)
-                held = (attempt.fencing_token, attempt.worker_id)
-                self.figures.claims += 1
-                continue
-            if record.fencing_token is not None and by_worker:
-                if held is None or held != (record.fencing_token, record.worker):
-                    self.flag(
-                        workload,
-                        key,
-                        f"a write under a stale fence: presented token {record.fencing_token}"
-                        f" by {record.worker}, held {held}",
-                        record,
-                    )
-                if record.operation == "complete":
-                    completions += 1
-            if record.operation in self.ending or record.actor == _DEADLINE_ACTOR:
-                held = None
-            if record.operation == "recover_expired":
-                self.figures.recoveries += 1
-            if record.actor == _DEADLINE_ACTOR:
-                self.figures.deadline_timeouts += 1
-        self.figures.completions += completions
-        if completions > 1:
-            self.flag(workload, key, f"{completions} completions committed", None)
-        if issued != [attempt.fencing_token for attempt in workload.attempts]:
-            self.flag(workload, key, f"claims in the audit {issued} are not the attempts", None)
+def _count(figures: AuditFigures, spec: Spec, audit: Iterable[AuditRecord]) -> None:
+    roles = operation_roles(spec)
+    for record in audit:
+        figures.audit_records += 1
+        by_worker = not is_system_actor(record.actor)
+        if record.operation in roles.claiming and by_worker:
+            figures.claims += 1
+        elif record.operation in roles.completing and by_worker and record.fencing_token:
+            figures.completions += 1
+        if record.operation in roles.recovering:
+            figures.recoveries += 1
+        if record.actor == roles.deadline_actor:
+            figures.deadline_timeouts += 1
 
 
 def audit_store(
@@ -229,41 +143,36 @@ def audit_store(
     the (workload id, fencing token, result id) of every completion a worker
     was told had succeeded.
     """
-    audit = _Audit(spec)
-    by_key: dict[str, list[AuditRecord]] = defaultdict(list)
-    sequences: list[int] = []
-    for record in store.audit_log():
-        by_key[record.key].append(record)
-        sequences.append(record.sequence)
-    audit.figures.audit_records = len(sequences)
-    if sequences != sorted(set(sequences)):
-        audit.flag(None, None, "audit sequence numbers repeat or go back", None)
-    documents = {doc.key: doc for doc in store.scan()}
-    audit.figures.documents = len(documents)
-    wanted = set(admitted)
-    for key in sorted(wanted - set(documents)):
-        audit.flag(None, key, "admitted but not in the store", None)
-    for key in sorted(set(documents) - wanted):
-        audit.flag(None, key, "in the store but never admitted", None)
-    for key in sorted(set(by_key) - set(documents)):
-        audit.flag(None, key, "audit records of a document that does not exist", by_key[key][0])
-    for key in sorted(documents):
-        records = sorted(by_key.get(key, []), key=lambda record: record.version)
-        audit.document(documents[key], records)
-    for workload_id, token, result_id in acknowledged:
-        audit.figures.acknowledged += 1
-        doc = documents.get(workload_id)
-        workload = Workload.model_validate_json(doc.document) if doc is not None else None
-        result = workload.result if workload is not None else None
-        if (
-            result is None
-            or result.result_id != result_id
-            or result.provenance.get("fencing_token") != str(token)
-        ):
-            audit.flag(
-                workload,
-                workload_id,
-                f"completion {result_id} under token {token} was acknowledged but is not stored",
-                None,
-            )
-    return audit.figures, audit.violations
+    figures = AuditFigures()
+    documents = sorted(store.scan(), key=lambda doc: doc.key)
+    audit = list(store.audit_log())
+    figures.documents = len(documents)
+    _count(figures, spec, audit)
+    workloads: dict[str, Workload] = {}
+    for doc in documents:
+        try:
+            workloads[doc.key] = Workload.model_validate_json(doc.document)
+        except ValidationError:
+            continue  # check_store reports it, as documents_parse
+        figures.outcomes[workloads[doc.key].state] += 1
+    acks = list(acknowledged)
+    figures.acknowledged = len(acks)
+    found: list[PropertyViolation] = [
+        *check_admitted(list(admitted), [doc.key for doc in documents]),
+        *check_store(spec, documents, audit),
+        *check_drained(spec, workloads.values()),
+        *check_acknowledged(workloads, acks),
+    ]
+    return figures, [_shown(violation, workloads) for violation in found]
+
+
+def _shown(violation: PropertyViolation, workloads: dict[str, Workload]) -> Violation:
+    """A property's violation as the audit reports it: with the workload's history."""
+    workload = workloads.get(violation.key) if violation.key is not None else None
+    return Violation(
+        violation.key,
+        violation.message,
+        history_lines(workload) if workload is not None else (),
+        violation.record,
+        violation.property,
+    )

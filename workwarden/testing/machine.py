@@ -4,7 +4,9 @@
 writers and the workers, and closes them when the example ends; holds every
 call to its prediction (`_call`: the shadow model's outcome, or the refusals
 its operation may give; a refusal must change nothing); and checks the
-committed store against every invariant after every step. The Bundles are
+committed store after every step against every registered property of
+committed data (`statemachine.properties.registry`), through the registry's
+check functions, reporting a failure under the property's name. The Bundles are
 defined here, once, and every rule group of `workwarden.testing` takes them
 from here.
 """
@@ -23,15 +25,19 @@ from pydantic import ValidationError
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.models import CreateWorkload, Fence, Workload
+from workwarden.statemachine.properties.coverage import proceeding_rules
 from workwarden.statemachine.properties.invariants import (
     check_audit,
+    check_audit_fences,
     check_scopes,
     check_store,
     check_workload,
     check_write,
 )
+from workwarden.statemachine.properties.operations import operation_roles
+from workwarden.statemachine.properties.registry import Violation
 from workwarden.statemachine.spec import Spec
-from workwarden.storage.base import IndexFields, StoredDocument
+from workwarden.storage.base import AuditRecord, IndexFields, StoredDocument
 from workwarden.testing.shadow import Outcome, ShadowModel
 from workwarden.testing.support import (
     CAPABILITY_SETS,
@@ -121,7 +127,7 @@ class MachineBase(RuleBasedStateMachine):
                 audit = list(self.store.audit_log())
                 found = check_store(type(self).spec, documents, audit, self.store.versions)
                 if found:
-                    self._fail(found[0].invariant, "\n".join(str(v) for v in found))
+                    self._fail(found[0].property, "\n".join(str(v) for v in found))
         finally:
             self._resources.close()
 
@@ -316,12 +322,20 @@ class MachineBase(RuleBasedStateMachine):
 
     @invariant()
     def committed_store_keeps_every_invariant(self) -> None:
-        """Every invariant of `statemachine.properties.invariants`, and the shadow model's view."""
+        """Every registered property of committed data (`statemachine.properties.registry`),
+        through the registry's check functions, and the shadow model's view.
+
+        Each document a step changed is checked on its own (`check_workload`) and its fences
+        from its audit records (`check_audit_fences`); every step, the scopes and the audit
+        log (`check_scopes`, `check_audit`); every write committed since the last step, with
+        the version it replaced (`check_write`).
+        """
         spec = type(self).spec
         documents = list(self.store.scan())
         audit = list(self.store.audit_log())
-        violations = []
+        violations: list[Violation] = []
         workloads: list[Workload] = []
+        changed: list[Workload] = []
         coverage = type(self).coverage
         for doc in documents:
             cached = self._parsed.get(doc.key)
@@ -334,10 +348,9 @@ class MachineBase(RuleBasedStateMachine):
                 self._fail("documents_parse", f"{doc.key} v{doc.version}: {exc}")
                 raise
             violations.extend(check_workload(spec, workload))
+            changed.append(workload)
             if coverage is not None:
-                seen = len(cached[1].execution_history) if cached is not None else 0
-                for event in workload.execution_history[seen:]:
-                    coverage.edges[(event.from_state or "", event.to)] += 1
+                self._cover(coverage, workload, cached[1] if cached is not None else None)
             self._parsed[doc.key] = (doc.version, workload)
             self._index[doc.key] = doc.index
             workloads.append(workload)
@@ -352,10 +365,38 @@ class MachineBase(RuleBasedStateMachine):
             before = Workload.model_validate_json(prior) if prior is not None else None
             violations.extend(check_write(spec, before, after, record, text))
         self._records_checked = len(audit)
+        if changed:
+            keys = {w.workload_id for w in changed}
+            records: dict[str, list[AuditRecord]] = {key: [] for key in keys}
+            for record in audit:
+                if record.key in keys:
+                    records[record.key].append(record)
+            for workload in changed:
+                in_order = sorted(records[workload.workload_id], key=lambda r: r.version)
+                violations.extend(check_audit_fences(spec, workload, in_order))
         if violations:
-            self._fail(violations[0].invariant, "\n".join(str(v) for v in violations))
+            self._fail(violations[0].property, "\n".join(str(v) for v in violations))
         if self.shadow is not None:
             self._compare_with_shadow(documents, workloads)
+
+    def _cover(self, coverage: Coverage, workload: Workload, before: Workload | None) -> None:
+        """Count what a committed version reached: its new events' edges, the rules that
+        decided them (a claim, the rule of its gate that lets it proceed), its state."""
+        spec = type(self).spec
+        roles = operation_roles(spec)
+        proceed = {proceeding_rules(spec).get(name) for name in roles.claiming} - {None}
+        seen = len(before.execution_history) if before is not None else 0
+        for event in workload.execution_history[seen:]:
+            coverage.edges[(event.from_state or "", event.to)] += 1
+            decision = event.evidence.get("decision")
+            policy = roles.policy_of_actor.get(event.actor)
+            if decision is not None and policy is not None:
+                coverage.rules[(policy, decision)] += 1
+            if event.to in spec.roles.claimed:
+                for rule in proceed:
+                    assert rule is not None
+                    coverage.rules[rule] += 1
+        coverage.at_rest[workload.state] += 1
 
     def _compare_with_shadow(
         self, documents: Sequence[StoredDocument], workloads: Sequence[Workload]

@@ -8,6 +8,11 @@ the store wrapper that keeps every committed version for the write
 invariants, the refusals each operation may give when no shadow model
 predicts them exactly, and how a run reports a failed check (`CheckFailed`)
 and what it reached (`Coverage`).
+
+Which operations the rules call, and what each may refuse, is read from the
+shipped spec's operations table and transition table (`allowed_refusals`,
+`operator_targets` and the lists below are computed from `default_spec()`
+when this module is imported), not listed again here.
 """
 
 from __future__ import annotations
@@ -32,7 +37,10 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Prepared
 from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Subject
 from workwarden.statemachine.models import CreateWorkload, Fence, RetryPolicy, Timeouts
-from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.properties.coverage import Reached, edges_never_taken, unreached
+from workwarden.statemachine.properties.operations import operation_roles
+from workwarden.statemachine.properties.registry import named
+from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import AuditRecord, IndexFields, Store
 from workwarden.storage.forwarding import ForwardingStore
 from workwarden.testing.shadow import Outcome, ShadowPlan
@@ -44,6 +52,7 @@ __all__ = [
     "CAPABILITY_SETS",
     "DEADLINE_KINDS",
     "FAILURE_KINDS",
+    "FENCED",
     "FENCED_REFUSALS",
     "GIVE_UP",
     "GRANTS",
@@ -70,8 +79,10 @@ __all__ = [
     "StoreFactory",
     "Worker",
     "WorkloadPlan",
+    "allowed_refusals",
     "fence_tuple",
     "open_store",
+    "operator_targets",
     "same_rules",
     "shadow_plan",
     "workload_plans",
@@ -88,13 +99,26 @@ SCOPES: tuple[tuple[str, str], ...] = tuple(itertools.product(AGENTS, KEYS))
 CAPABILITY_SETS: tuple[tuple[str, ...], ...] = (("email", "gpu"), ("email",), ())
 FAILURE_KINDS = ("transient_connection", "worker_failure", "timeout", "invalid_input")
 RETRYABLE = ("timeout", "transient_connection", "worker_failure")
-DEADLINE_KINDS = ("overall", "queue", "claim", "execution", "heartbeat")
 START = 1_000_000
 MAX_LIVE = 3
 LEASES = (1, 200, 1000, 5000)
-SWEEPS = ("recover_expired", "enforce_deadlines")
 REPLAYS = ("completion", "other output", "taken id", "failure")
-WORKER_CALLS = ("start", "heartbeat", "checkpoint", "complete", "fail", "confirm_cancel")
+
+_SPEC = default_spec()
+_ROLES = operation_roles(_SPEC)
+#: The effects that only read (a held call of one writes nothing: no race to lose).
+_READ_ONLY_EFFECTS = frozenset({"read_context"})
+
+DEADLINE_KINDS: tuple[str, ...] = _SPEC.deadline_order
+"""The deadlines a plan may set: the spec's deadline kinds, in its order."""
+SWEEPS: tuple[str, ...] = _ROLES.sweeps
+"""The sweeps: the system's operations a policy decides for (the operations table's order)."""
+FENCED: tuple[str, ...] = tuple(name for name in _SPEC.operations if name in _ROLES.fenced)
+"""The operations a holder calls through its fence (`fenced = true`), in the table's order."""
+WORKER_CALLS: tuple[str, ...] = tuple(
+    name for name in FENCED if _SPEC.operations[name].spec.effect not in _READ_ONLY_EFFECTS
+)
+"""The fenced calls that write (what a writer may hold prepared, and race)."""
 RACES: tuple[tuple[str, str], ...] = (
     ("cancel", "recover_expired"),
     ("timeout", "recover_expired"),
@@ -129,7 +153,13 @@ timeout, a deadline's timeout), the two the boundary instant is about (a
 heartbeat against the recovery of its lease, a completion against the
 deadline sweep), and a heartbeat that loses to a cancel.
 """
-HOLDER_CALLS = ("start", "heartbeat", "execution_context", "checkpoint", "confirm_cancel")
+HOLDER_CALLS: tuple[str, ...] = tuple(
+    name
+    for name in FENCED
+    if name not in _ROLES.completing and _SPEC.operations[name].via_policy is None
+)
+"""The fenced calls that report no outcome (a completion and a failure report, which a
+policy may decide on, have rules of their own)."""
 MAX_HELD = 3
 
 _KEY_ID = "workwarden-testing"
@@ -151,79 +181,144 @@ GRANTS = {
     for agent in AGENTS
 }
 
-# What each operation may refuse with, when no shadow model predicts exactly.
 FENCED_REFUSALS = frozenset(
     {errors.CLAIM_INVALID, errors.STALE_FENCE, errors.LEASE_EXPIRED, errors.TIMED_OUT}
 )
-ALLOWED: dict[str, frozenset[str]] = {
+"""What a fenced call may be told that means its claim is gone (the fence check's refusals,
+and the timeout a fallen deadline causes)."""
+
+#: The fence check's refusals (`core._fence`).
+_FENCE_CHECK = frozenset({errors.CLAIM_INVALID, errors.STALE_FENCE, errors.LEASE_EXPIRED})
+#: What an effect refuses beyond what its operation's row says (`steps.py`).
+_EFFECT_REFUSALS: dict[str, frozenset[str]] = {
     "admit": frozenset({errors.IDEMPOTENCY_KEY_REUSED}),
-    "claim": frozenset(
-        {
-            errors.TIMED_OUT,
-            errors.ATTEMPTS_EXHAUSTED,
-            errors.NOT_READY,
-            errors.NOT_YET_ELIGIBLE,
-            errors.CAPABILITY_DENIED,
-        }
-    ),
-    "claim_next": frozenset(),
-    "start": FENCED_REFUSALS | {errors.TRANSITION_DENIED},
-    "heartbeat": FENCED_REFUSALS,
-    "execution_context": FENCED_REFUSALS,
-    "checkpoint": FENCED_REFUSALS | {errors.TRANSITION_DENIED},
-    "complete": FENCED_REFUSALS
-    | {errors.TRANSITION_DENIED, errors.RESULT_CONFLICT, errors.RESULT_DUPLICATE},
-    "fail": FENCED_REFUSALS | {errors.TRANSITION_DENIED},
-    "confirm_cancel": FENCED_REFUSALS | {errors.TRANSITION_DENIED},
-    "cancel": frozenset({errors.TRANSITION_DENIED}),
-    "timeout": frozenset({errors.TRANSITION_DENIED}),
-    "retry": frozenset({errors.TRANSITION_DENIED, errors.RETRY_EXHAUSTED}),
-    "recover_expired": frozenset(),
-    "enforce_deadlines": frozenset(),
+    "lease": frozenset({errors.NOT_YET_ELIGIBLE, errors.CAPABILITY_DENIED}),
+    "record_result": frozenset({errors.RESULT_CONFLICT, errors.RESULT_DUPLICATE}),
+    "rearm": frozenset({errors.RETRY_EXHAUSTED}),
 }
-# Which workloads an operator call prefers (any, when none is in these states).
-OPERATOR_TARGETS: dict[str, tuple[str, ...]] = {
-    "cancel": ("CLAIMED", "RUNNING", "CHECKPOINTED"),
-    "timeout": (),
-    "retry": ("DEAD_LETTER",),
-}
-# The workloads races prefer: not at rest yet.
-RACED = ("READY", "CLAIMED", "RUNNING", "CHECKPOINTED", "CANCELLATION_REQUESTED")
-# A worker told one of these gives its claim up.
+#: The scheduler's claim: it answers with no claim when nothing is claimable.
+_SCHEDULER = frozenset({"claim_next"})
+
+
+def allowed_refusals(spec: Spec) -> dict[str, frozenset[str]]:
+    """What each operation may refuse the suite's well-formed calls with, read from its row.
+
+    A fenced operation: the fence check's refusals; one guarded by deadlines:
+    `WORKLOAD_TIMED_OUT`; a caller's operation that takes an edge: its
+    `denied` code; a gate policy: the codes its rules `refuse` with; and what
+    its effect refuses (`_EFFECT_REFUSALS`). The sweeps and the scheduler
+    answer with what they did and never refuse.
+    """
+    roles = operation_roles(spec)
+    out: dict[str, frozenset[str]] = {}
+    for name, operation in spec.operations.items():
+        row = operation.spec
+        if name in roles.sweeps or name in _SCHEDULER:
+            out[name] = frozenset()
+            continue
+        codes = set(_EFFECT_REFUSALS.get(row.effect, ()))
+        if row.fenced:
+            codes |= _FENCE_CHECK
+        if row.deadlines:
+            codes.add(errors.TIMED_OUT)
+        if not row.stays and row.actor != "system":
+            codes.add(row.denied)
+        if operation.gate is not None:
+            codes |= {rule.spec.refuse for rule in operation.gate.rules if rule.spec.refuse}
+        out[name] = frozenset(codes)
+    return out
+
+
+def operator_targets(spec: Spec) -> dict[str, tuple[str, ...]]:
+    """The states each operator operation prefers: where it hands the work on.
+
+    A cancellation that asks the holder to confirm (its own edge leads into
+    a cancelling state), a re-arm of work at rest (its own edge is a `rearm`
+    exit); an operation that does neither (an operator's timeout) prefers
+    none, and takes any workload.
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for name, operation in spec.operations.items():
+        if operation.actor != "operator":
+            continue
+        states = []
+        for state in spec.states:
+            edge = spec.own_edge(state, name)
+            if edge is not None and (edge.to in spec.roles.cancelling or edge.exit == "rearm"):
+                states.append(state)
+        out[name] = tuple(states)
+    return out
+
+
+ALLOWED: dict[str, frozenset[str]] = allowed_refusals(_SPEC)
+"""What each operation may refuse with when no shadow model predicts exactly (shipped spec)."""
+OPERATOR_TARGETS: dict[str, tuple[str, ...]] = operator_targets(_SPEC)
+"""Which workloads an operator call prefers (any, when none is in these states)."""
+RACED: tuple[str, ...] = tuple(
+    name for name, state in _SPEC.states.items() if state.kind not in ("terminal", "transient")
+)
+"""The workloads races prefer: not at rest yet (neither terminal nor transient)."""
 GIVE_UP = FENCED_REFUSALS
+"""A worker told one of these gives its claim up."""
 
 
 class CheckFailed(AssertionError):
-    """A check of the stateful suite failed; `check` names it (an invariant or a machine check).
+    """A check of the stateful suite failed; `check` is its registered property's name.
 
-    The machine checks besides the invariants: `shadow_model` (the authority
-    disagreed with the shadow model), `refusals_change_nothing`,
+    Properties of committed data (`statemachine.properties.registry`), or of
+    one call (subject `call`): `shadow_model` (the authority disagreed with
+    the shadow model), `refusals_change_nothing`,
     `refusal_is_one_the_operation_gives` (when no shadow model runs),
     `refusal_is_in_the_catalogue` and `replies_are_consistent`.
     """
 
     def __init__(self, check: str, message: str) -> None:
+        named(check)  # every check is a registered property (KeyError otherwise)
         super().__init__(f"{check}: {message}")
         self.check = check
 
 
 @dataclass
 class Coverage:
-    """What runs of the machine exercised: the table's edges and every call's outcomes.
+    """What runs of the machine exercised: the table's edges, the policies' rules, the states
+    at rest, and every call's outcomes.
 
     Pass one to `authority_machine(coverage=...)` to collect across runs
     (a run that never takes an edge, or never sees a refusal, tests less
-    than it seems to).
+    than it seems to); `unreached(spec)` says which registered `sometimes`
+    properties the runs have not met, and what of each they never reached.
     """
 
     edges: Counter[tuple[str, str]] = field(default_factory=Counter)
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     at_the_instant: Counter[tuple[str, str]] = field(default_factory=Counter)
     """Refusals at the very instant the lease expired or the deadline fell, by (call, code)."""
+    rules: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """The policies' rules that decided some committed step, by (policy, decision)."""
+    at_rest: Counter[str] = field(default_factory=Counter)
+    """The states committed workloads were at rest in, each time one was seen."""
 
     def edges_never_taken(self, spec: Spec) -> list[tuple[str, str]]:
-        """The table's edges no committed history took, sorted."""
-        return sorted(edge for edge in spec.edges if self.edges[edge] == 0)
+        """The table's edges no committed history took, sorted (the registered `sometimes`
+        property `every_edge_is_taken`, as the checker reports it)."""
+        taken = {edge for edge, count in self.edges.items() if count > 0}
+        return edges_never_taken(spec, taken)
+
+    def reached(self) -> Reached:
+        """What the runs reached, as the registry's reachability checks take it."""
+        rules: dict[str, set[str]] = {}
+        for (policy, decision), count in self.rules.items():
+            if count > 0:
+                rules.setdefault(policy, set()).add(decision)
+        return Reached(
+            edges={edge for edge, count in self.edges.items() if count > 0},
+            rules=rules,
+            at_rest={state for state, count in self.at_rest.items() if count > 0},
+        )
+
+    def unreached(self, spec: Spec) -> dict[str, list[str]]:
+        """For each registered `sometimes` property, what no run reached (empty: it is met)."""
+        return unreached(spec, self.reached())
 
 
 @dataclass(frozen=True)
