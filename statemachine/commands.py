@@ -96,12 +96,19 @@ class ExecutionContextCommand(_Command):
 
 
 class CheckpointCommand(_Command):
-    """Record progress of the running attempt."""
+    """Record progress of the running attempt.
+
+    `sequence`, when given, is the sequence number this checkpoint is to have
+    (the workload's checkpoints so far, over every attempt, plus one): a call
+    repeated after a lost reply names the same one and is answered with the
+    checkpoint it recorded, instead of recording a second.
+    """
 
     op: Literal["checkpoint"] = "checkpoint"
     workload_id: Name
     fence: Fence
     state: JsonValue
+    sequence: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1)] | None = None
 
 
 class CompleteCommand(_Command):

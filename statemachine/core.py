@@ -28,14 +28,15 @@ from workwarden.statemachine.commands import (
     CompleteCommand,
     FailCommand,
     OperatorCommand,
-    StateReply,
 )
 from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.draft import Draft
+from workwarden.statemachine.effects import REPLAYS
 from workwarden.statemachine.ids import claim_id_for
 from workwarden.statemachine.models import Claim, Fence, Workload
 from workwarden.statemachine.policies import apply_policy
 from workwarden.statemachine.predicates import Facts, attempt_budget
+from workwarden.statemachine.replays import REPLAY_STEPS
 from workwarden.statemachine.safety import check_json, check_text, text_digest
 from workwarden.statemachine.spec import CompiledOperation, Spec
 from workwarden.statemachine.steps import STEPS, Decision, Step, expire
@@ -168,52 +169,6 @@ def _gate(spec: Spec, step: Step) -> Decision | None:
     )
 
 
-def _complete_replay(step: Step, cmd: CompleteCommand) -> Decision | None:
-    existing = step.workload.result
-    if existing is not None and existing.result_id == cmd.result_id:
-        same_report = (
-            existing.produced_by == cmd.fence.worker_id
-            and existing.provenance.get("claim_id") == cmd.fence.claim_id
-            and existing.provenance.get("fencing_token") == str(cmd.fence.token)
-            and existing.output_hash == step.reported_hash
-        )
-        if same_report:
-            return step.answer(existing, worker_id=cmd.fence.worker_id)
-        raise errors.WorkloadError(
-            errors.RESULT_CONFLICT, "the result id was already recorded by a different report"
-        )
-    return None
-
-
-def _fail_replay(step: Step, cmd: FailCommand) -> Decision | None:
-    """The answer to a failure report already recorded for this fence, if it is one."""
-    w = step.workload
-    fence = cmd.fence
-    failed = step.operation.spec.attempt_status
-    for attempt in w.attempts:
-        if (
-            attempt.claim_id == fence.claim_id
-            and attempt.worker_id == fence.worker_id
-            and attempt.fencing_token == fence.token
-        ):
-            break
-    else:
-        return None
-    if attempt.status != failed or attempt.error != cmd.error:
-        return None
-    for event in reversed(w.execution_history):
-        if event.evidence.get("attempt_id") == attempt.attempt_id and "failure_kind" in (
-            event.evidence
-        ):
-            same_kind = event.evidence.get("failure_kind") == cmd.kind
-            same_effect = cmd.effect is None or event.evidence.get("effect") == cmd.effect
-            if same_kind and same_effect:
-                reply = StateReply(workload_id=w.workload_id, state=w.state)
-                return step.answer(reply, worker_id=fence.worker_id)
-            return None
-    return None
-
-
 def decide(spec: Spec, workload: Workload | None, command: Command, now: int) -> Decision:
     """Decide `command` on the committed `workload` at `now`.
 
@@ -262,16 +217,15 @@ def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -
         check_text(spec, command.error, "error")
     w = _require(workload, command.workload_id)
     step = Step(spec, operation, w, command, now, reported_hash)
-    # A report already recorded is answered as it was.
-    if isinstance(command, CompleteCommand):
-        replay = _complete_replay(step, command)
-        if replay is not None:
-            return replay
-    elif isinstance(command, FailCommand):
-        replay = _fail_replay(step, command)
-        if replay is not None:
-            return replay
     row = operation.spec
+    # A call repeated after a lost reply is answered as the first was
+    # (`replays.py`): a report that ended the claim, before the fence is checked.
+    replay = REPLAY_STEPS[row.replay] if row.replay is not None else None
+    live = replay is not None and REPLAYS[row.replay or ""].phase == "live"
+    if replay is not None and not live:
+        answered = replay(step)
+        if answered is not None:
+            return answered
     if row.deadlines:
         refusal = _deadline_refusal(spec, step)
         if refusal is not None:
@@ -280,6 +234,10 @@ def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -
         # Checked at load: the effect of a fenced operation takes a command with a fence.
         assert isinstance(command, CARRIES_FENCE)
         _fence(w, command.fence, now)
+    if replay is not None and live:
+        answered = replay(step)
+        if answered is not None:
+            return answered
     diverted = _gate(spec, step)
     if diverted is not None:
         return diverted

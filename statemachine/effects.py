@@ -30,7 +30,7 @@ from workwarden.statemachine.commands import (
     TimeoutCommand,
 )
 
-__all__ = ["EFFECTS", "EffectInfo"]
+__all__ = ["EFFECTS", "REPLAYS", "EffectInfo", "ReplayInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,5 +125,58 @@ EFFECTS: dict[str, EffectInfo] = {
         OperatorCommand,
         "none",
         "take the operation's edge, recording the reason (operations added without code)",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayInfo:
+    """A replay rule: how a repeated call (its reply lost) is answered as the first was.
+
+    `effect`: the effect whose calls it answers. `phase`: "first" (before the
+    deadline and fence checks: the first call ended the claim, so the fence is
+    no longer current) or "live" (once the fence has been checked: the claim
+    the first call used is still current). A replay writes nothing.
+    """
+
+    effect: str
+    phase: str
+    meaning: str
+
+
+#: Replay name -> its declaration. An operation's `replay` names one of these.
+REPLAYS: dict[str, ReplayInfo] = {
+    "same_result": ReplayInfo(
+        "record_result",
+        "first",
+        "the result id is recorded for this workload by the same report (worker, claim, token,"
+        " output): answer the recorded result; by a different report: WORKLOAD_RESULT_CONFLICT",
+    ),
+    "same_failure": ReplayInfo(
+        "record_failure",
+        "first",
+        "the fence's attempt ended with this failure (kind, error, effect): answer the state",
+    ),
+    "same_confirmation": ReplayInfo(
+        "confirm_cancel",
+        "first",
+        "the fence's attempt ended as cancelled: answer the state",
+    ),
+    "started_attempt": ReplayInfo(
+        "start_attempt",
+        "live",
+        "the fence's attempt has started: answer the attempt",
+    ),
+    "same_checkpoint": ReplayInfo(
+        "record_checkpoint",
+        "live",
+        "the call names a checkpoint sequence already recorded by this attempt with the same"
+        " state: answer that checkpoint; recorded with another state or by another attempt:"
+        " WORKLOAD_CONFLICT",
+    ),
+    "own_claim": ReplayInfo(
+        "lease",
+        "live",
+        "the worker already holds a live claim of this workload: answer that claim",
     ),
 }

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from workwarden.statemachine import errors
 from workwarden.statemachine.catalogue import shipped_classes
 from workwarden.statemachine.commands import CARRIES_FENCE
-from workwarden.statemachine.effects import EFFECTS
+from workwarden.statemachine.effects import EFFECTS, REPLAYS
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
 from workwarden.statemachine.spec_model import (
     BACKOFF_SHAPES,
@@ -323,6 +323,18 @@ class _Checker:
                 self.add(
                     f"{where}.attempt_status",
                     f"the effect {op.effect!r} marks an attempt: say with which status",
+                )
+        if op.replay is not None:
+            replay = REPLAYS.get(op.replay)
+            if replay is None:
+                self.add(
+                    f"{where}.replay",
+                    f"unknown replay {op.replay!r} (valid: {', '.join(REPLAYS)})",
+                )
+            elif replay.effect != op.effect:
+                self.add(
+                    f"{where}.replay",
+                    f"the replay {op.replay!r} answers calls of the effect {replay.effect!r}",
                 )
         policy = None
         if op.policy is not None and self.parts.policies is not None:

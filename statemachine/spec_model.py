@@ -144,6 +144,7 @@ class OperationSpec(_Strict):
     policy: str | None = None
     effect: str
     denied: str = "WORKLOAD_TRANSITION_DENIED"
+    replay: str | None = None
     stays: bool = False
     meaning: str
 

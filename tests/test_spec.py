@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from transitions import Machine, MachineError
 
 from workwarden.statemachine import errors
-from workwarden.statemachine.effects import EFFECTS
+from workwarden.statemachine.effects import EFFECTS, REPLAYS
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.machine import StateCursor, fire
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
@@ -344,6 +344,18 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         without_table("[operations.start]"),
         "operations",
         "missing operation 'start', which the commands call",
+    ),
+    (
+        "unknown replay",
+        edited('replay = "started_attempt"', 'replay = "again"'),
+        "operations.start.replay",
+        "unknown replay 'again' (valid: same_result,",
+    ),
+    (
+        "a replay of another effect",
+        edited('replay = "started_attempt"', 'replay = "own_claim"'),
+        "operations.start.replay",
+        "the replay 'own_claim' answers calls of the effect 'lease'",
     ),
     (
         "unknown effect",
@@ -748,6 +760,7 @@ def _documented(name: str) -> bool:
         ("anchor", sorted(ANCHORS)),
         ("operation", sorted(default_spec().operations)),
         ("effect", sorted(EFFECTS)),
+        ("replay", sorted(REPLAYS)),
         ("policy", sorted(default_spec().policies)),
         ("deadline kind", sorted(default_spec().deadline_kinds)),
         ("state", sorted(default_spec().states)),

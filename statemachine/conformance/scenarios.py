@@ -160,10 +160,13 @@ class Work:
             now,
         )
 
-    def checkpoint(self, worker: str, token: int, now: int, state: Any = None) -> Step:
+    def checkpoint(
+        self, worker: str, token: int, now: int, state: Any = None, sequence: int | None = None
+    ) -> Step:
         fence = self.fence(worker, token)
         body = {"step": 1} if state is None else state
-        return CheckpointCommand(workload_id=self.id, fence=fence, state=body), now
+        command = CheckpointCommand(workload_id=self.id, fence=fence, state=body, sequence=sequence)
+        return command, now
 
     def complete(
         self, worker: str, token: int, now: int, result: str = "r1", output: Any = None, **kw: Any
@@ -1329,6 +1332,62 @@ def _scheduler() -> list[Scenario]:
     ]
 
 
+# -- replays: a call repeated after its reply was lost -------------------------------------
+
+
+def _replays() -> list[Scenario]:
+    w = Work(request())
+    return [
+        _s(
+            "replays/a_repeated_claim_by_the_holding_worker_answers_its_claim",
+            w.admit(10_000),
+            w.claim("a", 11_000),
+            w.claim("a", 11_500),
+            w.claim("b", 11_600),
+            ends=errors.NOT_READY,
+        ),
+        _s(
+            "replays/a_repeated_start_answers_the_started_attempt",
+            w.admit(10_000),
+            w.claim("a", 11_000),
+            w.start("a", 1, 12_000),
+            w.start("a", 1, 12_500),
+            ends="RUNNING",
+        ),
+        _s(
+            "replays/a_repeated_checkpoint_with_its_sequence_records_one",
+            w.admit(10_000),
+            w.claim("a", 11_000),
+            w.start("a", 1, 12_000),
+            w.checkpoint("a", 1, 13_000, {"step": 1}, sequence=1),
+            w.checkpoint("a", 1, 13_500, {"step": 1}, sequence=1),
+            w.checkpoint("a", 1, 13_600, {"step": 2}, sequence=1),
+            w.checkpoint("a", 1, 13_700, {"step": 2}, sequence=3),
+            w.checkpoint("a", 1, 14_000, {"step": 2}, sequence=2),
+            ends="CHECKPOINTED",
+        ),
+        _s(
+            "replays/a_repeated_failure_report_answers_the_decision",
+            w.admit(10_000),
+            w.claim("a", 11_000),
+            w.start("a", 1, 12_000),
+            w.fail("a", 1, 13_000, "timeout", "slow"),
+            w.fail("a", 1, 13_500, "timeout", "slow"),
+            ends="READY",
+        ),
+        _s(
+            "replays/a_repeated_cancel_confirmation_answers_cancelled",
+            w.admit(10_000),
+            w.claim("a", 11_000),
+            w.start("a", 1, 12_000),
+            w.cancel(12_500),
+            w.confirm_cancel("a", 1, 13_000),
+            w.confirm_cancel("a", 1, 13_500),
+            ends="CANCELLED",
+        ),
+    ]
+
+
 @cache
 def _all() -> tuple[Scenario, ...]:
     scenarios = (
@@ -1343,6 +1402,7 @@ def _all() -> tuple[Scenario, ...]:
         *_operator(),
         *_deadlines(),
         *_scheduler(),
+        *_replays(),
     )
     return tuple(
         replace(

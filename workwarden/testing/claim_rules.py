@@ -62,10 +62,13 @@ class ClaimRules(MachineBase):
         lease_ms: int,
         outcome: Outcome | None,
     ) -> None:
+        # A claim the worker already held is answered again (its reply was lost, as
+        # far as the authority can tell): the lease it was granted, not a new one.
+        repeated = claim.claimed_at < self.now or worker.held.get(key) == claim.fence
         self._expect(
             claim.workload_id == key
             and claim.worker_id == worker.name
-            and claim.expires_at == claim.claimed_at + lease_ms,
+            and (repeated or claim.expires_at == claim.claimed_at + lease_ms),
             f"claim {claim} does not match the call",
         )
         if outcome is not None and outcome.after is not None:
@@ -77,7 +80,9 @@ class ClaimRules(MachineBase):
             self._settle(outcome.with_claim_id(claim.claim_id), None)
         worker.drop(key)
         worker.held[key] = claim.fence
-        self._grants.setdefault(key, []).append(claim.fence)
+        grants = self._grants.setdefault(key, [])
+        if claim.fence not in grants:
+            grants.append(claim.fence)
         note(f"    {worker.name} holds {key} under token {claim.fencing_token}")
 
     @precondition(lambda self: bool(self._scopes))

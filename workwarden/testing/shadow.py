@@ -223,6 +223,15 @@ class ShadowModel:
         timed_out = self._deadline_first(key, w, now)
         if timed_out is not None:
             return timed_out
+        held = w.lease
+        if (
+            held is not None
+            and held.worker == worker
+            and held.expires_at > now
+            and w.started_at is None
+        ):
+            # The worker already holds it: a claim repeated after a lost reply.
+            return Outcome(key, None, None, w.state)
         if w.state == _READY and w.attempts >= w.budget:
             after = self._dead(w)
             return Outcome(key, EXHAUSTED, after, after.state)
@@ -291,6 +300,8 @@ class ShadowModel:
         w, refused = self._fenced(key, fence, now)
         if refused is not None or w is None:
             return refused or Outcome(key, NOT_FOUND)
+        if w.started_at is not None:
+            return Outcome(key, None, None, w.state)  # a start repeated: the attempt, again
         if w.state != "CLAIMED":
             return Outcome(key, DENIED)
         after = self._write(w, state="RUNNING", started_at=now)
@@ -387,12 +398,15 @@ class ShadowModel:
 
     def confirm_cancel(self, key: str, fence: tuple[str, str, int], now: int) -> Outcome:
         """The holder confirms a requested cancellation (no deadline applies)."""
+        known = self.workloads.get(key)
+        if known is not None and known.confirmed == fence:
+            return Outcome(key, None, None, known.state)  # a confirmation repeated
         w, refused = self._fenced(key, fence, now, deadline=False)
         if refused is not None or w is None:
             return refused or Outcome(key, NOT_FOUND)
         if w.state != "CANCELLATION_REQUESTED":
             return Outcome(key, DENIED)
-        after = self._write(w, state="CANCELLED", lease=None)
+        after = self._write(w, state="CANCELLED", lease=None, confirmed=fence)
         return Outcome(key, None, after, after.state)
 
     # -- operators ----------------------------------------------------------------

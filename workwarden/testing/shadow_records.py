@@ -96,6 +96,8 @@ class ShadowWorkload:
     lease: Lease | None = None
     result: ResultReport | None = None
     failures: tuple[FailureReport, ...] = ()
+    #: The fence (worker, claim id, token) that confirmed the cancellation, once one did.
+    confirmed: tuple[str, str, int] | None = None
 
     @property
     def budget(self) -> int:
