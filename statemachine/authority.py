@@ -527,10 +527,28 @@ class Authority:
         )
         return context
 
-    def checkpoint(self, workload_id: str, fence: Fence, state: Any, now: int) -> Checkpoint:
-        """Record progress of the running attempt."""
+    def checkpoint(
+        self,
+        workload_id: str,
+        fence: Fence,
+        state: Any,
+        now: int,
+        *,
+        sequence: int | None = None,
+    ) -> Checkpoint:
+        """Record progress of the running attempt.
+
+        With `sequence` (the workload's checkpoints so far plus one), a call
+        repeated after a lost reply is answered with the checkpoint it recorded
+        instead of recording a second (`specs/README.md`, "Replays").
+        """
         checkpoint: Checkpoint = self._call(
-            CheckpointCommand, now, workload_id=workload_id, fence=fence, state=state
+            CheckpointCommand,
+            now,
+            workload_id=workload_id,
+            fence=fence,
+            state=state,
+            sequence=sequence,
         )
         return checkpoint
 

@@ -104,13 +104,15 @@ def test_a_repeated_checkpoint_with_its_sequence_is_recorded_once(store: Store) 
     workload_id = warden.admit(request(), 10_000).workload.workload_id
     claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
     warden.start(workload_id, claim.fence, 12_000)
-    command = CheckpointCommand(
-        workload_id=workload_id, fence=claim.fence, state={"rendered": True}, sequence=1
+    checkpoint = lost_then_repeated(
+        lossy,
+        lambda: warden.checkpoint(workload_id, claim.fence, {"rendered": True}, 13_000, sequence=1),
     )
-    checkpoint = lost_then_repeated(lossy, lambda: warden.execute(command, 13_000))
     assert checkpoint.sequence == 1
     assert len(warden.get(workload_id).checkpoints) == 1
-    other = command.model_copy(update={"state": {"rendered": False}})
+    other = CheckpointCommand(
+        workload_id=workload_id, fence=claim.fence, state={"rendered": False}, sequence=1
+    )
     with pytest.raises(WorkloadError) as refused:
         warden.execute(other, 13_100)
     assert refused.value.code == errors.CONFLICT
