@@ -16,6 +16,7 @@ from workwarden.storage.base import (
     StoredDocument,
     StoreError,
     StoreFailure,
+    StoreOutcomeUnknown,
 )
 from workwarden.storage.forwarding import ForwardingStore
 from workwarden.storage.memory import MemoryStore
@@ -33,6 +34,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "StoreFailure",
+    "StoreOutcomeUnknown",
     "StoredDocument",
     "open_store",
 ]

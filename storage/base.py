@@ -22,6 +22,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "StoreFailure",
+    "StoreOutcomeUnknown",
     "StoredDocument",
 ]
 
@@ -36,6 +37,19 @@ class StoreConflict(StoreError):
 
 class StoreFailure(StoreError):
     """The store could not be read or written."""
+
+
+class StoreOutcomeUnknown(StoreFailure):
+    """A write was sent, and the connection broke before its answer came back.
+
+    The write may or may not have committed: the statement (or its commit)
+    reached the server, but whether it took effect cannot be told from this
+    side. Call again with the same arguments: the authority's replay rules
+    make that safe (a write that did commit is then seen as already done, or
+    its compare-and-swap no longer holds and changes nothing). Raised only
+    for writes; a read, or a write that never reached the server, is retried
+    by the store instead.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,6 +177,10 @@ class PrivateServer:
         )
         if initdb.returncode != 0:
             raise RuntimeError(f"initdb failed ({initdb.returncode}):\n{initdb.stderr}")
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start `postgres` on the cluster, with a watchdog, and wait until it answers."""
         settings = {
             "log_min_messages": "warning",
             **self.settings,
@@ -186,7 +190,7 @@ class PrivateServer:
         command = [str(self.bindir / "postgres"), "-D", str(self.data_dir)]
         for name, value in settings.items():
             command += ["-c", f"{name}={value}"]
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 command,
                 cwd=self.root,
@@ -219,11 +223,31 @@ class PrivateServer:
                     ) from exc
             time.sleep(0.02)
 
-    def stop(self) -> None:
-        """Stop the server (fast shutdown, then harder) and remove its directory.
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (fast shutdown) and start it again on the same cluster.
 
-        Harmless when the server was never started or is stopped already.
+        The data is kept; every connection to the server ends, as after an
+        operator's `pg_ctl restart`. The server stays down for `down_s`
+        seconds before it is started again; `restart` returns once it
+        answers. Raises `RuntimeError` when the server was not running, or
+        did not answer again within 30 seconds.
         """
+        if self._process is None or self._process.poll() is not None:
+            raise RuntimeError("the server is not running")
+        self._halt()
+        # The old watchdog watches a process that has ended: it is replaced
+        # (ended without acting, since it never saw its stdin close).
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait(_STOP_TIMEOUT_S)
+            if watchdog.stdin is not None:
+                watchdog.stdin.close()
+        time.sleep(max(down_s, 0.0))
+        self._launch()
+
+    def _halt(self) -> None:
+        """Stop the server process (fast shutdown, then harder), keeping its directory."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGKILL):
@@ -231,6 +255,13 @@ class PrivateServer:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(_STOP_TIMEOUT_S)
                     break
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown, then harder) and remove its directory.
+
+        Harmless when the server was never started or is stopped already.
+        """
+        self._halt()
         shutil.rmtree(self.root, ignore_errors=True)
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog.stdin is not None:

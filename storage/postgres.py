@@ -30,19 +30,36 @@ other than their numbers' (and a failed statement may leave a gap), so a
 reader tailing the log with `audit_log(after=...)` while writes are in flight
 can see a number before a smaller one has committed. `audit_log` always
 returns records by `sequence`.
+
+Connections that heal: a server restart, or `pg_terminate_backend`, ends
+the sessions the store holds. Every connection is checked just before it
+is used (`ConnectionPool.check_connection`, an empty query, whenever its
+socket shows the session may have ended); one that fails is thrown away
+and another taken, and since nothing but the check was sent on it, that is
+safe for writes too. A read whose connection breaks while its statement
+runs is tried again on a fresh one (`READ_TRIES`, 3, in all). A write whose
+connection breaks after its statement was sent is never tried again: it
+raises `StoreOutcomeUnknown`, since it may have committed. While the server
+cannot be reached, a call waits for it up to `connect_timeout_s`; see
+`PostgresStore`.
 """
 
 from __future__ import annotations
 
+import math
+import select
+import sys
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any, Final, TypeVar
 
 import psycopg
 import psycopg.errors
+from psycopg import conninfo, pq
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from workwarden.storage.base import (
     AuditRecord,
@@ -51,12 +68,23 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     StoreFailure,
+    StoreOutcomeUnknown,
 )
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+__all__ = ["CONNECT_TIMEOUT_S", "READ_TRIES", "SCHEMA_VERSION", "PostgresStore"]
 
 SCHEMA_VERSION = 1
 """The version of the tables this module reads and writes."""
+
+CONNECT_TIMEOUT_S: Final = 10.0
+"""How long a store waits for an unreachable server, unless told otherwise."""
+
+READ_TRIES: Final = 3
+"""How many times a read is run when its connection keeps breaking under it."""
+
+_T = TypeVar("_T")
+
+_Connection = psycopg.Connection[TupleRow]
 
 # The key of the advisory lock held while the schema is created (any fixed
 # number; advisory locks are scoped to one database).
@@ -285,6 +313,99 @@ def _failures(what: str) -> Iterator[None]:
         raise StoreFailure(f"{what}: {exc}") from exc
 
 
+def _broken(conn: _Connection) -> bool:
+    """Whether the session of `conn` has ended (closed, or lost by the server or network)."""
+    return conn.closed or conn.broken
+
+
+if sys.platform == "win32":
+
+    def _has_input(fd: int) -> bool:
+        return bool(select.select([fd], [], [], 0)[0])
+
+else:
+
+    def _has_input(fd: int) -> bool:
+        # poll, not select: no limit on the descriptor's number.
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+
+
+def _answers(conn: _Connection) -> bool:
+    """Whether `conn` is fit to send a statement on now; a failed check leaves it broken.
+
+    The check is `ConnectionPool.check_connection` (an empty query), run
+    whenever the session may have ended. A session the server ended while
+    it sat idle (`pg_terminate_backend`, a shutdown, a crash) has left its
+    goodbye on the socket, a FATAL message or the end of the stream, so a
+    connection in good order with nothing to read skips the round trip
+    (about 1 microsecond instead of 50; the check would add about 40% to a
+    read). Either way, what ends the session after this moment is seen by
+    the statement itself.
+    """
+    if conn.closed:
+        return False
+    if conn.pgconn.status == pq.ConnStatus.OK and not _has_input(conn.fileno()):
+        return True
+    try:
+        ConnectionPool.check_connection(conn)
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _ping(dsn: str) -> pq.Ping:
+    """libpq's ping of the server at `dsn`, waiting at most 2 s for an answer.
+
+    OK: it accepts connections (even if it would refuse ours: a wrong
+    password, a database that does not exist); REJECT: it is starting or
+    stopping; NO_RESPONSE: nothing answered; NO_ATTEMPT: `dsn` is malformed.
+    """
+    try:
+        probe = conninfo.make_conninfo(dsn, connect_timeout=2)
+    except psycopg.Error:
+        return pq.Ping.NO_ATTEMPT
+    return pq.Ping(pq.PGconn.ping(probe.encode()))
+
+
+def _connect(dsn: str, timeout_s: float, what: str) -> _Connection:
+    """A new autocommit connection, waiting up to `timeout_s` for a server that does not answer.
+
+    A server that answers and refuses fails at once. Raises `StoreFailure`
+    saying which, never a psycopg error.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.02
+    refused = False
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            # libpq counts whole seconds, and at least 2.
+            return psycopg.connect(
+                dsn, autocommit=True, connect_timeout=max(2, math.ceil(remaining))
+            )
+        except psycopg.Error as exc:
+            ping = _ping(dsn)
+            # A server that accepts connections and refused ours twice will
+            # not change its mind (once may be a server that just finished
+            # starting up between the attempt and the ping).
+            if ping == pq.Ping.NO_ATTEMPT or (ping == pq.Ping.OK and refused):
+                raise StoreFailure(f"{what}: {exc}") from exc
+            refused = ping == pq.Ping.OK
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if refused:
+                    raise StoreFailure(f"{what}: {exc}") from exc
+                raise StoreFailure(
+                    f"{what}: the PostgreSQL server could not be reached within"
+                    f" {timeout_s:g} s ({exc})"
+                ) from exc
+        if not refused:
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, 0.5)
+
+
 def _arrange(rows: list[StoredDocument], busy: set[str]) -> list[StoredDocument]:
     """`rows` with the busy ones moved behind the others; the last row stays last."""
     if not busy or len(rows) < 2:
@@ -312,10 +433,11 @@ class _Offers:
 
     _PROBES = 8
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, connect_timeout_s: float) -> None:
         self._dsn = dsn
+        self._connect_timeout_s = connect_timeout_s
         self._mutex = threading.Lock()
-        self._conn: psycopg.Connection[TupleRow] | None = None
+        self._conn: _Connection | None = None
         self._offered: dict[threading.Thread, str] = {}
         self._holder: dict[str, threading.Thread] = {}
 
@@ -328,32 +450,54 @@ class _Offers:
         return keys
 
     def page(self, query: str, params: dict[str, Any]) -> list[StoredDocument]:
-        """Run the candidate `query`, take an offer on the first free row, move busy rows back."""
+        """Run the candidate `query`, take an offer on the first free row, move busy rows back.
+
+        Healed like a read: a connection that fails its check is replaced,
+        and a page whose connection breaks under it is read again on a fresh
+        one (`READ_TRIES` in all); the broken session's offers ended with it.
+        """
         me = threading.current_thread()
         with self._mutex:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(self._dsn, autocommit=True)
+            tries = 0
+            while True:
+                tries += 1
+                if self._conn is None or not _answers(self._conn):
+                    self._close()
+                    self._conn = _connect(
+                        self._dsn, self._connect_timeout_s, "cannot read claim candidates"
+                    )
                 conn = self._conn
-                lapsed = self._lapse(me)
-                with conn.pipeline():
-                    if lapsed:
-                        conn.execute(_UNLOCK, (_OFFER_SPACE, lapsed))
-                    cursor = conn.execute(query, params)
-                rows = [_document(row) for row in cursor.fetchall()]
-                busy = {doc.key for doc in rows if doc.key in self._holder}
-                for doc in rows[: self._PROBES]:
-                    if doc.key in busy:
-                        continue
-                    locked = conn.execute(_TRY_LOCK, (_OFFER_SPACE, doc.key)).fetchone()
-                    if locked is not None and locked[0]:
-                        self._offered[me] = doc.key
-                        self._holder[doc.key] = me
-                        break
-                    busy.add(doc.key)
-            except (psycopg.Error, UnicodeError):
-                self._close()  # the session's locks end with it
-                raise
+                try:
+                    return self._page(conn, me, query, params)
+                except (psycopg.Error, UnicodeError) as exc:
+                    self._close()  # the session's locks end with it
+                    if not isinstance(exc, psycopg.Error) or not _broken(conn):
+                        raise
+                    if tries >= READ_TRIES:
+                        raise StoreFailure(
+                            f"cannot read claim candidates: the connection broke {tries} times"
+                            f" ({exc})"
+                        ) from exc
+
+    def _page(
+        self, conn: _Connection, me: threading.Thread, query: str, params: dict[str, Any]
+    ) -> list[StoredDocument]:
+        lapsed = self._lapse(me)
+        with conn.pipeline():
+            if lapsed:
+                conn.execute(_UNLOCK, (_OFFER_SPACE, lapsed))
+            cursor = conn.execute(query, params)
+        rows = [_document(row) for row in cursor.fetchall()]
+        busy = {doc.key for doc in rows if doc.key in self._holder}
+        for doc in rows[: self._PROBES]:
+            if doc.key in busy:
+                continue
+            locked = conn.execute(_TRY_LOCK, (_OFFER_SPACE, doc.key)).fetchone()
+            if locked is not None and locked[0]:
+                self._offered[me] = doc.key
+                self._holder[doc.key] = me
+                break
+            busy.add(doc.key)
         return _arrange(rows, busy)
 
     def _close(self) -> None:
@@ -389,21 +533,59 @@ class PostgresStore:
     first candidate, so they do not all race for the best workload and lose
     the compare-and-swap to one another; see `claim_candidates`. Share one
     store among a process's threads.
+
+    Healing (see the module docstring): a call never fails because the
+    server restarted or ended the store's sessions since the last call.
+    What a caller can see:
+
+    - `StoreFailure` saying the server could not be reached within
+      `connect_timeout_s`, when it stays unreachable that long. The
+      constructor waits up to `connect_timeout_s` for the server too
+      (a server that answers and refuses, such as a wrong password or a
+      missing database, fails at once). A call waits for a connection
+      up to `connect_timeout_s`, and once more only if the server answers
+      by then (the pool may have given up on it just before it came
+      back); no read is tried again once `connect_timeout_s` has passed
+      since the call began. So a call gives up within twice
+      `connect_timeout_s` (and the time its statements took).
+    - `StoreFailure` when a read's connection broke under it `READ_TRIES`
+      (3) times in a row.
+    - `StoreOutcomeUnknown` when a write's connection broke after the
+      write was sent: it may have committed. Call again with the same
+      arguments.
     """
 
-    def __init__(self, dsn: str, *, synchronous_commit: bool = True, pool_size: int = 8) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        synchronous_commit: bool = True,
+        pool_size: int = 8,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
-        self.synchronous_commit = synchronous_commit
-        self._setting = "on" if synchronous_commit else "off"
-        # A first, direct connection creates the schema, so that a wrong
-        # `dsn` or a newer schema fails here and at once.
-        with (
-            _failures("cannot open the database"),
-            psycopg.connect(dsn, autocommit=True) as conn,
+        if (
+            isinstance(connect_timeout_s, bool)
+            or not isinstance(connect_timeout_s, int | float)
+            or not 0 < connect_timeout_s < math.inf
         ):
-            _ensure_schema(conn)
-        self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
+            raise ValueError("connect_timeout_s must be a positive number of seconds")
+        self.synchronous_commit = synchronous_commit
+        self.connect_timeout_s = float(connect_timeout_s)
+        self._setting = "on" if synchronous_commit else "off"
+        self._pool_size = pool_size
+        # A first, direct connection creates the schema, so that a wrong
+        # `dsn` or a newer schema fails here (at once, unless no server
+        # answers yet: that is waited for).
+        first = _connect(dsn, self.connect_timeout_s, "cannot open the database")
+        with _failures("cannot open the database"), first:
+            _ensure_schema(first)
+        # The pool is given no `check`: the store checks each connection it
+        # is lent itself (see `_lend`), because the pool's own check loop
+        # sleeps after every dead connection it finds (1 s, then 2 s, 4 s...:
+        # 6 s to get past 4 dead connections after a restart).
+        self._pool: ConnectionPool[_Connection] = ConnectionPool(
             dsn,
             kwargs={"autocommit": True},
             min_size=1,
@@ -411,26 +593,116 @@ class PostgresStore:
             configure=self._configure,
             open=True,
             name="workwarden",
+            timeout=self.connect_timeout_s,
+            # The pool retries a failed connection with a doubling pause (1 s,
+            # 2 s, 4 s...) until this much time has passed, then gives up
+            # until a caller asks again: kept short, so that a server back
+            # after a long outage is used within seconds, not minutes.
+            reconnect_timeout=self.connect_timeout_s,
         )
-        self._offers = _Offers(dsn)
+        self._dsn = dsn
+        self._offers = _Offers(dsn, self.connect_timeout_s)
         self._closed = False
 
-    def _configure(self, conn: psycopg.Connection[TupleRow]) -> None:
+    def _configure(self, conn: _Connection) -> None:
         conn.execute("SELECT set_config('synchronous_commit', %s, false)", (self._setting,))
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[TupleRow]]:
-        """Lend one of the store's pooled connections (autocommit), for inspection."""
-        with _failures("no connection"), self._pool.connection() as conn:
+    def connection(self) -> Iterator[_Connection]:
+        """Lend one of the store's pooled connections (autocommit, checked), for inspection."""
+        with _failures("no connection"), self._lend("no connection", self._deadline()) as conn:
             yield conn
 
+    def _deadline(self) -> float:
+        return time.monotonic() + self.connect_timeout_s
+
+    @contextmanager
+    def _lend(self, what: str, deadline: float) -> Iterator[_Connection]:
+        """A pooled connection fit to send a statement on, checked just now (see `_answers`).
+
+        One that fails the check is handed back (the pool replaces a broken
+        connection) and the next is taken: after a restart every pooled
+        connection may be dead. When the pool waited `connect_timeout_s` in
+        vain but the server answers now, the pool is asked once more: it
+        may have given up reconnecting just before the server came back,
+        and a new request makes it connect at once. Raises `StoreFailure`
+        when no connection answers by `deadline`, or the pool's wait failed
+        while the server does not answer (or failed twice).
+        """
+        tries = 0
+        waited_in_vain = False
+        while True:
+            tries += 1
+            with ExitStack() as stack:
+                try:
+                    conn = stack.enter_context(self._pool.connection())
+                except PoolClosed:
+                    raise StoreFailure(f"{what}: the store is closed") from None
+                except PoolTimeout:
+                    answers = _ping(self._dsn) == pq.Ping.OK
+                    if waited_in_vain or not answers:
+                        raise StoreFailure(self._unreachable(what, answers)) from None
+                    waited_in_vain = True
+                    continue
+                if _answers(conn):
+                    yield conn
+                    return
+            if time.monotonic() >= deadline or tries > self._pool_size + READ_TRIES:
+                raise StoreFailure(
+                    f"{what}: no connection to the PostgreSQL server stayed up for"
+                    f" {tries} tries in {self.connect_timeout_s:g} s"
+                )
+
+    def _unreachable(self, what: str, answers: bool) -> str:
+        """Why no pooled connection came within `connect_timeout_s`, for a `StoreFailure`."""
+        waited = f"{self.connect_timeout_s:g} s"
+        if answers:
+            return (
+                f"{what}: no connection to the PostgreSQL server within {waited} (the server"
+                f" answers: all {self._pool_size} of the store's connections were in use,"
+                " or it refused new ones)"
+            )
+        return f"{what}: the PostgreSQL server could not be reached within {waited}"
+
+    def _attempt(self, what: str, run: Callable[[_Connection], _T], *, write: bool) -> _T:
+        """`run` on a checked pooled connection, tried again where that is safe.
+
+        A read whose connection breaks under it runs again on a fresh one,
+        `READ_TRIES` times in all. A write whose connection breaks has been
+        sent and may have committed: `StoreOutcomeUnknown`. Other database
+        errors are raised as they are, for the caller to name.
+        """
+        deadline = self._deadline()
+        tries = 0
+        while True:
+            tries += 1
+            with self._lend(what, deadline) as conn:
+                try:
+                    return run(conn)
+                except psycopg.Error as exc:
+                    if not _broken(conn):
+                        raise
+                    if write:
+                        raise StoreOutcomeUnknown(
+                            f"{what}: the connection broke after the write was sent;"
+                            f" it may or may not have committed ({exc})"
+                        ) from exc
+                    if tries >= READ_TRIES or time.monotonic() >= deadline:
+                        raise StoreFailure(
+                            f"{what}: the connection broke {tries} times ({exc})"
+                        ) from exc
+
     def _fetchone(self, what: str, query: str, params: Any) -> TupleRow | None:
-        with _failures(what), self._pool.connection() as conn:
-            return conn.execute(query, params).fetchone()
+        with _failures(what):
+            return self._attempt(
+                what, lambda conn: conn.execute(query, params).fetchone(), write=False
+            )
 
     def _fetchall(self, what: str, query: str, params: Any) -> list[TupleRow]:
-        with _failures(what), self._pool.connection() as conn:
-            return conn.execute(query, params).fetchall()
+        with _failures(what):
+            return self._attempt(
+                what, lambda conn: conn.execute(query, params).fetchall(), write=False
+            )
 
     def read(self, key: str) -> StoredDocument | None:
         """The committed document under `key`, or None."""
@@ -449,7 +721,8 @@ class PostgresStore:
 
         Raises `StoreConflict` (nothing written) when the committed version is
         not `expected_version` (None: when the key exists) or `index.result_id`
-        belongs to another key.
+        belongs to another key. Raises `StoreOutcomeUnknown` when the
+        connection broke after the statement was sent: it may have committed.
         """
         params = {
             "key": key,
@@ -478,13 +751,15 @@ class PostgresStore:
             "fencing_token": audit.fencing_token,
         }
         query = _CREATE if expected_version is None else _UPDATE
+        what = f"cannot write {key}"
         try:
-            with self._pool.connection() as conn:
-                row = conn.execute(query, params).fetchone()
+            row = self._attempt(
+                what, lambda conn: conn.execute(query, params).fetchone(), write=True
+            )
         except psycopg.errors.UniqueViolation as exc:
             raise StoreConflict(f"result id {index.result_id} belongs to another key") from exc
         except (psycopg.Error, UnicodeError) as exc:
-            raise StoreFailure(f"cannot write {key}: {exc}") from exc
+            raise StoreFailure(f"{what}: {exc}") from exc
         if row is None:
             if expected_version is None:
                 raise StoreConflict(f"{key} already exists")
@@ -596,7 +871,7 @@ class PostgresStore:
             self._pool.close()
 
 
-def _ensure_schema(conn: psycopg.Connection[TupleRow]) -> None:
+def _ensure_schema(conn: _Connection) -> None:
     """Create the tables if missing; refuse a schema newer than this code."""
     try:
         row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()

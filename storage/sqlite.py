@@ -242,6 +242,11 @@ def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:
     }
 
 
+def _locked(exc: sqlite3.Error) -> bool:
+    """Whether `exc` says the file stayed locked by another connection (busy timeout exceeded)."""
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
 def _limit(limit: int | None) -> int:
     # SQLite reads a negative LIMIT as "no limit".
     return -1 if limit is None else max(limit, 0)
@@ -254,7 +259,8 @@ class SQLiteStore:
     exist). Several threads may share one store, and several processes may
     open the same file; every write is serialised by SQLite's write lock and
     a writer waits up to `busy_timeout_ms` for it before the write fails with
-    `StoreFailure`.
+    `StoreFailure` saying the file stayed locked past the busy timeout (and
+    nothing was written), never with a raw `sqlite3.OperationalError`.
 
     `synchronous` is SQLite's durability setting. `"FULL"` (the default)
     syncs the write-ahead log on every commit: a write that returned is on
@@ -353,8 +359,7 @@ class SQLiteStore:
             try:
                 return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
             except sqlite3.OperationalError as exc:
-                busy = str(getattr(exc, "sqlite_errorname", "")).startswith("SQLITE_BUSY")
-                if not busy or time.monotonic() >= deadline:
+                if not _locked(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(0.002)
 
@@ -397,6 +402,13 @@ class SQLiteStore:
                 "SQLITE_CONSTRAINT_PRIMARYKEY",
             ):
                 raise StoreConflict(f"{what}: {exc}") from exc
+            raise StoreFailure(f"{what}: {exc}") from exc
+        except sqlite3.OperationalError as exc:
+            if _locked(exc):
+                raise StoreFailure(
+                    f"{what}: {self.path} stayed locked by another connection for longer than"
+                    f" the busy timeout ({self.busy_timeout_ms} ms); nothing was written ({exc})"
+                ) from exc
             raise StoreFailure(f"{what}: {exc}") from exc
         except (sqlite3.Error, OverflowError, UnicodeError) as exc:
             raise StoreFailure(f"{what}: {exc}") from exc
