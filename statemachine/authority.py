@@ -80,6 +80,7 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     StoreError,
+    StoreOutcomeUnknown,
 )
 
 __all__ = [
@@ -369,6 +370,14 @@ class Authority:
             raise errors.WorkloadError(
                 errors.CONFLICT,
                 "another writer committed this workload first; nothing was committed",
+                {"workload_id": prepared.key, "reason": str(exc)},
+            ) from None
+        except StoreOutcomeUnknown as exc:
+            if self.remember:
+                self._latest.forget(prepared.key)
+            raise errors.WorkloadError(
+                errors.OUTCOME_UNKNOWN,
+                "the write may or may not have committed; call again with the same arguments",
                 {"workload_id": prepared.key, "reason": str(exc)},
             ) from None
         except StoreError as exc:

@@ -21,7 +21,14 @@ from workwarden.statemachine import (
     WorkloadError,
     errors,
 )
-from workwarden.storage import AuditRecord, ForwardingStore, IndexFields, Store, StoreFailure
+from workwarden.storage import (
+    AuditRecord,
+    ForwardingStore,
+    IndexFields,
+    Store,
+    StoreFailure,
+    StoreOutcomeUnknown,
+)
 
 CAPS = {"email:send"}
 LEASE = 10_000
@@ -30,9 +37,10 @@ LEASE = 10_000
 class LosesReplies(ForwardingStore):
     """Commits every write, then raises as if the reply had been lost on the way back."""
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: Store, lost: type[StoreFailure] = StoreFailure) -> None:
         super().__init__(inner)
         self.losing = False
+        self.lost = lost
 
     def write(
         self,
@@ -44,7 +52,7 @@ class LosesReplies(ForwardingStore):
     ) -> int:
         version = self.inner.write(key, document, index, expected_version, audit)
         if self.losing:
-            raise StoreFailure("the connection broke after the commit")
+            raise self.lost("the connection broke after the commit")
         return version
 
 
@@ -60,7 +68,10 @@ def lost_then_repeated(store: LosesReplies, call: Callable[[], Any]) -> Any:
     store.losing = True
     with pytest.raises(WorkloadError) as lost:
         call()
-    assert lost.value.code == errors.STORAGE_FAILURE
+    expected = (
+        errors.OUTCOME_UNKNOWN if store.lost is StoreOutcomeUnknown else errors.STORAGE_FAILURE
+    )
+    assert lost.value.code == expected
     store.losing = False
     return call()
 
@@ -174,3 +185,20 @@ def test_a_claim_whose_lease_ran_out_is_not_answered_as_held(store: Store) -> No
     with pytest.raises(WorkloadError) as refused:
         warden.claim(workload_id, "w1", CAPS, 11_100, lease_ms=LEASE)
     assert refused.value.code == errors.NOT_READY
+
+
+def test_a_write_whose_outcome_is_unknown_says_to_call_again_and_the_repeat_is_safe(
+    store: Store,
+) -> None:
+    lossy = LosesReplies(store, StoreOutcomeUnknown)
+    warden = Authority(lossy, grants=VERIFIER, remember=0)
+    workload_id = warden.admit(request(), 10_000).workload.workload_id
+    claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
+    lossy.losing = True
+    with pytest.raises(WorkloadError) as unknown:
+        warden.start(workload_id, claim.fence, 12_000)
+    assert unknown.value.code == errors.OUTCOME_UNKNOWN
+    assert unknown.value.error_class == "retry_later"
+    lossy.losing = False
+    assert warden.start(workload_id, claim.fence, 12_100).started_at == 12_000
+    assert len(warden.get(workload_id).execution_history) == 3
