@@ -64,7 +64,7 @@ class ClaimRules(MachineBase):
     ) -> None:
         # A claim the worker already held is answered again (its reply was lost, as
         # far as the authority can tell): the lease it was granted, not a new one.
-        repeated = claim.claimed_at < self.now or worker.held.get(key) == claim.fence
+        repeated = claim.fence in self._grants.get(key, ())
         self._expect(
             claim.workload_id == key
             and claim.worker_id == worker.name
