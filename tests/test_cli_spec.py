@@ -14,7 +14,7 @@ from workwarden.statemachine.spec import shipped_spec_text, spec_json_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_FILE = ROOT / "specs" / "workload.toml"
-OK_SUMMARY = "OK: 12 states, 33 transitions, 5 policies, 21 error codes"
+OK_SUMMARY = "OK: 12 states, 33 transitions, 5 policies, 22 error codes"
 
 _LAST_EDGE_END = ' operations = ["claim", "claim_next"] },\n]\n'
 THREE_PROBLEMS = shipped_spec_text().replace(
