@@ -17,6 +17,7 @@ from support import VERIFIER, request
 from workwarden.statemachine import (
     Authority,
     CheckpointCommand,
+    Claim,
     ClaimCommand,
     WorkloadError,
     errors,
@@ -76,6 +77,16 @@ def lost_then_repeated(store: LosesReplies, call: Callable[[], Any]) -> Any:
     return call()
 
 
+def started(store: Store) -> tuple[LosesReplies, Authority, str, Claim]:
+    """An authority over a reply-losing `store` and a workload w1 has claimed and started."""
+    lossy = LosesReplies(store)
+    warden = Authority(lossy, grants=VERIFIER, remember=0)
+    workload_id = warden.admit(request(), 10_000).workload.workload_id
+    claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
+    warden.start(workload_id, claim.fence, 12_000)
+    return lossy, warden, workload_id, claim
+
+
 def test_a_claim_repeated_by_the_same_worker_answers_the_claim_it_holds(store: Store) -> None:
     lossy = LosesReplies(store)
     warden = Authority(lossy, grants=VERIFIER, remember=0)
@@ -110,11 +121,7 @@ def test_a_repeated_start_answers_the_started_attempt(store: Store) -> None:
 
 
 def test_a_repeated_checkpoint_with_its_sequence_is_recorded_once(store: Store) -> None:
-    lossy = LosesReplies(store)
-    warden = Authority(lossy, grants=VERIFIER, remember=0)
-    workload_id = warden.admit(request(), 10_000).workload.workload_id
-    claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
-    warden.start(workload_id, claim.fence, 12_000)
+    lossy, warden, workload_id, claim = started(store)
     checkpoint = lost_then_repeated(
         lossy,
         lambda: warden.checkpoint(workload_id, claim.fence, {"rendered": True}, 13_000, sequence=1),
@@ -131,11 +138,7 @@ def test_a_repeated_checkpoint_with_its_sequence_is_recorded_once(store: Store) 
 
 
 def test_a_repeated_failure_report_answers_the_decision_once(store: Store) -> None:
-    lossy = LosesReplies(store)
-    warden = Authority(lossy, grants=VERIFIER, remember=0)
-    workload_id = warden.admit(request(), 10_000).workload.workload_id
-    claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
-    warden.start(workload_id, claim.fence, 12_000)
+    lossy, warden, workload_id, claim = started(store)
     state = lost_then_repeated(
         lossy, lambda: warden.fail(workload_id, claim.fence, "timeout", "slow", 13_000)
     )
@@ -146,11 +149,7 @@ def test_a_repeated_failure_report_answers_the_decision_once(store: Store) -> No
 
 
 def test_a_repeated_cancel_confirmation_answers_cancelled(store: Store) -> None:
-    lossy = LosesReplies(store)
-    warden = Authority(lossy, grants=VERIFIER, remember=0)
-    workload_id = warden.admit(request(), 10_000).workload.workload_id
-    claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
-    warden.start(workload_id, claim.fence, 12_000)
+    lossy, warden, workload_id, claim = started(store)
     warden.cancel(workload_id, "ops", 12_500)
     state = lost_then_repeated(
         lossy, lambda: warden.confirm_cancel(workload_id, claim.fence, 13_000)
@@ -163,11 +162,7 @@ def test_a_repeated_cancel_confirmation_answers_cancelled(store: Store) -> None:
 
 
 def test_a_repeated_completion_answers_the_recorded_result(store: Store) -> None:
-    lossy = LosesReplies(store)
-    warden = Authority(lossy, grants=VERIFIER, remember=0)
-    workload_id = warden.admit(request(), 10_000).workload.workload_id
-    claim = warden.claim(workload_id, "w1", CAPS, 11_000, lease_ms=LEASE)
-    warden.start(workload_id, claim.fence, 12_000)
+    lossy, warden, workload_id, claim = started(store)
     result = lost_then_repeated(
         lossy, lambda: warden.complete(workload_id, claim.fence, "r1", {"ok": True}, 13_000)
     )
