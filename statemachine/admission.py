@@ -170,6 +170,7 @@ def _check_request(spec: Spec, request: CreateWorkload, now: int) -> str:
             {"fields": [f"timeouts.{name}" for name in zero]},
         )
     policy = request.retry_policy
+    spec.check_retry_on(policy.retry_on)
     if policy.initial_delay_ms > policy.max_delay_ms:
         raise errors.WorkloadError(
             errors.INVALID,

@@ -215,6 +215,7 @@ def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -
         reported_hash = text_digest(check_json(spec, command.output, "output"))
     elif isinstance(command, FailCommand):
         check_text(spec, command.error, "error")
+        spec.check_failure_kind(command.kind)
     w = _require(workload, command.workload_id)
     step = Step(spec, operation, w, command, now, reported_hash)
     row = operation.spec

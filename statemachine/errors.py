@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from workwarden.statemachine.catalogue import error_class
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "CAPABILITY_DENIED",
     "CLAIM_INVALID",
     "CONFLICT",
+    "EXTRA_MISSING",
     "IDEMPOTENCY_KEY_REUSED",
     "INVALID",
     "LEASE_EXPIRED",
@@ -37,7 +40,12 @@ __all__ = [
     "TIMED_OUT",
     "TRANSITION_DENIED",
     "UNAUTHORIZED",
+    "InvalidArgument",
+    "ValidatedModel",
     "WorkloadError",
+    "bad_argument",
+    "invalid",
+    "invalid_from_validation",
 ]
 
 NOT_FOUND = "WORKLOAD_NOT_FOUND"
@@ -62,6 +70,7 @@ STORAGE_FAILURE = "WORKLOAD_STORAGE_FAILURE"
 OUTCOME_UNKNOWN = "WORKLOAD_OUTCOME_UNKNOWN"
 MIGRATION_CONFLICT = "WORKLOAD_MIGRATION_CONFLICT"
 SPEC_INVALID = "WORKLOAD_SPEC_INVALID"
+EXTRA_MISSING = "WORKLOAD_EXTRA_MISSING"
 
 
 class WorkloadError(Exception):
@@ -70,6 +79,16 @@ class WorkloadError(Exception):
     `details` is structured data for programs: for example the conflicting
     fields of a reused idempotency key, or the deadline that passed and when.
     Two errors are equal when code, message and details are.
+
+    It derives from `Exception` alone, not `ValueError`: a refusal raised
+    inside a pydantic validator is then never folded into a `ValidationError`,
+    and `except ValueError` never catches a refusal by accident.
+
+    >>> err = WorkloadError(INVALID, "kind: must be a name", {"field": "kind"})
+    >>> err.code, err.error_class
+    ('WORKLOAD_INVALID', 'fix_request')
+    >>> err.to_dict()
+    {'code': 'WORKLOAD_INVALID', 'message': 'kind: must be a name', 'details': {'field': 'kind'}}
     """
 
     def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
@@ -106,3 +125,84 @@ class WorkloadError(Exception):
 
     def __repr__(self) -> str:
         return f"WorkloadError({self.code!r}, {self.message!r}, details={self.details!r})"
+
+
+def invalid(field: str, message: str, **details: Any) -> WorkloadError:
+    """`WORKLOAD_INVALID` for one bad argument: `details` name the field and the problem.
+
+    >>> invalid("remember", "must be a whole number of writes, 0 or more").to_dict()["details"]
+    {'field': 'remember', 'errors': [{'field': 'remember', 'message': 'must be a whole number \
+of writes, 0 or more'}]}
+    """
+    return WorkloadError(
+        INVALID,
+        f"{field}: {message}",
+        {"field": field, **details, "errors": [{"field": field, "message": message}]},
+    )
+
+
+class InvalidArgument(WorkloadError, ValueError):
+    """`WORKLOAD_INVALID` for a bad argument of a public constructor or call.
+
+    Also a `ValueError`, so code that caught the `ValueError` such an argument
+    raised before keeps working. Raised only outside pydantic validators (a
+    `ValueError` raised inside one would be folded into its `ValidationError`).
+    """
+
+
+def bad_argument(field: str, message: str) -> InvalidArgument:
+    """`InvalidArgument` with `message` as it is; `details` name `field` as `invalid(...)` does.
+
+    >>> bad_argument("pool_size", "must be at least 1").code
+    'WORKLOAD_INVALID'
+    """
+    return InvalidArgument(
+        INVALID,
+        message,
+        {"field": field, "errors": [{"field": field, "message": message}]},
+    )
+
+
+def invalid_from_validation(exc: ValidationError, prefix: str = "") -> WorkloadError:
+    """A pydantic `ValidationError` as `WORKLOAD_INVALID`, naming each field path.
+
+    `details["errors"]` lists each field error as `{"field": "a.b.0", "message": ...}`;
+    the message names the first. The refused value is never quoted back (it may
+    be large, deeply nested or secret). `prefix` is put before each path.
+    """
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = ".".join(str(part) for part in err["loc"])
+        if not path and err["type"].startswith("union_tag"):
+            path = "op"
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        problems.append({"field": path, "message": err["msg"]})
+    first = problems[0] if problems else {"field": prefix, "message": "invalid"}
+    return WorkloadError(INVALID, f"{first['field']}: {first['message']}", {"errors": problems})
+
+
+class ValidatedModel(BaseModel):
+    """A pydantic model whose constructor refuses bad input with `WORKLOAD_INVALID`.
+
+    The base of every request, command and grant model: `Fence(token="1")`
+    raises a `WorkloadError` whose `details["errors"]` name each field at
+    fault, never pydantic's `ValidationError`. Only the constructor is
+    wrapped; `model_validate` and `model_validate_json` are pydantic's and
+    raise `ValidationError` (the library's own parsing of caller data turns
+    that into `WORKLOAD_INVALID` too, with the field paths under the argument's
+    name). The constructor runs the same validator as pydantic's own, so it
+    costs nothing more.
+    """
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            self.__pydantic_validator__.validate_python(data, self_instance=self)
+        except ValidationError as exc:
+            raise invalid_from_validation(exc) from None
+
+    # Marked as pydantic marks its own constructor, so pydantic does not take this
+    # one for a custom `__init__` it must call from validation: `model_validate` and
+    # the validation of nested models keep raising `ValidationError`, with the full
+    # field paths, at pydantic's speed (tests/test_bad_input.py holds both).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from workwarden.statemachine import errors
 
@@ -36,7 +36,7 @@ def _sorted_names(value: Any) -> Any:
     return value
 
 
-class _Frozen(BaseModel):
+class _Frozen(errors.ValidatedModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -84,14 +84,45 @@ def _canonical(grant: Grant) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _key_id(value: Any, field: str) -> str:
+    """A key id: a name of 1 to 256 printable characters, or `WORKLOAD_INVALID` naming `field`."""
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 256
+        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+    ):
+        raise errors.invalid(field, "a key id is a name of 1 to 256 printable characters")
+    return value
+
+
+def _secret(value: Any, field: str) -> bytes:
+    """A signing secret: bytes, at least 16 of them, or `WORKLOAD_INVALID` naming `field`."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise errors.invalid(field, f"a signing secret is bytes, not {type(value).__name__}")
+    secret = bytes(value)
+    if len(secret) < 16:
+        raise errors.invalid(field, "a signing secret must be at least 16 bytes")
+    return secret
+
+
 class GrantSigner:
-    """Signs grants with one secret key, named `key_id`."""
+    """Signs grants with one secret key, named `key_id`.
+
+    `key_id` is a name; `secret` is bytes, at least 16 of them. Anything else
+    is refused with `WORKLOAD_INVALID` naming the argument. Immutable once
+    built: share one between threads freely.
+
+    >>> signer = GrantSigner("key-1", b"a secret of at least 16 bytes")
+    >>> GrantSigner("key-1", b"short")
+    Traceback (most recent call last):
+    ...
+    workwarden.statemachine.errors.WorkloadError: WORKLOAD_INVALID: secret: a signing secret \
+must be at least 16 bytes
+    """
 
     def __init__(self, key_id: str, secret: bytes) -> None:
-        if len(secret) < 16:
-            raise ValueError("a signing secret must be at least 16 bytes")
-        self.key_id = key_id
-        self._secret = bytes(secret)
+        self.key_id = _key_id(key_id, "key_id")
+        self._secret = _secret(secret, "secret")
 
     def sign(self, grant: Grant) -> SignedGrant:
         """Return `grant` with this key's signature."""
@@ -104,16 +135,31 @@ class GrantVerifier:
 
     `GrantVerifier({"k1": secret})` verifies; `GrantVerifier.without_signatures()`
     is the explicit choice of a deployment that does not (binding, status and
-    expiry are still checked by the core).
+    expiry are still checked by the core). `keys` maps key ids (names) to
+    secrets (bytes, at least 16); an empty or malformed mapping is refused with
+    `WORKLOAD_INVALID` naming the entry. Immutable once built: share one
+    between threads freely.
+
+    >>> GrantVerifier({})
+    Traceback (most recent call last):
+    ...
+    workwarden.statemachine.errors.WorkloadError: WORKLOAD_INVALID: keys: needs at least one \
+key; use GrantVerifier.without_signatures() to skip signature checks explicitly
     """
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
+        if not isinstance(keys, Mapping):
+            raise errors.invalid("keys", "a mapping of key ids to secrets (bytes)")
         if not keys:
-            raise ValueError(
-                "GrantVerifier needs at least one key; use "
-                "GrantVerifier.without_signatures() to skip signature checks explicitly"
+            raise errors.invalid(
+                "keys",
+                "needs at least one key; use GrantVerifier.without_signatures() "
+                "to skip signature checks explicitly",
             )
-        self._keys = {key_id: bytes(secret) for key_id, secret in keys.items()}
+        self._keys = {
+            _key_id(key_id, "keys"): _secret(secret, f"keys[{key_id!r}]")
+            for key_id, secret in keys.items()
+        }
         self.checks_signatures = True
 
     @classmethod

@@ -5,6 +5,12 @@ first rule that matches decides. Applying it moves the draft through the
 policy's `via` state (carrying the operation's evidence) to the rule's target
 (carrying the decision), or straight to the target for a `direct` rule, and
 sets the next eligibility instant as the rule's `delay` says.
+
+A policy decides only on failure kinds the spec declares (`[failures.kinds]`,
+unless `[failures] open = true`): a reported kind outside that vocabulary is
+refused with `WORKLOAD_INVALID`, naming the valid kinds, before anything is
+decided. The retry policy of a request without one retries the kinds the
+spec marks `retry_by_default` (`Spec.default_retry_on`).
 """
 
 from __future__ import annotations
@@ -50,7 +56,13 @@ def apply_policy(
     When the policy has a `via` state and the deciding rule is not `direct`,
     the draft first enters `via` (by `via_actor`, with `via_evidence`), then
     the rule's target (by `actor`, with the decision as evidence).
+
+    A reported failure kind (`facts.failure_kind`) the spec does not declare
+    is refused with `WORKLOAD_INVALID` (`Spec.check_failure_kind`) before the
+    policy decides; the draft is then discarded, so nothing is written.
     """
+    if facts.failure_kind is not None:
+        draft.spec.check_failure_kind(facts.failure_kind)
     policy = draft.spec.policies[name]
     rule = policy.decide(facts)
     target = rule.spec.to

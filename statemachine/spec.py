@@ -10,6 +10,7 @@ field; a spec with any problem is refused as a whole with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -30,6 +31,8 @@ from workwarden.statemachine.spec_model import (
     DeadlineKindSpec,
     DeadlinesSpec,
     ErrorSpec,
+    FailureKindSpec,
+    FailuresSpec,
     LimitsSpec,
     OperationSpec,
     PolicySpec,
@@ -57,6 +60,8 @@ __all__ = [
     "DeadlineKindSpec",
     "DeadlinesSpec",
     "ErrorSpec",
+    "FailureKindSpec",
+    "FailuresSpec",
     "LimitsSpec",
     "OperationSpec",
     "PolicySpec",
@@ -209,6 +214,13 @@ class Spec:
         self.secrets = data.secrets
         self.limits = data.limits
         self.errors: dict[str, ErrorSpec] = dict(data.errors)
+        #: The declared failure kinds (`[failures.kinds]`), and whether others are accepted.
+        self.failure_kinds: dict[str, FailureKindSpec] = dict(data.failures.kinds)
+        self.failures_open = data.failures.open
+        #: The kinds the default retry policy retries (`retry_by_default = true`), sorted.
+        self.default_retry_on: tuple[str, ...] = tuple(
+            sorted(name for name, kind in data.failures.kinds.items() if kind.retry_by_default)
+        )
         self.backoff_multiplier: dict[str, int] = {
             name: shape.multiplier for name, shape in data.backoff.items()
         }
@@ -269,6 +281,37 @@ class Spec:
         """The command type an operation takes (the one its effect is declared with)."""
         return EFFECTS[operation.spec.effect].command
 
+    def check_failure_kind(self, kind: str, field: str = "kind") -> None:
+        """Refuse a failure kind the spec does not declare (`WORKLOAD_INVALID`, naming the valid).
+
+        Any kind passes when the spec opens the vocabulary (`[failures] open = true`).
+        Nothing is decided or written before this refusal.
+
+        >>> spec = default_spec()
+        >>> spec.check_failure_kind("transient_connection")
+        >>> spec.check_failure_kind("transient_conection")
+        Traceback (most recent call last):
+        ...
+        workwarden.statemachine.errors.WorkloadError: WORKLOAD_INVALID: kind: unknown failure kind \
+'transient_conection' (valid: timeout, transient_connection, validation, worker_failure)
+        """
+        if self.failures_open or kind in self.failure_kinds:
+            return
+        valid = sorted(self.failure_kinds)
+        message = f"unknown failure kind {kind!r} (valid: {', '.join(valid)})"
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"{field}: {message}",
+            {"field": field, "valid": valid, "errors": [{"field": field, "message": message}]},
+        )
+
+    def check_retry_on(
+        self, retry_on: tuple[str, ...], field: str = "retry_policy.retry_on"
+    ) -> None:
+        """Refuse a retry policy's `retry_on` naming an undeclared kind, as `check_failure_kind`."""
+        for index, kind in enumerate(retry_on):
+            self.check_failure_kind(kind, f"{field}[{index}]")
+
     def edge(self, source: str, target: str) -> TransitionSpec | None:
         """The edge from `source` to `target`, if the table has one."""
         return self.edges.get((source, target))
@@ -314,6 +357,10 @@ def check_spec_file(path: str | Path) -> list[Problem]:
 
 def _read(path: str | Path) -> str | Problem:
     """The text of the file at `path`, or the problem that prevents reading it."""
+    if not isinstance(path, (str, os.PathLike)):
+        return Problem(
+            repr(path), "(file)", f"a spec path is a str or a path, not {type(path).__name__}"
+        )
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -324,6 +371,11 @@ def _read(path: str | Path) -> str | Problem:
 
 def load_spec_text(text: str, source: str = "<text>") -> Spec:
     """Load a spec from TOML text; refuse it with `WORKLOAD_SPEC_INVALID` on any problem."""
+    if not isinstance(text, str) or not isinstance(source, str):
+        raise errors.invalid(
+            "text" if not isinstance(text, str) else "source",
+            "spec text and its source name are str",
+        )
     data, problems = parse_spec_text(text, source)
     if problems or data is None:
         raise errors.WorkloadError(
@@ -371,4 +423,5 @@ def spec_summary(spec: Spec) -> Mapping[str, int]:
         "operations": len(spec.operations),
         "policies": len(spec.policies),
         "errors": len(spec.errors),
+        "failure_kinds": len(spec.failure_kinds),
     }

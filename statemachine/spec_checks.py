@@ -20,17 +20,19 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from workwarden.statemachine import errors
-from workwarden.statemachine.catalogue import shipped_classes
+from workwarden.statemachine.catalogue import shipped_classes, shipped_default_retry_on
 from workwarden.statemachine.commands import CARRIES_FENCE
 from workwarden.statemachine.effects import EFFECTS, REPLAYS
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
 from workwarden.statemachine.spec_model import (
     BACKOFF_SHAPES,
     DEADLINE_KINDS,
+    KIND_PREDICATES,
     REQUIRED_OPERATIONS,
     BackoffSpec,
     DeadlineKindSpec,
     ErrorSpec,
+    FailureKindSpec,
     OperationSpec,
     PolicySpec,
     Problem,
@@ -47,6 +49,7 @@ __all__ = ["parse_spec_text", "raised_codes"]
 _STATE_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+_FAILURE_KIND = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
 def _field_path(loc: Iterable[Any]) -> str:
@@ -125,6 +128,9 @@ class _Parts:
     deadline_kinds: dict[str, DeadlineKindSpec | None] | None
     forbidden_text: list[tuple[int, TextPattern]]
     errors: dict[str, ErrorSpec | None] | None
+    failure_kinds: dict[str, FailureKindSpec | None] | None
+    failures_open: bool
+    check_retry_on: dict[str, list[str]]
 
 
 def _policy_parts(value: Any) -> _PolicyParts | None:
@@ -145,6 +151,10 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
     deadlines = deadlines if isinstance(deadlines, dict) else {}
     order = deadlines.get("order")
     secrets = raw.get("secrets")
+    failures = raw.get("failures")
+    failures = failures if isinstance(failures, dict) else {}
+    check = raw.get("check")
+    check = check if isinstance(check, dict) else {}
     patterns = (
         _items(TextPattern, secrets.get("forbidden_text")) if isinstance(secrets, dict) else None
     )
@@ -165,6 +175,13 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
         deadline_kinds=_table(DeadlineKindSpec, deadlines.get("kinds")),
         forbidden_text=patterns[0] if patterns else [],
         errors=_table(ErrorSpec, raw.get("errors")),
+        failure_kinds=_table(FailureKindSpec, failures.get("kinds")),
+        failures_open=failures.get("open") is True,
+        check_retry_on={
+            key: value
+            for key in ("first_retry_on", "second_retry_on")
+            if isinstance(value := check.get(key), list) and all(isinstance(k, str) for k in value)
+        },
     )
 
 
@@ -214,6 +231,7 @@ class _Checker:
         self.deadlines()
         self.secrets()
         self.errors()
+        self.failures()
         return self.problems
 
     def states(self) -> None:
@@ -599,6 +617,49 @@ class _Checker:
                 self.add(
                     f"errors.{code}.class",
                     f"{code} is of class {shipped[code]!r} in every spec (programs sort by it)",
+                )
+
+    def failures(self) -> None:
+        """The failure kinds: well named, every kind a policy or `[check]` names declared.
+
+        The default retry policy is built with a request, before a spec is
+        chosen, so a spec keeps the shipped spec's `retry_by_default` kinds.
+        """
+        kinds = self.parts.failure_kinds
+        if kinds is None:
+            return
+        valid = ", ".join(sorted(kinds))
+        for name in kinds:
+            if not _FAILURE_KIND.match(name):
+                self.add(f"failures.kinds.{name}", "a failure kind is snake_case")
+        for name, policy in (self.parts.policies or {}).items():
+            for r, rule in policy.rules if policy is not None else []:
+                for t, test in enumerate(rule.when):
+                    kind = KIND_PREDICATES.get(split_test(test)[0])
+                    if kind is not None and kind not in kinds:
+                        self.add(
+                            f"policies.{name}.rules[{r}].when[{t}]",
+                            f"{test!r} asks about the failure kind {kind!r}, which "
+                            f"[failures.kinds] does not declare (valid: {valid})",
+                        )
+        if not self.parts.failures_open:
+            for key, names in self.parts.check_retry_on.items():
+                for k, kind in enumerate(names):
+                    if kind not in kinds:
+                        self.add(
+                            f"check.{key}[{k}]", f"unknown failure kind {kind!r} (valid: {valid})"
+                        )
+        if all(entry is not None for entry in kinds.values()):
+            default = tuple(
+                sorted(n for n, entry in kinds.items() if entry and entry.retry_by_default)
+            )
+            shipped = shipped_default_retry_on()
+            if default != shipped:
+                self.add(
+                    "failures.kinds",
+                    "the default retry policy is built with the request, before a spec is "
+                    f"chosen, so retry_by_default must mark exactly {', '.join(shipped)} "
+                    f"(here: {', '.join(default) or 'none'})",
                 )
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "BACKOFF_SHAPES",
     "DEADLINE_KINDS",
     "ERROR_CLASSES",
+    "KIND_PREDICATES",
     "REQUIRED_OPERATIONS",
     "STATE_KINDS",
     "BackoffSpec",
@@ -25,6 +26,8 @@ __all__ = [
     "DeadlineKindSpec",
     "DeadlinesSpec",
     "ErrorSpec",
+    "FailureKindSpec",
+    "FailuresSpec",
     "LimitsSpec",
     "OperationSpec",
     "PolicySpec",
@@ -215,6 +218,33 @@ class ErrorSpec(_Strict):
     records: bool = False
 
 
+#: Predicates that ask whether a workload's retry policy retries one named
+#: failure kind: a policy rule that uses one needs that kind declared in
+#: `[failures.kinds]`.
+KIND_PREDICATES: dict[str, str] = {
+    "retries_timeout": "timeout",
+    "retries_worker_failure": "worker_failure",
+}
+
+
+class FailureKindSpec(_Strict):
+    """`[failures.kinds.NAME]`: what a failure kind means; does the default policy retry it?"""
+
+    meaning: str
+    retry_by_default: bool = False
+
+
+class FailuresSpec(_Strict):
+    """`[failures]`: the vocabulary of failure kinds (`fail(kind=...)`, `RetryPolicy.retry_on`).
+
+    With `open = false` (the default) a kind not declared in `kinds` is
+    refused with `WORKLOAD_INVALID`; `open = true` accepts any name.
+    """
+
+    open: bool = False
+    kinds: dict[str, FailureKindSpec]
+
+
 class CheckSpec(_Strict):
     """`[check]`: the bounded universe `workwarden check` explores (every key optional).
 
@@ -228,6 +258,7 @@ class CheckSpec(_Strict):
     horizon_ms: Annotated[int, Field(ge=1, le=100_000)] | None = None
     rearms: Annotated[int, Field(ge=0, le=5)] | None = None
     operator_actions: Annotated[int, Field(ge=0, le=5)] | None = None
+    moves: Annotated[int, Field(ge=0, le=5)] | None = None
     crashes: Annotated[int, Field(ge=0, le=5)] | None = None
     racer_prepares: Annotated[int, Field(ge=0, le=5)] | None = None
     checkpoints_per_attempt: Annotated[int, Field(ge=0, le=5)] | None = None
@@ -255,6 +286,7 @@ class SpecFile(_Strict):
     secrets: SecretsSpec
     limits: LimitsSpec
     errors: dict[str, ErrorSpec]
+    failures: FailuresSpec
     check: CheckSpec = Field(default_factory=CheckSpec)
 
 

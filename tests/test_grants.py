@@ -176,21 +176,22 @@ def test_without_signatures_still_checks_binding_status_and_validity(
 def test_an_authority_needs_an_explicit_grant_verifier(store: Store) -> None:
     with pytest.raises(TypeError):
         Authority(store)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
+    with pytest.raises(WorkloadError, match="GrantVerifier") as refused:
         Authority(store, grants=None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    assert refused.value.code == "WORKLOAD_INVALID"
+    with pytest.raises(WorkloadError, match="GrantVerifier"):
         Authority(store, grants={KEY_ID: SECRET})  # type: ignore[arg-type]
 
 
 def test_a_verifier_without_keys_must_say_so_explicitly() -> None:
-    with pytest.raises(ValueError, match="without_signatures"):
+    with pytest.raises(WorkloadError, match="without_signatures"):
         GrantVerifier({})
     assert not GrantVerifier.without_signatures().checks_signatures
     assert GrantVerifier({KEY_ID: SECRET}).checks_signatures
 
 
 def test_a_signing_secret_must_not_be_short() -> None:
-    with pytest.raises(ValueError, match="16 bytes"):
+    with pytest.raises(WorkloadError, match="16 bytes"):
         GrantSigner(KEY_ID, b"short")
 
 

@@ -1,0 +1,321 @@
+"""Bad input is refused with a `WorkloadError` and a catalogue code, never another exception.
+
+The README promises that every refusal is a `WorkloadError`. These tests hold
+every public model's constructor, the grant signer and verifier and the spec
+loader to it with a battery of hostile values (sets, bytes, arbitrary objects,
+over-long names, NUL characters, numbers out of range, wrong shapes), and hold
+the failure-kind vocabulary of the spec to its promise: an undeclared kind is
+`WORKLOAD_INVALID` naming the valid ones, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from support import CAPS, VERIFIER, request, store_snapshot
+from workwarden import statemachine
+from workwarden.statemachine import (
+    Authority,
+    CreateWorkload,
+    Fence,
+    GrantSigner,
+    GrantVerifier,
+    RetryPolicy,
+    WorkloadError,
+    default_spec,
+    errors,
+    load_spec,
+)
+from workwarden.statemachine.errors import ValidatedModel
+from workwarden.statemachine.models import DEFAULT_RETRY_ON
+from workwarden.statemachine.spec import check_spec_file, load_spec_text, shipped_spec_text
+from workwarden.storage import Store
+
+CATALOGUE = set(default_spec().errors)
+
+#: Values no field of any model accepts as they are, of every shape.
+HOSTILE: tuple[Any, ...] = (
+    {"a", "b"},
+    frozenset({1}),
+    b"bytes",
+    bytearray(b"x"),
+    object(),
+    lambda: None,
+    "k" * 257,
+    "with\x00nul",
+    "",
+    -1,
+    2**64,
+    math.nan,
+    math.inf,
+    1.5,
+    True,
+    [object()],
+    {"k": object()},
+    [[[[[]]]]],
+)
+
+#: Every public model of `workwarden.statemachine`.
+MODELS = sorted(
+    (
+        obj
+        for name in statemachine.__all__
+        if isinstance(obj := getattr(statemachine, name), type) and issubclass(obj, ValidatedModel)
+    ),
+    key=lambda model: model.__name__,
+)
+
+
+def refused(call: Callable[[], Any]) -> WorkloadError | None:
+    """The `WorkloadError` `call` raised (None when it succeeded); any other exception fails."""
+    try:
+        call()
+    except WorkloadError as exc:
+        return exc
+    return None
+
+
+def assert_invalid(call: Callable[[], Any], field: str | None = None) -> WorkloadError:
+    exc = refused(call)
+    assert exc is not None, "accepted"
+    assert exc.code in CATALOGUE
+    assert exc.code == errors.INVALID
+    assert exc.details is not None
+    problems = exc.details["errors"]
+    assert problems, exc
+    assert all(set(problem) == {"field", "message"} for problem in problems)
+    if field is not None:
+        assert field in {problem["field"] for problem in problems}, problems
+    return exc
+
+
+def test_the_battery_covers_the_models_of_the_api() -> None:
+    names = {model.__name__ for model in MODELS}
+    assert {"CreateWorkload", "Fence", "RetryPolicy", "Grant", "FailCommand", "Workload"} <= names
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda model: model.__name__)
+def test_a_models_constructor_refuses_hostile_values_of_every_field_with_workload_invalid(
+    model: type[ValidatedModel],
+) -> None:
+    assert_invalid(lambda: model(unknown_field=1))
+    for field in model.model_fields:
+        for value in HOSTILE:
+            exc = refused(lambda field=field, value=value: model(**{field: value}))
+            if exc is not None:
+                assert exc.code == errors.INVALID
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("input", {"a", "b"}, "input"),
+        ("input", b"raw bytes", "input"),
+        ("input", object(), "input"),
+        ("input", {"k": {1, 2}}, "input.dict.k"),
+        ("idempotency_key", "k" * 257, "idempotency_key"),
+        ("idempotency_key", "one\x00two", "idempotency_key"),
+        ("tenant_id", 7, "tenant_id"),
+        ("capability_snapshot", ["ok", 3], "capability_snapshot.1"),
+        ("capability_snapshot", "email", "capability_snapshot"),
+        ("priority", 2**40, "priority"),
+        ("retry_policy", {"max_attempts": 0}, "retry_policy.max_attempts"),
+        ("retry_policy", RetryPolicy, "retry_policy"),
+        ("timeouts", {"claim_ms": -1}, "timeouts.claim_ms"),
+        ("not_before", 2**53, "not_before"),
+        ("dependencies", [{"workload_id": ""}], "dependencies.0.workload_id"),
+    ],
+)
+def test_a_request_built_with_a_bad_field_is_workload_invalid_naming_it(
+    field: str, value: Any, where: str
+) -> None:
+    fields = dict(request())
+    fields[field] = value
+    exc = assert_invalid(lambda: CreateWorkload(**fields), where)
+    assert exc.message.startswith(exc.details["errors"][0]["field"])  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: Fence(claim_id="c", worker_id="w", token="1"),
+        lambda: Fence(claim_id="c\x00", worker_id="w", token=1),
+        lambda: Fence(claim_id="c", worker_id="w", token=-1),
+        lambda: RetryPolicy(retry_on={"timeout", 3}),
+        lambda: RetryPolicy(backoff="linear"),
+        lambda: RetryPolicy(max_attempts=1.0),
+        lambda: statemachine.FailCommand(workload_id="w", fence={}, kind="timeout", error="x"),
+        lambda: statemachine.ClaimCommand(workload_id="w", worker_id="w", lease_ms=0),
+        lambda: statemachine.Subject(kind="robot", id="r"),
+    ],
+)
+def test_a_model_built_with_bad_values_is_workload_invalid(call: Callable[[], Any]) -> None:
+    assert_invalid(call)
+
+
+def test_model_validate_is_pydantics_and_keeps_the_full_paths_of_nested_errors() -> None:
+    data = dict(request().model_dump(), retry_policy={"max_attempts": 0})
+    with pytest.raises(ValidationError) as caught:
+        CreateWorkload.model_validate(data)
+    assert caught.value.errors()[0]["loc"] == ("retry_policy", "max_attempts")
+    # A valid document still round-trips through both doors.
+    assert CreateWorkload.model_validate(request().model_dump()) == request()
+    assert CreateWorkload(**dict(request())) == request()
+
+
+def test_a_workload_error_is_not_a_value_error() -> None:
+    # A refusal raised inside a validator must not be folded into a ValidationError.
+    assert not issubclass(WorkloadError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda: GrantSigner("k", b"short"), "secret"),
+        (lambda: GrantSigner("k", "a secret of at least 16 chars"), "secret"),
+        (lambda: GrantSigner("k", None), "secret"),
+        (lambda: GrantSigner("", b"a secret of at least 16 bytes"), "key_id"),
+        (lambda: GrantSigner(7, b"a secret of at least 16 bytes"), "key_id"),
+        (lambda: GrantSigner("k\x00", b"a secret of at least 16 bytes"), "key_id"),
+        (lambda: GrantVerifier({}), "keys"),
+        (lambda: GrantVerifier(None), "keys"),
+        (lambda: GrantVerifier(["k"]), "keys"),
+        (lambda: GrantVerifier({"k": "not bytes, a str of 16+"}), "keys['k']"),
+        (lambda: GrantVerifier({"k": b"short"}), "keys['k']"),
+        (lambda: GrantVerifier({3: b"a secret of at least 16 bytes"}), "keys"),
+    ],
+)
+def test_the_grant_signer_and_verifier_refuse_bad_arguments_naming_them(
+    call: Callable[[], Any], field: str
+) -> None:
+    assert_invalid(call, field)
+
+
+@pytest.mark.parametrize("path", [123, b"specs/workload.toml", object()])
+def test_load_spec_refuses_a_path_that_is_not_one(path: Any) -> None:
+    exc = refused(lambda: load_spec(path))
+    assert exc is not None
+    assert exc.code == errors.SPEC_INVALID
+
+
+@pytest.mark.parametrize("text", [None, b"[spec]", 7])
+def test_load_spec_text_refuses_text_that_is_not_text(text: Any) -> None:
+    assert_invalid(lambda: load_spec_text(text))
+
+
+# -- the failure kinds are a declared vocabulary ------------------------------
+
+
+def _running(authority: Authority) -> tuple[str, Fence]:
+    workload_id = authority.admit(request(), 10_000).workload.workload_id
+    claim = authority.claim(workload_id, "w", CAPS, 11_000, lease_ms=10_000)
+    authority.start(workload_id, claim.fence, 11_100)
+    return workload_id, claim.fence
+
+
+def test_the_default_retry_policy_retries_the_kinds_the_spec_marks() -> None:
+    spec = default_spec()
+    assert set(spec.failure_kinds) == {
+        "timeout",
+        "transient_connection",
+        "worker_failure",
+        "validation",
+    }
+    assert spec.default_retry_on == DEFAULT_RETRY_ON
+    assert (
+        tuple(sorted(name for name, kind in spec.failure_kinds.items() if kind.retry_by_default))
+        == DEFAULT_RETRY_ON
+    )
+
+
+@pytest.mark.parametrize("kind", ["transient_conection", "Timeout", "oom"])
+def test_a_failure_of_an_undeclared_kind_is_refused_naming_the_valid_ones_and_writes_nothing(
+    store: Store, kind: str
+) -> None:
+    authority = Authority(store, grants=VERIFIER)
+    workload_id, fence = _running(authority)
+    before = store_snapshot(store)
+    exc = assert_invalid(lambda: authority.fail(workload_id, fence, kind, "no route", 12_000))
+    assert exc.details is not None
+    assert exc.details["valid"] == [
+        "timeout",
+        "transient_connection",
+        "validation",
+        "worker_failure",
+    ]
+    assert "transient_connection" in exc.message
+    assert store_snapshot(store) == before
+    # The attempt goes on: the same worker reports a declared kind.
+    assert authority.fail(workload_id, fence, "transient_connection", "no route", 12_000) == "READY"
+
+
+def test_a_spec_that_opens_the_vocabulary_lets_any_kind_through_to_the_failure_policy(
+    store: Store,
+) -> None:
+    text = shipped_spec_text().replace("[failures]\nopen = false", "[failures]\nopen = true")
+    assert text != shipped_spec_text()
+    authority = Authority(store, grants=VERIFIER, spec=load_spec_text(text))
+    workload_id, fence = _running(authority)
+    assert authority.fail(workload_id, fence, "oom", "killed", 12_000) == "DEAD_LETTER"
+    decided = authority.get(workload_id).execution_history[-1].evidence["decision"]
+    assert decided == "failure_kind_not_retryable"
+
+
+def _problems(tmp_path: Any, old: str, new: str) -> list[tuple[str, str]]:
+    text = shipped_spec_text()
+    assert old in text
+    path = tmp_path / "spec.toml"
+    path.write_text(text.replace(old, new), "utf-8")
+    return [(problem.field, problem.message) for problem in check_spec_file(path)]
+
+
+def test_a_check_universe_naming_an_undeclared_kind_is_a_spec_problem(tmp_path: Any) -> None:
+    problems = _problems(
+        tmp_path, 'second_retry_on = ["transient_connection"]', 'second_retry_on = ["transient"]'
+    )
+    assert problems == [
+        (
+            "check.second_retry_on[0]",
+            "unknown failure kind 'transient' (valid: timeout, transient_connection, "
+            "validation, worker_failure)",
+        )
+    ]
+
+
+def test_a_policy_asking_about_an_undeclared_kind_is_a_spec_problem(tmp_path: Any) -> None:
+    problems = _problems(tmp_path, "[failures.kinds.validation]", "[failures.kinds.invalid_input]")
+    assert problems == []  # renaming a kind no policy names is fine
+    problems = _problems(
+        tmp_path,
+        '[failures.kinds.timeout]\nmeaning = "The attempt ran out of time',
+        '[failures.kinds.slow]\nmeaning = "The attempt ran out of time',
+    )
+    fields = [field for field, _ in problems]
+    assert "policies.deadline.rules[1].when[0]" in fields
+    assert "policies.operator_timeout.rules[0].when[0]" in fields
+    assert "failures.kinds" in fields  # the default retry policy's kinds changed too
+    message = dict(problems)["policies.deadline.rules[1].when[0]"]
+    assert "'timeout'" in message
+    assert "valid: slow, transient_connection, validation, worker_failure" in message
+
+
+def test_a_spec_must_keep_the_default_retry_policys_kinds(tmp_path: Any) -> None:
+    problems = _problems(
+        tmp_path,
+        'failed a check): another attempt would fail the same way."\nretry_by_default = false',
+        'failed a check): another attempt would fail the same way."\nretry_by_default = true',
+    )
+    assert len(problems) == 1
+    field, message = problems[0]
+    assert field == "failures.kinds"
+    assert "timeout, transient_connection, worker_failure" in message
+
+
+def test_a_kind_name_is_snake_case(tmp_path: Any) -> None:
+    problems = _problems(tmp_path, "[failures.kinds.validation]", '[failures.kinds."Bad-Kind"]')
+    assert ("failures.kinds.Bad-Kind", "a failure kind is snake_case") in problems
