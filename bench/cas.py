@@ -230,6 +230,7 @@ class RawPostgres:
             "attempt": audit["attempt"],
             "result": audit["result"],
             "fencing_token": audit["fencing_token"],
+            "request_id": audit.get("request_id"),
         }
         query = PG_INSERT if w.expected is None else PG_UPDATE
         row = self._conn().execute(query, values)

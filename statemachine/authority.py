@@ -33,9 +33,10 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from workwarden.statemachine import errors, inputs, scheduler
+from workwarden.statemachine import errors, inputs, replays, scheduler
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.commands import (
+    OPERATOR_COMMANDS,
     AdmitCommand,
     AdmitReply,
     CancelCommand,
@@ -64,6 +65,7 @@ from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
     Claim,
+    ClaimReply,
     CreateWorkload,
     ExecutionContext,
     Fence,
@@ -115,6 +117,7 @@ class Prepared:
         now: int,
         fencing_token: int | None,
         operation: str,
+        request_id: str | None = None,
     ) -> None:
         self.authority = authority
         self.key = key
@@ -123,6 +126,8 @@ class Prepared:
         self.now = now
         self.fencing_token = fencing_token
         self.operation = operation
+        self.request_id = request_id
+        """The caller's request id the write is audited with (None: it gave none)."""
         self.written: int | None = None
         """The version `commit()` wrote, once it has."""
         self._committed = False
@@ -174,6 +179,15 @@ class Authority:
     store emptied and filled again under a running authority breaks that
     (a re-admitted workload starts again at version 1); build a new
     authority after such a reset, or use `remember=0`.
+
+    Thread-safety: one authority may be shared by every thread of a process,
+    as long as its store may (every shipped store may). It keeps no state of
+    its own between calls but the latest writes it remembers, behind a lock;
+    the spec and the grant verifier are immutable. Several authorities, in
+    one process or many, may share one store: the compare-and-swap decides
+    between them. A `Prepared` decision belongs to the caller that made it.
+    Bad arguments (`grants` not a `GrantVerifier`, a negative `remember`) are
+    refused when it is built.
     """
 
     def __init__(
@@ -185,11 +199,13 @@ class Authority:
         remember: int = DEFAULT_REMEMBER,
     ) -> None:
         if not isinstance(grants, GrantVerifier):
-            raise TypeError(
-                "grants must be a GrantVerifier (or GrantVerifier.without_signatures())"
+            raise errors.bad_argument(
+                "grants", "grants must be a GrantVerifier (or GrantVerifier.without_signatures())"
             )
         if isinstance(remember, bool) or not isinstance(remember, int) or remember < 0:
-            raise ValueError("remember must be a whole number of writes, 0 or more")
+            raise errors.bad_argument(
+                "remember", "remember must be a whole number of writes, 0 or more"
+            )
         self.store = store
         self.grants = grants
         self.spec = spec if spec is not None else default_spec()
@@ -212,6 +228,7 @@ class Authority:
             key = command.workload_id
         if isinstance(command, CompleteCommand):
             self._check_result_owner(command, key)
+        self._check_request_owner(command, key)
         doc = self._store_call(self.store.read, key)
         workload = inputs.parse_stored(doc) if doc is not None else None
         decision = self._decide(workload, command, now)
@@ -233,6 +250,22 @@ class Authority:
                 errors.RESULT_DUPLICATE, "result id belongs to another workload"
             )
 
+    def _check_request_owner(self, command: Command, key: str) -> None:
+        """Refuse an operator request id the audit log records for another workload.
+
+        The same id on the same workload is its replay rule's to answer, from
+        the document; on another workload it is `WORKLOAD_CONFLICT`.
+        """
+        if not isinstance(command, OPERATOR_COMMANDS) or command.request_id is None:
+            return
+        first = self._store_call(self.store.find_request, command.request_id)
+        if first is not None and first.key != key:
+            raise errors.WorkloadError(
+                errors.CONFLICT,
+                "the request id was used for another workload",
+                {"request_id": command.request_id, "workload_id": key},
+            )
+
     def _prepared(
         self,
         command: Command,
@@ -248,6 +281,9 @@ class Authority:
             # The claim issues the token its audit record carries.
             claim = decision.workload.current_claim
             token = claim.fencing_token if claim is not None else None
+        request_id = (
+            command.request_id if isinstance(command, (ClaimCommand, *OPERATOR_COMMANDS)) else None
+        )
         return Prepared(
             self,
             key,
@@ -256,6 +292,7 @@ class Authority:
             now,
             token,
             operation or command.op,
+            request_id,
         )
 
     def _unconfirmed(
@@ -295,6 +332,7 @@ class Authority:
         known = self._latest.get(key)
         if known is None:
             return None
+        self._check_request_owner(command, key)
         doc, decoded = known
         return self._unconfirmed(command, now, operation, key, doc, decoded)
 
@@ -358,6 +396,7 @@ class Authority:
             attempt=workload.attempts[-1].attempt_id if workload.attempts else None,
             result=workload.result.result_id if workload.result is not None else None,
             fencing_token=prepared.fencing_token,
+            request_id=prepared.request_id,
         )
         index = index_fields(self.spec, workload)
         try:
@@ -448,16 +487,28 @@ class Authority:
         capabilities: Iterable[str],
         now: int,
         lease_ms: int,
-    ) -> Claim:
-        """Claim READY work by id: a lease until `now + lease_ms` under a new fencing token."""
+        *,
+        request_id: str | None = None,
+    ) -> ClaimReply:
+        """Claim READY work by id: a lease until `now + lease_ms` under a new fencing token.
+
+        The reply is the claim with the work it leases: the attempt id, the
+        input and every checkpoint so far (`ClaimReply`). `request_id`, the
+        caller's claim request id, is recorded with the claim: the same
+        worker repeating it (its reply lost) is answered with that claim
+        while it is live and unstarted, and writes nothing; once the attempt
+        has started, the repeat is `WORKLOAD_NOT_READY`, as any claim of a
+        running workload is (`specs/README.md`, "Replays", `own_claim`).
+        """
         caps = inputs.as_names(capabilities)
-        claim: Claim = self._call(
+        claim: ClaimReply = self._call(
             ClaimCommand,
             now,
             workload_id=workload_id,
             worker_id=worker_id,
             capabilities=caps,
             lease_ms=lease_ms,
+            request_id=request_id,
         )
         return claim
 
@@ -469,20 +520,44 @@ class Authority:
         capabilities: Iterable[str],
         now: int,
         lease_ms: int,
-    ) -> Claim | None:
+        *,
+        request_id: str | None = None,
+    ) -> ClaimReply | None:
         """Claim the best claimable workload of a tenant and application, or None.
 
         Highest priority first, then oldest. Skips work that is not yet
         eligible, needs a capability the worker lacks, or waits on a
         dependency; work that a claim dead-letters or times out is skipped
-        too. Never raises because of one ineligible workload.
+        too. Never raises because of one ineligible workload. The reply is
+        the claim with the work it leases (`ClaimReply`), as for `claim`.
+
+        With `request_id` (the caller's claim request id, recorded with the
+        claim), a call repeated after its reply was lost is answered with the
+        claim the first call made, and writes nothing (`own_claim`): the
+        store is first asked for the claims `worker_id` holds in the scope
+        (`Store.held_claims`), and the one made with that id is answered
+        while it is live and unstarted; once its attempt has started the
+        repeat is `WORKLOAD_NOT_READY`. A new id claims new work even while
+        the worker holds other claims. Without a request id every call
+        claims new work (a worker may hold several unstarted claims at
+        once), so a caller that may repeat a `claim_next` passes one; the
+        worker runtime always does.
         """
         inputs.check_now(now)
         tenant, application = inputs.as_full_scope(tenant, application)
         caps = inputs.as_names(capabilities)
         probe = inputs.build(
-            ClaimCommand, workload_id="-", worker_id=worker_id, capabilities=caps, lease_ms=lease_ms
+            ClaimCommand,
+            workload_id="-",
+            worker_id=worker_id,
+            capabilities=caps,
+            lease_ms=lease_ms,
+            request_id=request_id,
         )
+        if request_id is not None:
+            held = self._held_claim(tenant, application, probe, now)
+            if held is not None:
+                return held
         seeker = scheduler.Seeker(tenant, application, now, frozenset(probe.capabilities))
 
         def candidates(limit: int, after: CandidateCursor | None) -> Sequence[StoredDocument]:
@@ -495,7 +570,7 @@ class Authority:
             doc: StoredDocument | None = self._store_call(self.store.read, key)
             return doc
 
-        def try_claim(doc: StoredDocument, workload: Workload) -> Claim:
+        def try_claim(doc: StoredDocument, workload: Workload) -> ClaimReply:
             command = probe.model_copy(update={"workload_id": doc.key})
             # Decided on the page's version; the write confirms it. When it
             # conflicts, the candidate changed since the page was read (most
@@ -506,10 +581,34 @@ class Authority:
             if prepared is None:
                 prepared = self._prepare(command, now, "claim_next")
             prepared._private = True
-            claim: Claim = prepared.commit()
+            claim: ClaimReply = prepared.commit()
             return claim
 
         return scheduler.claim_best(seeker, candidates, read, inputs.parse_stored, try_claim)
+
+    def _held_claim(
+        self, tenant: str, application: str, probe: ClaimCommand, now: int
+    ) -> ClaimReply | None:
+        """The claim `probe`'s worker holds in the scope that answers a repeat of it, or None."""
+        held = self._store_call(self.store.held_claims, tenant, application, probe.worker_id)
+        for doc in held:
+            workload = inputs.parse_stored(doc)
+            if workload.tenant_id != tenant or workload.application_id != application:
+                continue
+            answer = replays.held_claim(self.spec, workload, probe.worker_id, probe.request_id, now)
+            if answer == replays.STARTED:
+                raise errors.WorkloadError(
+                    self.spec.operations["claim_next"].spec.denied,
+                    "the claim request was answered and its attempt has started",
+                    {
+                        "state": workload.state,
+                        "request_id": probe.request_id,
+                        "workload_id": workload.workload_id,
+                    },
+                )
+            if isinstance(answer, ClaimReply):
+                return answer
+        return None
 
     def start(self, workload_id: str, fence: Fence, now: int) -> Attempt:
         """Start the claimed attempt."""
@@ -517,7 +616,13 @@ class Authority:
         return attempt
 
     def heartbeat(self, workload_id: str, fence: Fence, now: int, extend_ms: int) -> Claim:
-        """Extend the lease to `now + extend_ms`."""
+        """Extend the lease to `now + extend_ms`; returns the claim with its new expiry.
+
+        A heartbeat still succeeds once an operator has requested cancellation;
+        the worker learns of it when its `checkpoint`, `complete` or `fail` is
+        refused with `WORKLOAD_TRANSITION_DENIED` (`details["state"]` is the
+        cancelling state), or from `get`, and then calls `confirm_cancel`.
+        """
         claim: Claim = self._call(
             HeartbeatCommand, now, workload_id=workload_id, fence=fence, extend_ms=extend_ms
         )
@@ -595,7 +700,16 @@ class Authority:
         *,
         effect: str | None = None,
     ) -> str:
-        """Report the attempt's failure; returns the state the failure policy decided."""
+        """Report the attempt's failure; returns the state the failure policy decided.
+
+        `kind` is a failure kind the spec declares (`[failures.kinds]`: in the
+        shipped spec `timeout`, `transient_connection`, `worker_failure`,
+        `validation`); another is `WORKLOAD_INVALID`, naming the valid ones,
+        and writes nothing. `effect`: `"none"` (the attempt had no effect),
+        `"unknown"` (it may have had one), or None (not said). The failure
+        policy retries the work (READY after its backoff) when its retry
+        policy lists the kind, or dead-letters it.
+        """
         reply: StateReply = self._call(
             FailCommand,
             now,
@@ -608,7 +722,10 @@ class Authority:
         return reply.state
 
     def confirm_cancel(self, workload_id: str, fence: Fence, now: int) -> str:
-        """The holding worker confirms a requested cancellation."""
+        """The holding worker confirms a requested cancellation; returns `CANCELLED`.
+
+        Refused (`WORKLOAD_TRANSITION_DENIED`) when no cancellation was requested.
+        """
         reply: StateReply = self._call(
             ConfirmCancelCommand, now, workload_id=workload_id, fence=fence
         )
@@ -616,32 +733,75 @@ class Authority:
 
     # -- operators ---------------------------------------------------------
 
-    def cancel(self, workload_id: str, actor: str, now: int) -> str:
-        """Cancel queued work, or request cancellation from the worker holding it."""
-        reply: StateReply = self._call(CancelCommand, now, workload_id=workload_id, actor=actor)
-        return reply.state
+    def cancel(
+        self, workload_id: str, actor: str, now: int, *, request_id: str | None = None
+    ) -> str:
+        """Cancel queued work, or request cancellation from the worker holding it.
 
-    def timeout(self, workload_id: str, actor: str, now: int) -> str:
-        """An operator times the workload out; returns the state the policy decided."""
-        reply: StateReply = self._call(TimeoutCommand, now, workload_id=workload_id, actor=actor)
-        return reply.state
-
-    def retry(self, workload_id: str, actor: str, now: int, reason: str | None = None) -> str:
-        """Re-arm failed, timed-out or dead-lettered work: one more attempt, with `reason`."""
+        `request_id`, the operator's request id: the same operator repeating
+        the same call with it is answered as the first call was, and writes
+        nothing; the id used for another operation, by another operator or
+        on another workload is `WORKLOAD_CONFLICT` (`specs/README.md`,
+        "Replays"). The same holds for `timeout`, `retry` and `operate`.
+        """
         reply: StateReply = self._call(
-            RetryCommand, now, workload_id=workload_id, actor=actor, reason=reason
+            CancelCommand, now, workload_id=workload_id, actor=actor, request_id=request_id
+        )
+        return reply.state
+
+    def timeout(
+        self, workload_id: str, actor: str, now: int, *, request_id: str | None = None
+    ) -> str:
+        """An operator times the workload out; returns the state the policy decided.
+
+        `request_id`: the operator's request id, as for `cancel`.
+        """
+        reply: StateReply = self._call(
+            TimeoutCommand, now, workload_id=workload_id, actor=actor, request_id=request_id
+        )
+        return reply.state
+
+    def retry(
+        self,
+        workload_id: str,
+        actor: str,
+        now: int,
+        reason: str | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> str:
+        """Re-arm failed, timed-out or dead-lettered work: one more attempt, with `reason`.
+
+        `request_id`: the operator's request id, as for `cancel`.
+        """
+        reply: StateReply = self._call(
+            RetryCommand,
+            now,
+            workload_id=workload_id,
+            actor=actor,
+            reason=reason,
+            request_id=request_id,
         )
         return reply.state
 
     def operate(
-        self, workload_id: str, operation: str, actor: str, now: int, reason: str | None = None
+        self,
+        workload_id: str,
+        operation: str,
+        actor: str,
+        now: int,
+        reason: str | None = None,
+        *,
+        request_id: str | None = None,
     ) -> str:
         """Take `operation`, an operation the spec adds with the effect `move`; the new state.
 
         A pause and a resume, an approval and a rejection: the operation's edge
         out of the workload's state is found in the table, and `reason` is
         recorded with it. An operation the spec lacks is `WORKLOAD_INVALID`;
-        one the state has no edge for is its `denied` code.
+        one the state has no edge for is its `denied` code. `request_id`: the
+        operator's request id, as for `cancel` (the operation's row names the
+        replay `same_move_request`; without it a repeat is taken again).
         """
         reply: StateReply = self._call(
             OperatorCommand,
@@ -650,6 +810,7 @@ class Authority:
             workload_id=workload_id,
             actor=actor,
             reason=reason,
+            request_id=request_id,
         )
         return reply.state
 

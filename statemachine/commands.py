@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
+from workwarden.statemachine.errors import ValidatedModel
 from workwarden.statemachine.models import (
     CreateWorkload,
     Fence,
@@ -23,6 +24,7 @@ from workwarden.statemachine.models import (
 
 __all__ = [
     "CARRIES_FENCE",
+    "OPERATOR_COMMANDS",
     "AdmitCommand",
     "AdmitReply",
     "CancelCommand",
@@ -38,6 +40,7 @@ __all__ = [
     "HeartbeatCommand",
     "OperatorCommand",
     "RecoverCommand",
+    "RequestId",
     "RetryCommand",
     "StartCommand",
     "StateReply",
@@ -47,8 +50,17 @@ __all__ = [
 
 LeaseMs = Annotated[int, Field(strict=True, ge=1, le=2**53 - 1)]
 
+RequestId = Name
+"""A caller's request id: the same id on a repeated call marks it as the same request.
 
-class _Command(BaseModel):
+A claim request id (`claim`, `claim_next`) or an operator request id
+(`cancel`, `timeout`, `retry`, an operation of effect `move`); the
+operation's replay rule answers a repeat as the first call was answered
+(`specs/README.md`, "Replays")."""
+
+
+class _Command(ValidatedModel):
+    # Built by a caller, bad input is WORKLOAD_INVALID (`ValidatedModel`).
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -60,13 +72,18 @@ class AdmitCommand(_Command):
 
 
 class ClaimCommand(_Command):
-    """Claim READY work by id for `worker_id`, leased for `lease_ms`."""
+    """Claim READY work by id for `worker_id`, leased for `lease_ms`.
+
+    `request_id`, when given, is the claim request id: the same worker
+    repeating it is answered with the claim it made (`own_claim`).
+    """
 
     op: Literal["claim"] = "claim"
     workload_id: Name
     worker_id: Name
     capabilities: StrSet = ()
     lease_ms: LeaseMs
+    request_id: RequestId | None = None
 
 
 class StartCommand(_Command):
@@ -135,11 +152,15 @@ class FailCommand(_Command):
 
 
 class CancelCommand(_Command):
-    """Cancel, or request cancellation from the worker that holds it."""
+    """Cancel, or request cancellation from the worker that holds it.
+
+    `request_id`, when given, is the operator request id (as for every operator command).
+    """
 
     op: Literal["cancel"] = "cancel"
     workload_id: Name
     actor: Name
+    request_id: RequestId | None = None
 
 
 class ConfirmCancelCommand(_Command):
@@ -156,6 +177,7 @@ class TimeoutCommand(_Command):
     op: Literal["timeout"] = "timeout"
     workload_id: Name
     actor: Name
+    request_id: RequestId | None = None
 
 
 class RetryCommand(_Command):
@@ -165,6 +187,7 @@ class RetryCommand(_Command):
     workload_id: Name
     actor: Name
     reason: Annotated[str, Field(strict=True, max_length=4096)] | None = None
+    request_id: RequestId | None = None
 
 
 class RecoverCommand(_Command):
@@ -194,6 +217,7 @@ class OperatorCommand(_Command):
     workload_id: Name
     actor: Name
     reason: Annotated[str, Field(strict=True, max_length=4096)] | None = None
+    request_id: RequestId | None = None
 
 
 #: The commands a worker sends through its fence (a fenced operation takes one of these).
@@ -206,6 +230,9 @@ CARRIES_FENCE = (
     FailCommand,
     ConfirmCancelCommand,
 )
+
+#: The commands an operator sends, each with an optional operator request id.
+OPERATOR_COMMANDS = (CancelCommand, TimeoutCommand, RetryCommand, OperatorCommand)
 
 Command = Annotated[
     AdmitCommand
@@ -234,7 +261,8 @@ class ClaimNextCommand(_Command):
     Not a command of the pure core (it reads many workloads); the conformance
     protocol carries it so that priority, eligibility, capability, dependency
     and tenant gating are held to the reference too. The reply is the claim,
-    or `null` when nothing is claimable.
+    or `null` when nothing is claimable. `request_id` is the claim request id,
+    as for `ClaimCommand`.
     """
 
     op: Literal["claim_next"] = "claim_next"
@@ -243,9 +271,10 @@ class ClaimNextCommand(_Command):
     worker_id: Name
     capabilities: StrSet = ()
     lease_ms: LeaseMs
+    request_id: RequestId | None = None
 
 
-class AdmitReply(BaseModel):
+class AdmitReply(ValidatedModel):
     """The admitted workload, and whether this call created it (False: a replay)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -254,7 +283,7 @@ class AdmitReply(BaseModel):
     created: bool
 
 
-class StateReply(BaseModel):
+class StateReply(ValidatedModel):
     """The workload's state after the call."""
 
     model_config = ConfigDict(extra="forbid")
@@ -263,7 +292,7 @@ class StateReply(BaseModel):
     state: str
 
 
-class SweepReply(BaseModel):
+class SweepReply(ValidatedModel):
     """Whether the sweep changed the workload, and its state after."""
 
     model_config = ConfigDict(extra="forbid")

@@ -144,6 +144,12 @@ class ReplayInfo:
     meaning: str
 
 
+_OPERATOR_REQUEST = (
+    "the workload's history records the call's operator request id: by the same operator and"
+    " operation, answer the state that call left; by another operator or operation:"
+    " WORKLOAD_CONFLICT (the store's audit log refuses the id on another workload too)"
+)
+
 #: Replay name -> its declaration. An operation's `replay` names one of these.
 REPLAYS: dict[str, ReplayInfo] = {
     "same_result": ReplayInfo(
@@ -177,6 +183,29 @@ REPLAYS: dict[str, ReplayInfo] = {
     "own_claim": ReplayInfo(
         "lease",
         "live",
-        "the worker already holds a live claim of this workload: answer that claim",
+        "the worker already holds a live claim of this workload, not yet started, made with the"
+        " call's claim request id (or the call gives none): answer that claim; made with that"
+        " request id and started: the operation's denied code (the request was answered)."
+        " claim_next first asks the store for the claims the worker holds in its scope",
+    ),
+    "same_cancel_request": ReplayInfo(
+        "cancel",
+        "first",
+        _OPERATOR_REQUEST,
+    ),
+    "same_timeout_request": ReplayInfo(
+        "end_attempt",
+        "first",
+        _OPERATOR_REQUEST,
+    ),
+    "same_retry_request": ReplayInfo(
+        "rearm",
+        "first",
+        _OPERATOR_REQUEST,
+    ),
+    "same_move_request": ReplayInfo(
+        "move",
+        "first",
+        _OPERATOR_REQUEST,
     ),
 }

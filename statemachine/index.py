@@ -30,4 +30,5 @@ def index_fields(spec: Spec, workload: Workload) -> IndexFields:
         lease_expires_at=claim.expires_at if claim is not None and recoverable else None,
         next_deadline_at=next_deadline_at(spec, workload),
         result_id=workload.result.result_id if workload.result is not None else None,
+        claim_worker=claim.worker_id if claim is not None else None,
     )

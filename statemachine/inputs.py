@@ -82,20 +82,8 @@ OPERATIONS: tuple[str, ...] = tuple(
 )
 
 
-def invalid_from_validation(exc: ValidationError, prefix: str = "") -> errors.WorkloadError:
-    """A pydantic `ValidationError` as `WORKLOAD_INVALID`, naming each field path."""
-    problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        path = ".".join(str(part) for part in err["loc"])
-        if not path and err["type"].startswith("union_tag"):
-            path = "op"
-        if prefix:
-            path = f"{prefix}.{path}" if path else prefix
-        problems.append({"field": path, "message": err["msg"]})
-    first = problems[0] if problems else {"field": prefix, "message": "invalid"}
-    return errors.WorkloadError(
-        errors.INVALID, f"{first['field']}: {first['message']}", {"errors": problems}
-    )
+#: A pydantic `ValidationError` as `WORKLOAD_INVALID`, naming each field path.
+invalid_from_validation = errors.invalid_from_validation
 
 
 def check_now(now: Any) -> None:

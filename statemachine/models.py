@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
 )
 
+from workwarden.statemachine.catalogue import shipped_default_retry_on
+from workwarden.statemachine.errors import ValidatedModel
 from workwarden.statemachine.grants import SignedGrant, Subject
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Backoff",
     "Checkpoint",
     "Claim",
+    "ClaimReply",
     "CreateWorkload",
     "Dependency",
     "Duration",
@@ -80,15 +82,17 @@ StrSet = Annotated[tuple[Name, ...], BeforeValidator(_as_sorted_set)]
 """A set of names, stored sorted and without duplicates."""
 
 
-class _Model(BaseModel):
+class _Model(ValidatedModel):
+    # Built by a caller, bad input is WORKLOAD_INVALID (`ValidatedModel`).
     model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
 
 
 Backoff = Literal["fixed", "exponential"]
 
 
-#: The failure kinds a request without a `retry_policy` retries (the seed's default policy).
-DEFAULT_RETRY_ON: tuple[str, ...] = ("timeout", "transient_connection", "worker_failure")
+#: The failure kinds a request without a `retry_policy` retries (the seed's default policy):
+#: those the shipped spec declares with `retry_by_default = true` (`[failures.kinds]`).
+DEFAULT_RETRY_ON: tuple[str, ...] = shipped_default_retry_on()
 
 
 class RetryPolicy(_Model):
@@ -227,6 +231,39 @@ class Checkpoint(_Model):
     state_hash: str
     created_at: int
     produced_by: str
+
+
+class ClaimReply(Claim):
+    """What `claim` and `claim_next` answer: the claim, and the work it leases.
+
+    The stored lease is the `Claim` it extends (a workload document holds
+    that, never this). Beside it: the attempt the claim opened, the
+    workload's `input` and the `checkpoints` earlier attempts recorded (what
+    `execution_context` answers, without secret references), so a worker
+    starts at once without asking for its context first. `request_id` is the
+    claim request id the caller gave (None when it gave none).
+    """
+
+    attempt_id: str
+    input: JsonValue
+    checkpoints: tuple[Checkpoint, ...] = ()
+    request_id: str | None = None
+
+    def lease(self) -> Claim:
+        """The stored lease alone, as the workload document holds it."""
+        return Claim.model_validate(self.model_dump(include=set(Claim.model_fields)))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a reply with the same fields, or to a `Claim` equal to its lease.
+
+        So a reply still compares equal to the workload's `current_claim`, as
+        the `Claim` replies before it did.
+        """
+        if type(other) is Claim:
+            return self.lease() == other
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as every model here
 
 
 class Result(_Model):

@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from workwarden.statemachine.models import Attempt, Claim, Workload
+from workwarden.statemachine.models import Attempt, Claim, ClaimReply, Workload
 from workwarden.storage.base import StoredDocument
 
 __all__ = ["DEFAULT_REMEMBER", "Remembered", "detached"]
@@ -35,9 +35,13 @@ def detached(reply: Any, workload: Workload) -> bool:
 
     Only then may the authority keep `workload` decoded to decide the next
     call on: every field of a claim or an attempt is immutable (text,
-    numbers, tuples), so a copy of one shares nothing a caller could change.
+    numbers, tuples), so a copy of one shares nothing a caller could change;
+    a claim's reply adds the input and checkpoints, copied for it.
     """
     if type(reply) is Claim:
+        return reply is not workload.current_claim
+    if type(reply) is ClaimReply:
+        # Its input and checkpoints are deep copies made for the reply.
         return reply is not workload.current_claim
     if type(reply) is Attempt:
         return all(reply is not attempt for attempt in workload.attempts)

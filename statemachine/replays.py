@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.commands import (
+    OPERATOR_COMMANDS,
     CheckpointCommand,
     ClaimCommand,
     CompleteCommand,
@@ -23,11 +24,22 @@ from workwarden.statemachine.commands import (
     StartCommand,
     StateReply,
 )
+from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.effects import REPLAYS
-from workwarden.statemachine.models import Attempt, Fence, Workload
-from workwarden.statemachine.steps import Decision, Step
+from workwarden.statemachine.models import Attempt, Claim, ClaimReply, Fence, Workload
+from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.steps import (
+    REQUEST_ID,
+    REQUEST_OPERATION,
+    Decision,
+    Step,
+    claim_reply,
+)
 
-__all__ = ["REPLAY_STEPS", "Replay"]
+__all__ = ["REPLAY_STEPS", "STARTED", "Replay", "claim_request_of", "held_claim"]
+
+STARTED = "started"
+"""What `held_claim` answers for a claim its request made whose attempt has started."""
 
 
 def _attempt_of(workload: Workload, fence: Fence) -> Attempt | None:
@@ -132,19 +144,80 @@ def _same_checkpoint(step: Step) -> Decision | None:
     )
 
 
+def claim_request_of(workload: Workload, claim: Claim) -> str | None:
+    """The claim request id `claim` was made with (recorded on its event), or None."""
+    token = str(claim.fencing_token)
+    for event in reversed(workload.execution_history):
+        if event.evidence.get("fencing_token") == token:
+            return event.evidence.get(REQUEST_ID)
+    return None
+
+
+def held_claim(
+    spec: Spec, workload: Workload, worker_id: str, request_id: str | None, now: int
+) -> ClaimReply | str | None:
+    """The `own_claim` rule on a document: the claim `worker_id` holds that answers a repeat.
+
+    The reply for the live, unstarted claim `worker_id` holds, made with
+    `request_id` (when one is given: a claim made without one, or with
+    another, is not this request's); `STARTED` when that claim's request is
+    this one and its attempt has started (the request was answered: a repeat
+    is refused as the spec refuses a claim of the workload's state); None
+    otherwise, or when a deadline has fallen (the call then decides it).
+    """
+    held = workload.current_claim
+    if held is None or held.worker_id != worker_id:
+        return None
+    if request_id is not None and claim_request_of(workload, held) != request_id:
+        return None
+    if workload.attempts[-1].started_at is not None:
+        return STARTED if request_id is not None else None
+    if held.expires_at <= now or deadline_breach(spec, workload, now) is not None:
+        return None
+    return claim_reply(workload, held, claim_request_of(workload, held))
+
+
 def _own_claim(step: Step) -> Decision | None:
     cmd = step.command
     assert isinstance(cmd, ClaimCommand)
-    w = step.workload
-    held = w.current_claim
-    if (
-        held is None
-        or held.worker_id != cmd.worker_id
-        or held.expires_at <= step.now
-        or w.attempts[-1].started_at is not None
-    ):
+    held = held_claim(step.spec, step.workload, cmd.worker_id, cmd.request_id, step.now)
+    if held is None:
         return None
-    return step.answer(held.model_copy(), cmd.worker_id, cmd.worker_id)
+    if held == STARTED:
+        raise errors.WorkloadError(
+            step.operation.spec.denied,
+            "the claim request was answered and its attempt has started",
+            {"state": step.workload.state, "request_id": cmd.request_id},
+        )
+    return step.answer(held, cmd.worker_id, cmd.worker_id)
+
+
+def _same_operator_request(step: Step) -> Decision | None:
+    cmd = step.command
+    assert isinstance(cmd, OPERATOR_COMMANDS)
+    if cmd.request_id is None:
+        return None
+    w = step.workload
+    taken = [
+        event
+        for event in w.execution_history
+        if event.evidence.get(REQUEST_ID) == cmd.request_id and REQUEST_OPERATION in event.evidence
+    ]
+    if not taken:
+        return None
+    first = taken[0]
+    if first.actor != cmd.actor or first.evidence[REQUEST_OPERATION] != step.operation.name:
+        raise errors.WorkloadError(
+            errors.CONFLICT,
+            "the request id was used for another operation or by another operator",
+            {
+                "request_id": cmd.request_id,
+                "operation": first.evidence[REQUEST_OPERATION],
+                "workload_id": w.workload_id,
+            },
+        )
+    reply = StateReply(workload_id=w.workload_id, state=taken[-1].to)
+    return step.answer(reply, cmd.actor)
 
 
 #: What a replay rule is: the answer to a repeated call, or None when it is not one.
@@ -158,5 +231,9 @@ REPLAY_STEPS: dict[str, Replay] = {
     "started_attempt": _started_attempt,
     "same_checkpoint": _same_checkpoint,
     "own_claim": _own_claim,
+    "same_cancel_request": _same_operator_request,
+    "same_timeout_request": _same_operator_request,
+    "same_retry_request": _same_operator_request,
+    "same_move_request": _same_operator_request,
 }
 assert set(REPLAY_STEPS) == set(REPLAYS), "every declared replay has its rule"

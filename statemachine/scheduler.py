@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from workwarden.statemachine import errors
-from workwarden.statemachine.models import Claim, Workload
+from workwarden.statemachine.models import ClaimReply, Workload
 from workwarden.storage.base import CandidateCursor, StoredDocument
 
 __all__ = [
@@ -67,7 +67,7 @@ Read: TypeAlias = Callable[[str], "StoredDocument | None"]
 Parse: TypeAlias = Callable[[StoredDocument], Workload]
 """Decodes a stored document as a workload (or refuses it as a storage failure)."""
 
-TryClaim: TypeAlias = Callable[[StoredDocument, Workload], Claim]
+TryClaim: TypeAlias = Callable[[StoredDocument, Workload], ClaimReply]
 """Decides and commits a claim of a candidate (the document and its decoded workload); returns
 the claim or raises the refusal."""
 
@@ -123,7 +123,7 @@ def claim_best(
     read: Read,
     parse: Parse,
     try_claim: TryClaim,
-) -> Claim | None:
+) -> ClaimReply | None:
     """The first candidate, in the store's order, that passes every gate and whose claim is
     granted; None when there is none.
 

@@ -12,12 +12,14 @@ the spec's roles (`Spec.roles`).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.commands import (
+    OPERATOR_COMMANDS,
     CancelCommand,
     CheckpointCommand,
     ClaimCommand,
@@ -47,6 +49,7 @@ from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
     Claim,
+    ClaimReply,
     Event,
     ExecutionContext,
     Result,
@@ -57,7 +60,37 @@ from workwarden.statemachine.predicates import Facts, attempt_budget, operator_r
 from workwarden.statemachine.safety import check_text
 from workwarden.statemachine.spec import CompiledOperation, Spec
 
-__all__ = ["STEPS", "Decision", "Effect", "Step", "expire"]
+__all__ = [
+    "REQUEST_ID",
+    "REQUEST_OPERATION",
+    "STEPS",
+    "Decision",
+    "Effect",
+    "Step",
+    "claim_reply",
+    "expire",
+]
+
+REQUEST_ID = "request_id"
+"""The evidence key that records the caller's request id on each event its call took."""
+
+REQUEST_OPERATION = "request_operation"
+"""The evidence key that records, beside an operator request id, the operation it called."""
+
+
+def claim_reply(workload: Workload, claim: Claim, request_id: str | None) -> ClaimReply:
+    """The reply to a claim: `claim`, with the attempt it opened, the input and the checkpoints.
+
+    The input and checkpoints are copies: nothing the caller receives shares
+    a part of `workload`.
+    """
+    return ClaimReply(
+        **claim.model_dump(),
+        attempt_id=workload.attempts[-1].attempt_id,
+        input=copy.deepcopy(workload.input),
+        checkpoints=tuple(checkpoint.model_copy(deep=True) for checkpoint in workload.checkpoints),
+        request_id=request_id,
+    )
 
 
 @dataclass(frozen=True)
@@ -153,8 +186,20 @@ class Step:
         return Facts(workload=self.draft.workload, roles=self.spec.roles, **reported)
 
     def commit(self, reply: Any, actor: str, worker_id: str | None = None) -> Decision:
-        """The decision to write the draft and answer `reply`."""
+        """The decision to write the draft and answer `reply`.
+
+        A claim or an operator call that gives a request id has it recorded
+        on every event it took (`REQUEST_ID`; an operator's with the
+        operation, `REQUEST_OPERATION`), so that its replay rule recognises
+        a repeat from the document alone.
+        """
         draft = self.draft
+        cmd = self.command
+        if isinstance(cmd, (ClaimCommand, *OPERATOR_COMMANDS)) and cmd.request_id is not None:
+            for event in draft.events:
+                event.evidence[REQUEST_ID] = cmd.request_id
+                if not isinstance(cmd, ClaimCommand):
+                    event.evidence[REQUEST_OPERATION] = self.operation.name
         return Decision(
             operation=draft.operation,
             workload=draft.workload,
@@ -224,7 +269,7 @@ def _lease(step: Step) -> Decision:
     d.attempts.append(attempt)
     d.current_claim = claim
     step.move(cmd.worker_id, {"fencing_token": str(claim.fencing_token)})
-    return step.commit(claim.model_copy(), cmd.worker_id, cmd.worker_id)
+    return step.commit(claim_reply(d, claim, cmd.request_id), cmd.worker_id, cmd.worker_id)
 
 
 def _start_attempt(step: Step) -> Decision:

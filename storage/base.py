@@ -10,6 +10,7 @@ fields.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -17,13 +18,18 @@ from typing import Protocol, runtime_checkable
 __all__ = [
     "AuditRecord",
     "CandidateCursor",
+    "DueInstants",
     "IndexFields",
+    "LocalWakeUps",
+    "NextInstants",
     "Store",
     "StoreConflict",
     "StoreError",
     "StoreFailure",
     "StoreOutcomeUnknown",
     "StoredDocument",
+    "WakeUps",
+    "WorkSignal",
 ]
 
 
@@ -60,6 +66,8 @@ class IndexFields:
     (READY): the instant from which it may be claimed (0 when at once).
     `lease_expires_at` is set while a lease is held, `next_deadline_at` while a
     deadline can fall, `result_id` once a result is recorded (unique).
+    `claim_worker` is the worker id of the claim the document holds (None
+    while it holds none), for `Store.held_claims`.
     """
 
     tenant: str
@@ -71,6 +79,7 @@ class IndexFields:
     lease_expires_at: int | None = None
     next_deadline_at: int | None = None
     result_id: str | None = None
+    claim_worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,9 @@ class AuditRecord:
     """One committed write: who did what to which work, and the digest of what was written.
 
     `sequence` is assigned by the store in commit order (0 before the write).
+    `request_id` is the caller's request id the write was made for (a claim
+    or operator request id; None when the call gave none), for
+    `Store.find_request`.
     """
 
     transaction_id: str
@@ -104,6 +116,7 @@ class AuditRecord:
     result: str | None = None
     fencing_token: int | None = None
     sequence: int = 0
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +182,16 @@ class Store(Protocol):
         """Keys whose next deadline falls at or before `now`, earliest first."""
         ...
 
+    def held_claims(
+        self, tenant: str, application: str, worker_id: str
+    ) -> Sequence[StoredDocument]:
+        """Documents of one tenant and application whose `claim_worker` is `worker_id`, by key."""
+        ...
+
+    def find_request(self, request_id: str) -> AuditRecord | None:
+        """The first audit record (lowest sequence) whose `request_id` is `request_id`."""
+        ...
+
     def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
         """Every document of one tenant and application, by priority then age."""
         ...
@@ -184,3 +207,113 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and files."""
         ...
+
+
+# -- optional capabilities ---------------------------------------------------------------
+#
+# A store may offer more than the `Store` protocol. The runtime
+# (`workwarden.runtime`) asks with `isinstance(store, DueInstants)` and
+# `isinstance(store, WakeUps)`, and falls back to a bounded poll when a store
+# lacks one. The conformance suite checks a capability a store offers.
+
+
+@dataclass(frozen=True, slots=True)
+class NextInstants:
+    """The earliest instants strictly after a given one at which something falls due in a scope.
+
+    `eligible_at`: READY work becomes claimable; `lease_expires_at`: a lease
+    runs out; `deadline_at`: a deadline falls. None when nothing of that
+    kind is pending after the instant.
+    """
+
+    eligible_at: int | None = None
+    lease_expires_at: int | None = None
+    deadline_at: int | None = None
+
+
+@runtime_checkable
+class DueInstants(Protocol):
+    """A store that can say when its work next falls due, so waiters sleep until then."""
+
+    def next_instants(
+        self, after: int, tenant: str | None = None, application: str | None = None
+    ) -> NextInstants:
+        """The earliest `eligible_at`, `lease_expires_at` and `next_deadline_at` after `after`.
+
+        Each is the smallest value strictly greater than `after` among the
+        documents of the scope (None for `tenant` or `application`: every one).
+        """
+        ...
+
+
+class WorkSignal(Protocol):
+    """A subscription to "work may have become claimable" in one tenant and application."""
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until work may have become claimable since the last wait, or `timeout_s` passed.
+
+        True when woken (or when a notification may have been missed, such
+        as after a lost connection: the caller looks again), False on timeout.
+        A write committed after the signal was made and before this call
+        wakes it at once.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop listening and release what the signal holds."""
+        ...
+
+
+@runtime_checkable
+class WakeUps(Protocol):
+    """A store that wakes waiters when a write makes work claimable (admitted, re-armed...)."""
+
+    def work_signal(self, tenant: str, application: str) -> WorkSignal:
+        """A signal for the scope, listening from now on."""
+        ...
+
+
+class LocalWakeUps:
+    """Wake-ups within one process: a store calls `notify` after each write that makes work READY.
+
+    Only writes through the store object that owns it wake its signals; a
+    waiter that must see other processes' writes too bounds its wait.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def notify(self, tenant: str, application: str) -> None:
+        """Wake every signal of the scope."""
+        with self._changed:
+            key = (tenant, application)
+            self._counts[key] = self._counts.get(key, 0) + 1
+            self._changed.notify_all()
+
+    def signal(self, tenant: str, application: str) -> WorkSignal:
+        """A signal for the scope, woken by `notify` calls from now on."""
+        return _LocalSignal(self, (tenant, application))
+
+    def _count(self, key: tuple[str, str]) -> int:
+        with self._changed:
+            return self._counts.get(key, 0)
+
+
+class _LocalSignal:
+    def __init__(self, owner: LocalWakeUps, key: tuple[str, str]) -> None:
+        self._owner = owner
+        self._key = key
+        self._seen = owner._count(key)
+
+    def wait(self, timeout_s: float) -> bool:
+        owner = self._owner
+        with owner._changed:
+            woken = owner._changed.wait_for(
+                lambda: owner._counts.get(self._key, 0) != self._seen, max(timeout_s, 0.0)
+            )
+            self._seen = owner._counts.get(self._key, 0)
+        return woken
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -83,6 +83,16 @@ class ForwardingStore:
         """The wrapped store's `deadlines_due`."""
         return self.inner.deadlines_due(now, limit, tenant, application)
 
+    def held_claims(
+        self, tenant: str, application: str, worker_id: str
+    ) -> Sequence[StoredDocument]:
+        """The wrapped store's `held_claims`."""
+        return self.inner.held_claims(tenant, application, worker_id)
+
+    def find_request(self, request_id: str) -> AuditRecord | None:
+        """The wrapped store's `find_request`."""
+        return self.inner.find_request(request_id)
+
     def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
         """The wrapped store's `list`."""
         return self.inner.list(tenant, application)

@@ -15,8 +15,11 @@ from workwarden.storage.base import (
     AuditRecord,
     CandidateCursor,
     IndexFields,
+    LocalWakeUps,
+    NextInstants,
     StoreConflict,
     StoredDocument,
+    WorkSignal,
 )
 
 __all__ = ["MemoryStore"]
@@ -27,13 +30,19 @@ def _order(doc: StoredDocument) -> tuple[int, int, str]:
 
 
 class MemoryStore:
-    """An in-memory CAS document store with index fields and an audit log."""
+    """An in-memory CAS document store with index fields and an audit log.
+
+    Thread-safety: every call holds one lock for its whole critical section,
+    so any number of threads may share one store; it lives in one process.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._docs: dict[str, StoredDocument] = {}
         self._results: dict[str, str] = {}
         self._audit: list[AuditRecord] = []
+        self._requests: dict[str, AuditRecord] = {}
+        self._wake_ups = LocalWakeUps()
 
     def read(self, key: str) -> StoredDocument | None:
         """The committed document under `key`, or None."""
@@ -86,9 +95,14 @@ class MemoryStore:
                     result=audit.result,
                     fencing_token=audit.fencing_token,
                     sequence=len(self._audit) + 1,
+                    request_id=audit.request_id,
                 )
             )
-            return version
+            if audit.request_id is not None:
+                self._requests.setdefault(audit.request_id, self._audit[-1])
+        if index.eligible_at is not None:
+            self._wake_ups.notify(index.tenant, index.application)
+        return version
 
     def find_result(self, result_id: str) -> str | None:
         """The key holding `result_id`, or None."""
@@ -151,6 +165,26 @@ class MemoryStore:
         """Keys whose next deadline falls at or before `now`."""
         return self._due("next_deadline_at", now, limit, tenant, application)
 
+    def held_claims(
+        self, tenant: str, application: str, worker_id: str
+    ) -> Sequence[StoredDocument]:
+        """Documents of a tenant and application whose claim `worker_id` holds, by key."""
+        with self._lock:
+            rows = [
+                doc
+                for doc in self._docs.values()
+                if doc.index.claim_worker == worker_id
+                and doc.index.tenant == tenant
+                and doc.index.application == application
+            ]
+        rows.sort(key=lambda doc: doc.key)
+        return rows
+
+    def find_request(self, request_id: str) -> AuditRecord | None:
+        """The first audit record made for `request_id`, or None."""
+        with self._lock:
+            return self._requests.get(request_id)
+
     def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
         """Every document of a tenant and application, by priority then age."""
         with self._lock:
@@ -176,3 +210,31 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+    # -- optional capabilities (`DueInstants`, `WakeUps`) ---------------------------------
+
+    def next_instants(
+        self, after: int, tenant: str | None = None, application: str | None = None
+    ) -> NextInstants:
+        """The earliest eligibility, lease expiry and deadline after `after` in the scope."""
+        found: dict[str, int] = {}
+        with self._lock:
+            for doc in self._docs.values():
+                index = doc.index
+                if (tenant is not None and index.tenant != tenant) or (
+                    application is not None and index.application != application
+                ):
+                    continue
+                for name in ("eligible_at", "lease_expires_at", "next_deadline_at"):
+                    value = getattr(index, name)
+                    if value is not None and value > after and value < found.get(name, value + 1):
+                        found[name] = value
+        return NextInstants(
+            eligible_at=found.get("eligible_at"),
+            lease_expires_at=found.get("lease_expires_at"),
+            deadline_at=found.get("next_deadline_at"),
+        )
+
+    def work_signal(self, tenant: str, application: str) -> WorkSignal:
+        """Woken by every write through this store that leaves work of the scope READY."""
+        return self._wake_ups.signal(tenant, application)

@@ -11,7 +11,10 @@ proxy that loses a write's answer or the write itself:
   building a store works the same way;
 - a read whose answer is lost is read again (`READ_TRIES` in all); a write
   whose answer is lost raises `StoreOutcomeUnknown`, whether it committed
-  (it did, when the reply was lost) or not (when the request was lost).
+  (it did, when the reply was lost) or not (when the request was lost);
+- the authority's `claim_next` and operator calls whose answer is lost are
+  answered again by the replay rules: the same claim, with its work, and the
+  same state, with no second write.
 
 And SQLite: a write blocked past the busy timeout is a `StoreFailure`, not
 a `sqlite3.OperationalError`.
@@ -37,6 +40,8 @@ from faultproxy import FaultProxy
 from psycopg import conninfo, sql
 
 from pg import REQUIRE_ENV
+from support import VERIFIER, request
+from workwarden.statemachine import Authority, WorkloadError, errors
 from workwarden.storage import (
     AuditRecord,
     IndexFields,
@@ -49,6 +54,7 @@ from workwarden.storage.pgserver import INSTALL_HINT, PrivateServer, find_bindir
 from workwarden.storage.postgres import READ_TRIES, PostgresStore
 
 _SETTINGS = {"fsync": "off", "full_page_writes": "off"}
+CAPS = ("email:send",)
 _names = itertools.count(1)
 
 
@@ -402,6 +408,65 @@ def test_claim_candidates_whose_answer_is_lost_are_read_again(
 
     assert [doc.key for doc in proxied.claim_candidates("t", "app", 0, 10)] == ["a"]
     assert proxy.fired == 1
+
+
+# -- the authority's calls through the proxy: the replay rules answer a repeat ----------------
+
+
+def two_ready(store: PostgresStore) -> tuple[Authority, str, str]:
+    warden = Authority(store, grants=VERIFIER)
+    first = warden.admit(request(idempotency_key="first"), 10_000).workload
+    second = warden.admit(request(idempotency_key="second"), 10_001).workload
+    return warden, first.workload_id, second.workload_id
+
+
+def writes_of(store: PostgresStore, operation: str) -> list[AuditRecord]:
+    return [record for record in store.audit_log() if record.operation == operation]
+
+
+@pytest.mark.postgres
+def test_claim_next_whose_answer_is_lost_is_answered_again_with_the_claim_and_its_work(
+    proxy: FaultProxy, proxied: PostgresStore
+) -> None:
+    request_id = "claim-request-lost"
+    warden, first, second = two_ready(proxied)
+    proxy.drop_reply(request_id.encode())
+
+    with pytest.raises(WorkloadError) as lost:
+        warden.claim_next("t", "app", "w1", CAPS, 11_000, 10_000, request_id=request_id)
+    assert lost.value.code == errors.OUTCOME_UNKNOWN
+    assert proxy.fired == 1
+
+    claim = warden.claim_next("t", "app", "w1", CAPS, 11_100, 10_000, request_id=request_id)
+
+    assert claim is not None
+    assert claim.workload_id == first
+    assert claim.input == warden.get(first).input
+    assert claim.checkpoints == ()
+    assert len(writes_of(proxied, "claim_next")) == 1
+    assert warden.get(first).current_claim == claim
+    assert warden.get(second).state == "READY"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("operation", ["cancel", "timeout"])
+def test_an_operator_call_whose_answer_is_lost_is_answered_again_without_a_second_write(
+    proxy: FaultProxy, proxied: PostgresStore, operation: str
+) -> None:
+    warden, first, _ = two_ready(proxied)
+    claim = warden.claim(first, "w1", CAPS, 11_000, 10_000)
+    warden.start(first, claim.fence, 11_100)
+    call = getattr(warden, operation)
+    proxy.drop_reply(b"ops-lost")
+
+    with pytest.raises(WorkloadError) as lost:
+        call(first, "ops-lost", 12_000, request_id="op-lost-1")
+    assert lost.value.code == errors.OUTCOME_UNKNOWN
+    assert proxy.fired == 1
+    committed = warden.get(first).state
+
+    assert call(first, "ops-lost", 12_100, request_id="op-lost-1") == committed
+    assert [r.request_id for r in writes_of(proxied, operation)] == ["op-lost-1"]
 
 
 # -- SQLite -----------------------------------------------------------------------------

@@ -324,6 +324,7 @@ class ReferenceImplementation:
                 claim_next.capabilities,
                 now,
                 claim_next.lease_ms,
+                request_id=claim_next.request_id,
             )
             return {"ok": None if claim is None else claim.model_dump(mode="json")}
         if not isinstance(command, Mapping):

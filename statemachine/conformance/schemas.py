@@ -44,6 +44,7 @@ from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
     Claim,
+    ClaimReply,
     ExecutionContext,
     Result,
     Workload,
@@ -107,8 +108,8 @@ COMMAND_MODELS: dict[str, type[BaseModel]] = {
 #: The model of the reply to each command, by its `op` (`claim_next` may also reply null).
 REPLY_MODELS: dict[str, type[BaseModel]] = {
     "admit": AdmitReply,
-    "claim": Claim,
-    "claim_next": Claim,
+    "claim": ClaimReply,
+    "claim_next": ClaimReply,
     "start": Attempt,
     "heartbeat": Claim,
     "execution_context": ExecutionContext,

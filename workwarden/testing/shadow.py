@@ -258,7 +258,9 @@ class ShadowModel:
         """The claim of the best candidate, after the candidates a claim dead-letters before it.
 
         Candidates are READY, eligible at `now`, within the worker's
-        capabilities, by priority (highest first), then age, then id.
+        capabilities, by priority (highest first), then age, then id. (A
+        claim_next without a request id always claims new work; the suite's
+        repeats of a claim_next carry one.)
         """
         held = set(capabilities)
         candidates = sorted(
