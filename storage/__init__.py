@@ -5,6 +5,17 @@
 passes the same conformance suite, `workwarden.storage.testing`.
 `ForwardingStore` is the base of wrappers that observe or change a few calls
 of another store.
+
+The PostgreSQL store is `workwarden.storage.postgres.PostgresStore`, not
+imported here: it needs the `postgres` extra (`pip install
+'workwarden[postgres]'`, psycopg and psycopg-pool), which a SQLite-only
+install does without. Importing it, or opening a `postgresql://` URL with
+`open_store`, without that extra raises `WorkloadError` with the code
+`WORKLOAD_EXTRA_MISSING`, whose message is the command that installs it.
+
+Thread-safety: every store may be shared by the threads of one process
+(each call is one transaction, or one critical section for `MemoryStore`);
+see each class and `docs/thread-safety.md`.
 """
 
 from workwarden.storage.base import (

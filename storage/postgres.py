@@ -42,475 +42,106 @@ connection breaks after its statement was sent is never tried again: it
 raises `StoreOutcomeUnknown`, since it may have committed. While the server
 cannot be reached, a call waits for it up to `connect_timeout_s`; see
 `PostgresStore`.
+
+Where the parts are: `workwarden.storage.pg_schema` holds the tables, the
+text of every statement and the schema's creation; `pg_connections`
+connecting, checking and healing connections, and the `LISTEN` wake-up
+signal; `pg_offers` the advisory-lock offers that spread claimers over the
+candidates. This module is `PostgresStore` itself, and the one to import:
+the names of those modules remain importable from it.
 """
 
 from __future__ import annotations
 
 import math
-import select
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any, Final, TypeVar
 
-import psycopg
-import psycopg.errors
-from psycopg import conninfo, pq
-from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+from workwarden.statemachine.errors import bad_argument
+from workwarden.storage.pg_extra import extra_missing
+
+try:
+    import psycopg
+    import psycopg.errors
+    from psycopg import pq
+    from psycopg.rows import TupleRow
+    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    # psycopg is the `postgres` extra: a SQLite-only install does not have it.
+    raise extra_missing(exc) from None
 
 from workwarden.storage.base import (
     AuditRecord,
     CandidateCursor,
     IndexFields,
+    NextInstants,
     StoreConflict,
     StoredDocument,
     StoreFailure,
     StoreOutcomeUnknown,
+    WorkSignal,
+)
+
+# The store's parts, each importable from here as well as from its own module.
+from workwarden.storage.pg_connections import (  # noqa: F401
+    READ_TRIES,
+    _answers,
+    _broken,
+    _connect,
+    _Connection,
+    _failures,
+    _has_input,
+    _ping,
+    _PostgresSignal,
+)
+from workwarden.storage.pg_offers import (  # noqa: F401
+    _OFFER_SPACE,
+    _TRY_LOCK,
+    _UNLOCK,
+    _arrange,
+    _Offers,
+)
+from workwarden.storage.pg_schema import (  # noqa: F401
+    _AUDIT,
+    _AUDIT_COLUMNS,
+    _AUDIT_INSERT,
+    _CANDIDATES,
+    _CANDIDATES_FIRST,
+    _COLUMNS,
+    _CREATE,
+    _CREATE_NOTIFYING,
+    _DUE,
+    _FIND_REQUEST,
+    _HELD_CLAIMS,
+    _LIST,
+    _NEXT_INSTANTS,
+    _NOTIFYING,
+    _READ,
+    _SCAN,
+    _SCAN_FIRST,
+    _SCHEMA,
+    _SCHEMA_LOCK,
+    _UPDATE,
+    _UPDATE_NOTIFYING,
+    SCHEMA_VERSION,
+    WORK_CHANNEL,
+    _audit,
+    _document,
+    _due_query,
+    _ensure_schema,
+    _next_instant,
 )
 
 __all__ = ["CONNECT_TIMEOUT_S", "READ_TRIES", "SCHEMA_VERSION", "PostgresStore"]
 
-SCHEMA_VERSION = 1
-"""The version of the tables this module reads and writes."""
-
 CONNECT_TIMEOUT_S: Final = 10.0
 """How long a store waits for an unreachable server, unless told otherwise."""
 
-READ_TRIES: Final = 3
-"""How many times a read is run when its connection keeps breaking under it."""
-
 _T = TypeVar("_T")
 
-_Connection = psycopg.Connection[TupleRow]
-
-# The key of the advisory lock held while the schema is created (any fixed
-# number; advisory locks are scoped to one database).
-_SCHEMA_LOCK = 0x776F726B77617264  # "workward"
-
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS workwarden_schema_version (
-        version INTEGER PRIMARY KEY
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS workwarden_documents (
-        key TEXT COLLATE "C" PRIMARY KEY,
-        version BIGINT NOT NULL CHECK (version >= 1),
-        document TEXT NOT NULL,
-        tenant TEXT COLLATE "C" NOT NULL,
-        application TEXT COLLATE "C" NOT NULL,
-        state TEXT NOT NULL,
-        -- Ordered by -priority, which must not overflow.
-        priority BIGINT NOT NULL CHECK (priority > -9223372036854775808),
-        created_at BIGINT NOT NULL,
-        eligible_at BIGINT,
-        lease_expires_at BIGINT,
-        next_deadline_at BIGINT,
-        result_id TEXT COLLATE "C" UNIQUE
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS workwarden_audit (
-        sequence BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        transaction_id TEXT NOT NULL,
-        key TEXT COLLATE "C" NOT NULL,
-        version BIGINT NOT NULL,
-        actor TEXT NOT NULL,
-        operation TEXT NOT NULL,
-        tenant TEXT NOT NULL,
-        application TEXT NOT NULL,
-        at BIGINT NOT NULL,
-        digest TEXT NOT NULL,
-        worker TEXT,
-        attempt TEXT,
-        result TEXT,
-        fencing_token BIGINT
-    )
-    """,
-    # "Every document of a tenant and application, by priority then age."
-    """
-    CREATE INDEX IF NOT EXISTS workwarden_documents_by_scope
-        ON workwarden_documents (tenant, application, (-priority), created_at, key)
-    """,
-    # "Claimable now": only READY rows carry eligible_at, so the index stays small.
-    """
-    CREATE INDEX IF NOT EXISTS workwarden_documents_claimable
-        ON workwarden_documents (tenant, application, (-priority), created_at, key)
-        INCLUDE (eligible_at)
-        WHERE eligible_at IS NOT NULL
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS workwarden_documents_leases
-        ON workwarden_documents (lease_expires_at, key)
-        WHERE lease_expires_at IS NOT NULL
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS workwarden_documents_deadlines
-        ON workwarden_documents (next_deadline_at, key)
-        WHERE next_deadline_at IS NOT NULL
-    """,
-)
-
-_COLUMNS = (
-    "key, version, document, tenant, application, state, priority, created_at,"
-    " eligible_at, lease_expires_at, next_deadline_at, result_id"
-)
-
-_READ = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = %s"
-
-_AUDIT_INSERT = """
-    INSERT INTO workwarden_audit (
-        transaction_id, key, version, actor, operation, tenant, application, at, digest,
-        worker, attempt, result, fencing_token
-    )
-    SELECT %(tx)s::text, %(audit_key)s::text, changed.version, %(actor)s::text,
-        %(operation)s::text, %(audit_tenant)s::text, %(audit_application)s::text,
-        %(at)s::bigint, %(digest)s::text, %(worker)s::text, %(attempt)s::text,
-        %(result)s::text, %(fencing_token)s::bigint
-    FROM changed
-    RETURNING version, sequence
-"""
-
-_CREATE = f"""
-    WITH changed AS (
-        INSERT INTO workwarden_documents ({_COLUMNS})
-        VALUES (%(key)s, 1, %(document)s, %(tenant)s, %(application)s, %(state)s,
-            %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
-            %(next_deadline_at)s, %(result_id)s)
-        ON CONFLICT (key) DO NOTHING
-        RETURNING version
-    )
-    {_AUDIT_INSERT}
-"""
-
-_UPDATE = f"""
-    WITH changed AS (
-        UPDATE workwarden_documents SET
-            version = version + 1, document = %(document)s, tenant = %(tenant)s,
-            application = %(application)s, state = %(state)s, priority = %(priority)s,
-            created_at = %(created_at)s, eligible_at = %(eligible_at)s,
-            lease_expires_at = %(lease_expires_at)s, next_deadline_at = %(next_deadline_at)s,
-            result_id = %(result_id)s
-        WHERE key = %(key)s AND version = %(expected)s
-        RETURNING version
-    )
-    {_AUDIT_INSERT}
-"""
-
-# Offers on claim candidates are advisory locks on (this number, hashtext(key)).
-# Two keys that hash alike only make each other look busy.
-_OFFER_SPACE = 0x776F726B  # "work"
-
-_UNLOCK = "SELECT count(pg_advisory_unlock(%s::int4, hashtext(k))) FROM unnest(%s::text[]) AS k"
-
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%s::int4, hashtext(%s))"
-
-_CANDIDATES = f"""
-    SELECT {_COLUMNS} FROM workwarden_documents
-    WHERE tenant = %(tenant)s AND application = %(application)s
-        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
-        AND (-priority, created_at, key) > (%(neg_priority)s, %(created_at)s, %(key)s)
-    ORDER BY -priority, created_at, key
-    LIMIT %(limit)s
-"""
-
-_CANDIDATES_FIRST = f"""
-    SELECT {_COLUMNS} FROM workwarden_documents
-    WHERE tenant = %(tenant)s AND application = %(application)s
-        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
-    ORDER BY -priority, created_at, key
-    LIMIT %(limit)s
-"""
-
-_LIST = f"""
-    SELECT {_COLUMNS} FROM workwarden_documents
-    WHERE tenant = %s AND application = %s
-    ORDER BY -priority, created_at, key
-"""
-
-_SCAN_FIRST = f"SELECT {_COLUMNS} FROM workwarden_documents ORDER BY key LIMIT %s"
-
-_SCAN = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key > %s ORDER BY key LIMIT %s"
-
 _SCAN_PAGE = 500
-
-
-def _due_query(column: str, tenant: bool, application: bool) -> str:
-    # `column` is one of two constants below; the filters are fixed fragments.
-    where = [f"{column} <= %(now)s"]
-    if tenant:
-        where.append("tenant = %(tenant)s")
-    if application:
-        where.append("application = %(application)s")
-    return (
-        f"SELECT key FROM workwarden_documents WHERE {column} IS NOT NULL"
-        f" AND {' AND '.join(where)} ORDER BY {column}, key LIMIT %(limit)s"
-    )
-
-
-_DUE = {
-    (column, tenant, application): _due_query(column, tenant, application)
-    for column in ("lease_expires_at", "next_deadline_at")
-    for tenant in (False, True)
-    for application in (False, True)
-}
-
-_AUDIT = """
-    SELECT transaction_id, key, version, actor, operation, tenant, application, at, digest,
-        worker, attempt, result, fencing_token, sequence
-    FROM workwarden_audit WHERE sequence > %s ORDER BY sequence LIMIT %s
-"""
-
-
-def _document(row: TupleRow) -> StoredDocument:
-    return StoredDocument(
-        key=row[0],
-        version=row[1],
-        document=row[2],
-        index=IndexFields(
-            tenant=row[3],
-            application=row[4],
-            state=row[5],
-            priority=row[6],
-            created_at=row[7],
-            eligible_at=row[8],
-            lease_expires_at=row[9],
-            next_deadline_at=row[10],
-            result_id=row[11],
-        ),
-    )
-
-
-def _audit(row: TupleRow) -> AuditRecord:
-    return AuditRecord(
-        transaction_id=row[0],
-        key=row[1],
-        version=row[2],
-        actor=row[3],
-        operation=row[4],
-        tenant=row[5],
-        application=row[6],
-        at=row[7],
-        digest=row[8],
-        worker=row[9],
-        attempt=row[10],
-        result=row[11],
-        fencing_token=row[12],
-        sequence=row[13],
-    )
-
-
-@contextmanager
-def _failures(what: str) -> Iterator[None]:
-    """Database errors as `StoreFailure` (text PostgreSQL cannot hold included)."""
-    try:
-        yield
-    except (psycopg.Error, UnicodeError) as exc:
-        raise StoreFailure(f"{what}: {exc}") from exc
-
-
-def _broken(conn: _Connection) -> bool:
-    """Whether the session of `conn` has ended (closed, or lost by the server or network)."""
-    return conn.closed or conn.broken
-
-
-if sys.platform == "win32":
-
-    def _has_input(fd: int) -> bool:
-        return bool(select.select([fd], [], [], 0)[0])
-
-else:
-
-    def _has_input(fd: int) -> bool:
-        # poll, not select: no limit on the descriptor's number.
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
-
-
-def _answers(conn: _Connection) -> bool:
-    """Whether `conn` is fit to send a statement on now; a failed check leaves it broken.
-
-    The check is `ConnectionPool.check_connection` (an empty query), run
-    whenever the session may have ended. A session the server ended while
-    it sat idle (`pg_terminate_backend`, a shutdown, a crash) has left its
-    goodbye on the socket, a FATAL message or the end of the stream, so a
-    connection in good order with nothing to read skips the round trip
-    (about 1 microsecond instead of 50; the check would add about 40% to a
-    read). Either way, what ends the session after this moment is seen by
-    the statement itself.
-    """
-    if conn.closed:
-        return False
-    if conn.pgconn.status == pq.ConnStatus.OK and not _has_input(conn.fileno()):
-        return True
-    try:
-        ConnectionPool.check_connection(conn)
-    except psycopg.Error:
-        return False
-    return True
-
-
-def _ping(dsn: str) -> pq.Ping:
-    """libpq's ping of the server at `dsn`, waiting at most 2 s for an answer.
-
-    OK: it accepts connections (even if it would refuse ours: a wrong
-    password, a database that does not exist); REJECT: it is starting or
-    stopping; NO_RESPONSE: nothing answered; NO_ATTEMPT: `dsn` is malformed.
-    """
-    try:
-        probe = conninfo.make_conninfo(dsn, connect_timeout=2)
-    except psycopg.Error:
-        return pq.Ping.NO_ATTEMPT
-    return pq.Ping(pq.PGconn.ping(probe.encode()))
-
-
-def _connect(dsn: str, timeout_s: float, what: str) -> _Connection:
-    """A new autocommit connection, waiting up to `timeout_s` for a server that does not answer.
-
-    A server that answers and refuses fails at once. Raises `StoreFailure`
-    saying which, never a psycopg error.
-    """
-    deadline = time.monotonic() + timeout_s
-    pause = 0.02
-    refused = False
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            # libpq counts whole seconds, and at least 2.
-            return psycopg.connect(
-                dsn, autocommit=True, connect_timeout=max(2, math.ceil(remaining))
-            )
-        except psycopg.Error as exc:
-            ping = _ping(dsn)
-            # A server that accepts connections and refused ours twice will
-            # not change its mind (once may be a server that just finished
-            # starting up between the attempt and the ping).
-            if ping == pq.Ping.NO_ATTEMPT or (ping == pq.Ping.OK and refused):
-                raise StoreFailure(f"{what}: {exc}") from exc
-            refused = ping == pq.Ping.OK
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if refused:
-                    raise StoreFailure(f"{what}: {exc}") from exc
-                raise StoreFailure(
-                    f"{what}: the PostgreSQL server could not be reached within"
-                    f" {timeout_s:g} s ({exc})"
-                ) from exc
-        if not refused:
-            time.sleep(min(pause, remaining))
-            pause = min(pause * 2, 0.5)
-
-
-def _arrange(rows: list[StoredDocument], busy: set[str]) -> list[StoredDocument]:
-    """`rows` with the busy ones moved behind the others; the last row stays last."""
-    if not busy or len(rows) < 2:
-        return rows
-    body = rows[:-1]
-    return (
-        [doc for doc in body if doc.key not in busy]
-        + [doc for doc in body if doc.key in busy]
-        + rows[-1:]
-    )
-
-
-class _Offers:
-    """Which candidate each claimer was handed first, so that claimers start apart.
-
-    An offer is an advisory lock on the candidate's key, held by one
-    connection of the store's own (opened on first use, apart from the pool)
-    on behalf of one thread, until that thread asks for candidates again or
-    ends. The first rows of a page are tried in order until one can be
-    offered; rows offered to another thread of this store, and rows found
-    locked by another process's store on the way, are busy. The lock changes
-    nothing about the row: a busy row is only tried later, never hidden, and
-    the compare-and-swap still decides who claims it.
-    """
-
-    _PROBES = 8
-
-    def __init__(self, dsn: str, connect_timeout_s: float) -> None:
-        self._dsn = dsn
-        self._connect_timeout_s = connect_timeout_s
-        self._mutex = threading.Lock()
-        self._conn: _Connection | None = None
-        self._offered: dict[threading.Thread, str] = {}
-        self._holder: dict[str, threading.Thread] = {}
-
-    def _lapse(self, me: threading.Thread) -> list[str]:
-        """Forget the offers of `me` and of threads that ended; their keys, to unlock."""
-        gone = [thread for thread in self._offered if thread is me or not thread.is_alive()]
-        keys = [self._offered.pop(thread) for thread in gone]
-        for key in keys:
-            del self._holder[key]
-        return keys
-
-    def page(self, query: str, params: dict[str, Any]) -> list[StoredDocument]:
-        """Run the candidate `query`, take an offer on the first free row, move busy rows back.
-
-        Healed like a read: a connection that fails its check is replaced,
-        and a page whose connection breaks under it is read again on a fresh
-        one (`READ_TRIES` in all); the broken session's offers ended with it.
-        """
-        me = threading.current_thread()
-        with self._mutex:
-            tries = 0
-            while True:
-                tries += 1
-                if self._conn is None or not _answers(self._conn):
-                    self._close()
-                    self._conn = _connect(
-                        self._dsn, self._connect_timeout_s, "cannot read claim candidates"
-                    )
-                conn = self._conn
-                try:
-                    return self._page(conn, me, query, params)
-                except (psycopg.Error, UnicodeError) as exc:
-                    self._close()  # the session's locks end with it
-                    if not isinstance(exc, psycopg.Error) or not _broken(conn):
-                        raise
-                    if tries >= READ_TRIES:
-                        raise StoreFailure(
-                            f"cannot read claim candidates: the connection broke {tries} times"
-                            f" ({exc})"
-                        ) from exc
-
-    def _page(
-        self, conn: _Connection, me: threading.Thread, query: str, params: dict[str, Any]
-    ) -> list[StoredDocument]:
-        lapsed = self._lapse(me)
-        with conn.pipeline():
-            if lapsed:
-                conn.execute(_UNLOCK, (_OFFER_SPACE, lapsed))
-            cursor = conn.execute(query, params)
-        rows = [_document(row) for row in cursor.fetchall()]
-        busy = {doc.key for doc in rows if doc.key in self._holder}
-        for doc in rows[: self._PROBES]:
-            if doc.key in busy:
-                continue
-            locked = conn.execute(_TRY_LOCK, (_OFFER_SPACE, doc.key)).fetchone()
-            if locked is not None and locked[0]:
-                self._offered[me] = doc.key
-                self._holder[doc.key] = me
-                break
-            busy.add(doc.key)
-        return _arrange(rows, busy)
-
-    def _close(self) -> None:
-        self._offered.clear()
-        self._holder.clear()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def close(self) -> None:
-        """Drop every offer."""
-        with self._mutex:
-            self._close()
 
 
 class PostgresStore:
@@ -532,7 +163,9 @@ class PostgresStore:
     other processes with stores of their own, are each handed a different
     first candidate, so they do not all race for the best workload and lose
     the compare-and-swap to one another; see `claim_candidates`. Share one
-    store among a process's threads.
+    store among a process's threads: every call borrows a pooled connection for
+    its own statement, so any number of threads may share one store, and any
+    number of processes and machines may use one database.
 
     Healing (see the module docstring): a call never fails because the
     server restarted or ended the store's sessions since the last call.
@@ -564,13 +197,15 @@ class PostgresStore:
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         if pool_size < 1:
-            raise ValueError("pool_size must be at least 1")
+            raise bad_argument("pool_size", "pool_size must be at least 1")
         if (
             isinstance(connect_timeout_s, bool)
             or not isinstance(connect_timeout_s, int | float)
             or not 0 < connect_timeout_s < math.inf
         ):
-            raise ValueError("connect_timeout_s must be a positive number of seconds")
+            raise bad_argument(
+                "connect_timeout_s", "connect_timeout_s must be a positive number of seconds"
+            )
         self.synchronous_commit = synchronous_commit
         self.connect_timeout_s = float(connect_timeout_s)
         self._setting = "on" if synchronous_commit else "off"
@@ -736,6 +371,7 @@ class PostgresStore:
             "lease_expires_at": index.lease_expires_at,
             "next_deadline_at": index.next_deadline_at,
             "result_id": index.result_id,
+            "claim_worker": index.claim_worker,
             "expected": expected_version,
             "tx": audit.transaction_id,
             "audit_key": audit.key,
@@ -749,8 +385,11 @@ class PostgresStore:
             "attempt": audit.attempt,
             "result": audit.result,
             "fencing_token": audit.fencing_token,
+            "request_id": audit.request_id,
         }
         query = _CREATE if expected_version is None else _UPDATE
+        if index.eligible_at is not None:
+            query = _CREATE_NOTIFYING if expected_version is None else _UPDATE_NOTIFYING
         what = f"cannot write {key}"
         try:
             row = self._attempt(
@@ -843,6 +482,19 @@ class PostgresStore:
         """Keys whose next deadline falls at or before `now`, earliest first."""
         return self._due("next_deadline_at", now, limit, tenant, application)
 
+    def held_claims(
+        self, tenant: str, application: str, worker_id: str
+    ) -> Sequence[StoredDocument]:
+        """Documents of one tenant and application whose claim `worker_id` holds, by key."""
+        params = (tenant, application, worker_id)
+        rows = self._fetchall("cannot look up held claims", _HELD_CLAIMS, params)
+        return [_document(row) for row in rows]
+
+    def find_request(self, request_id: str) -> AuditRecord | None:
+        """The first audit record made for `request_id`, or None."""
+        row = self._fetchone("cannot look up a request", _FIND_REQUEST, (request_id,))
+        return None if row is None else _audit(row)
+
     def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
         """Every document of one tenant and application, by priority then age."""
         rows = self._fetchall("cannot list documents", _LIST, (tenant, application))
@@ -863,35 +515,32 @@ class PostgresStore:
         rows = self._fetchall("cannot read the audit log", _AUDIT, (after, limit))
         return [_audit(row) for row in rows]
 
+    # -- optional capabilities (`DueInstants`, `WakeUps`) ---------------------------
+
+    def next_instants(
+        self, after: int, tenant: str | None = None, application: str | None = None
+    ) -> NextInstants:
+        """The earliest eligibility, lease expiry and deadline after `after` in the scope."""
+        params = {"after": after, "tenant": tenant, "application": application}
+        row = self._fetchone("cannot query the next instants", _NEXT_INSTANTS, params)
+        if row is None:
+            return NextInstants()
+        return NextInstants(eligible_at=row[0], lease_expires_at=row[1], deadline_at=row[2])
+
+    def work_signal(self, tenant: str, application: str) -> WorkSignal:
+        """`LISTEN` on the work channel, on a connection of the signal's own, from now on.
+
+        Woken by every committed write, from any process, that leaves work
+        of the scope claimable. When its connection breaks, the next wait
+        reconnects and answers True at once (a notification may have been
+        missed); while the server cannot be reached, a wait sleeps out its
+        timeout (at most a second at a time) and answers True.
+        """
+        return _PostgresSignal(self._dsn, tenant, application, self.connect_timeout_s)
+
     def close(self) -> None:
         """Close every pooled connection; the store cannot be used afterwards."""
         if not self._closed:
             self._closed = True
             self._offers.close()
             self._pool.close()
-
-
-def _ensure_schema(conn: _Connection) -> None:
-    """Create the tables if missing; refuse a schema newer than this code."""
-    try:
-        row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
-    except psycopg.errors.UndefinedTable:
-        row = None
-    if row is None or row[0] is None or row[0] < SCHEMA_VERSION:
-        # Several processes may get here at once on a fresh database; the
-        # lock makes them create the tables one after the other.
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO workwarden_schema_version (version) VALUES (%s)"
-                " ON CONFLICT DO NOTHING",
-                (SCHEMA_VERSION,),
-            )
-            row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
-    found = None if row is None else row[0]
-    if found != SCHEMA_VERSION:
-        raise StoreFailure(
-            f"the database holds schema version {found}; this code reads version {SCHEMA_VERSION}"
-        )

@@ -11,6 +11,10 @@ the busy timeout. Every thread gets its own connection.
 
 The file records its schema version (table `schema_version`) so that a later
 release can migrate it; a file from a newer release is refused.
+
+The schema, its migration and the text of the statements are in
+`workwarden.storage.sqlite_schema`; this module opens the file and runs
+them. The names of that module remain importable from this one.
 """
 
 from __future__ import annotations
@@ -23,223 +27,67 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Final, Literal
+from urllib.parse import quote
 
+from workwarden.statemachine import errors
 from workwarden.storage.base import (
     AuditRecord,
     CandidateCursor,
     IndexFields,
+    LocalWakeUps,
+    NextInstants,
     StoreConflict,
     StoredDocument,
     StoreFailure,
+    WorkSignal,
+)
+
+# The schema and statements, each importable from here as well as from their own module.
+from workwarden.storage.sqlite_schema import (  # noqa: F401
+    _ADDED_COLUMNS,
+    _ADDED_INDEXES,
+    _APPEND_AUDIT,
+    _AUDIT,
+    _AUDIT_LOG,
+    _CLAIM_CANDIDATES,
+    _CLAIM_CANDIDATES_AFTER,
+    _CLAIM_ORDER,
+    _CLAIMABLE,
+    _DEADLINES_DUE,
+    _DOCUMENT,
+    _EXAMPLE,
+    _EXPIRED_LEASES,
+    _EXPLAINED,
+    _FIND_REQUEST,
+    _FIND_RESULT,
+    _HELD_CLAIMS,
+    _INSERT,
+    _LIST,
+    _NEXT_INSTANTS,
+    _READ,
+    _SCAN,
+    _SCHEMA,
+    _SCOPE,
+    _UPDATE,
+    SCHEMA_VERSION,
+    _add_columns,
+    _audit,
+    _audit_params,
+    _document,
+    _ensure_schema,
+    _verify_schema,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "Synchronous"]
 
-SCHEMA_VERSION: Final = 1
-"""The schema this release writes and reads."""
-
 Synchronous = Literal["FULL", "EXTRA", "NORMAL"]
 """The `PRAGMA synchronous` levels a store may run at (`OFF` is never offered)."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS documents (
-    key TEXT PRIMARY KEY NOT NULL,
-    version INTEGER NOT NULL CHECK (version >= 1),
-    document TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    application TEXT NOT NULL,
-    state TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    eligible_at INTEGER,
-    lease_expires_at INTEGER,
-    next_deadline_at INTEGER,
-    result_id TEXT UNIQUE
-);
-CREATE INDEX IF NOT EXISTS documents_by_scope
-    ON documents (tenant, application, priority DESC, created_at, key);
-CREATE INDEX IF NOT EXISTS documents_claimable
-    ON documents (tenant, application, priority DESC, created_at, key, eligible_at)
-    WHERE eligible_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS documents_by_lease
-    ON documents (lease_expires_at, key, tenant, application)
-    WHERE lease_expires_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS documents_by_deadline
-    ON documents (next_deadline_at, key, tenant, application)
-    WHERE next_deadline_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS audit (
-    sequence INTEGER PRIMARY KEY,
-    transaction_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    actor TEXT NOT NULL,
-    operation TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    application TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    worker TEXT,
-    attempt TEXT,
-    result TEXT,
-    fencing_token INTEGER
-);
-"""
-
-_DOCUMENT = (
-    "key, version, document, tenant, application, state, priority, created_at,"
-    " eligible_at, lease_expires_at, next_deadline_at, result_id"
-)
-_AUDIT = (
-    "sequence, transaction_id, key, version, actor, operation, tenant, application, at,"
-    " digest, worker, attempt, result, fencing_token"
-)
-
-_READ = f"SELECT {_DOCUMENT} FROM documents WHERE key = :key"
-_FIND_RESULT = "SELECT key FROM documents WHERE result_id = :result_id"
-_CLAIMABLE = (
-    f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_claimable"
-    " WHERE tenant = :tenant AND application = :application"
-    " AND eligible_at IS NOT NULL AND eligible_at <= :now"
-)
-_CLAIM_ORDER = " ORDER BY priority DESC, created_at, key LIMIT :limit"
-_CLAIM_CANDIDATES = _CLAIMABLE + _CLAIM_ORDER
-# Keyset paging in (priority DESC, created_at, key) order; the leading
-# `priority <= :priority` lets the index range start at the cursor.
-_CLAIM_CANDIDATES_AFTER = (
-    _CLAIMABLE + " AND priority <= :priority AND (priority < :priority OR (priority = :priority"
-    " AND (created_at > :created_at OR (created_at = :created_at AND key > :key))))" + _CLAIM_ORDER
-)
-_SCOPE = (
-    " AND (:tenant IS NULL OR tenant = :tenant)"
-    " AND (:application IS NULL OR application = :application)"
-)
-_EXPIRED_LEASES = (
-    "SELECT key FROM documents INDEXED BY documents_by_lease"
-    " WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= :now"
-    + _SCOPE
-    + " ORDER BY lease_expires_at, key LIMIT :limit"
-)
-_DEADLINES_DUE = (
-    "SELECT key FROM documents INDEXED BY documents_by_deadline"
-    " WHERE next_deadline_at IS NOT NULL AND next_deadline_at <= :now"
-    + _SCOPE
-    + " ORDER BY next_deadline_at, key LIMIT :limit"
-)
-_LIST = (
-    f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_by_scope"
-    " WHERE tenant = :tenant AND application = :application"
-    " ORDER BY priority DESC, created_at, key"
-)
-_SCAN = f"SELECT {_DOCUMENT} FROM documents WHERE key > :after ORDER BY key LIMIT :limit"
-_AUDIT_LOG = f"SELECT {_AUDIT} FROM audit WHERE sequence > :after ORDER BY sequence LIMIT :limit"
-
-_INSERT = (
-    f"INSERT INTO documents ({_DOCUMENT}) VALUES (:key, :version, :document, :tenant,"
-    " :application, :state, :priority, :created_at, :eligible_at, :lease_expires_at,"
-    " :next_deadline_at, :result_id)"
-)
-_UPDATE = (
-    "UPDATE documents SET version = :version, document = :document, tenant = :tenant,"
-    " application = :application, state = :state, priority = :priority,"
-    " created_at = :created_at, eligible_at = :eligible_at,"
-    " lease_expires_at = :lease_expires_at, next_deadline_at = :next_deadline_at,"
-    " result_id = :result_id WHERE key = :key AND version = :expected"
-)
-_APPEND_AUDIT = (
-    "INSERT INTO audit (transaction_id, key, version, actor, operation, tenant, application,"
-    " at, digest, worker, attempt, result, fencing_token) VALUES (:transaction_id, :key,"
-    " :version, :actor, :operation, :tenant, :application, :at, :digest, :worker, :attempt,"
-    " :result, :fencing_token)"
-)
-
-#: The queries `query_plans` explains, and parameters of the right types for
-#: them (SQLite ignores the names a query does not use).
-_EXPLAINED: Mapping[str, str] = {
-    "read": _READ,
-    "find_result": _FIND_RESULT,
-    "claim_candidates": _CLAIM_CANDIDATES,
-    "claim_candidates_after": _CLAIM_CANDIDATES_AFTER,
-    "expired_leases": _EXPIRED_LEASES,
-    "deadlines_due": _DEADLINES_DUE,
-    "list": _LIST,
-    "scan": _SCAN,
-    "audit_log": _AUDIT_LOG,
-}
-_EXAMPLE: Mapping[str, Any] = {
-    "key": "k",
-    "result_id": "r",
-    "tenant": "t",
-    "application": "a",
-    "now": 0,
-    "limit": 1,
-    "priority": 0,
-    "created_at": 0,
-    "after": 0,
-}
-
 _SCAN_PAGE = 256
+
+#: How often a work signal looks for commits by other connections (`PRAGMA data_version`).
+_SIGNAL_POLL_S: Final = 0.05
 _SYNCHRONOUS: frozenset[str] = frozenset({"FULL", "EXTRA", "NORMAL"})
-
-
-def _document(row: Sequence[Any]) -> StoredDocument:
-    return StoredDocument(
-        key=row[0],
-        version=row[1],
-        document=row[2],
-        index=IndexFields(
-            tenant=row[3],
-            application=row[4],
-            state=row[5],
-            priority=row[6],
-            created_at=row[7],
-            eligible_at=row[8],
-            lease_expires_at=row[9],
-            next_deadline_at=row[10],
-            result_id=row[11],
-        ),
-    )
-
-
-def _audit(row: Sequence[Any]) -> AuditRecord:
-    return AuditRecord(
-        sequence=row[0],
-        transaction_id=row[1],
-        key=row[2],
-        version=row[3],
-        actor=row[4],
-        operation=row[5],
-        tenant=row[6],
-        application=row[7],
-        at=row[8],
-        digest=row[9],
-        worker=row[10],
-        attempt=row[11],
-        result=row[12],
-        fencing_token=row[13],
-    )
-
-
-def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:
-    # Spelled out: `dataclasses.asdict` deep-copies every field, which costs
-    # more than the statement that uses them.
-    return {
-        "transaction_id": audit.transaction_id,
-        "key": key,
-        "version": version,
-        "actor": audit.actor,
-        "operation": audit.operation,
-        "tenant": audit.tenant,
-        "application": audit.application,
-        "at": audit.at,
-        "digest": audit.digest,
-        "worker": audit.worker,
-        "attempt": audit.attempt,
-        "result": audit.result,
-        "fencing_token": audit.fencing_token,
-    }
 
 
 def _locked(exc: sqlite3.Error) -> bool:
@@ -256,7 +104,12 @@ class SQLiteStore:
     """A CAS document store with index columns and an audit log in one SQLite file.
 
     `path` is the database file (created when absent; its directory must
-    exist). Several threads may share one store, and several processes may
+    exist). With `create=False` the file must already hold a workwarden store
+    (else `StoreFailure`); with `read_only=True` too, and the store is opened
+    read-only: nothing is ever written, the file may be one the process cannot
+    write, and a write fails with `StoreFailure`.
+
+    Several threads may share one store, and several processes may
     open the same file; every write is serialised by SQLite's write lock and
     a writer waits up to `busy_timeout_ms` for it before the write fails with
     `StoreFailure` saying the file stayed locked past the busy timeout (and
@@ -275,6 +128,10 @@ class SQLiteStore:
 
     Close the store (or use it as a context manager) when done; close it
     after every thread has finished with it.
+
+    Thread-safety: any number of threads may share one store (each thread
+    gets its own connection, and every call is one transaction), and any
+    number of processes may open the same file.
     """
 
     def __init__(
@@ -283,27 +140,38 @@ class SQLiteStore:
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 10_000,
+        read_only: bool = False,
+        create: bool = True,
     ) -> None:
         name = os.fspath(path)
         if name == "" or name == ":memory:" or name.startswith("file:"):
-            raise ValueError(
+            raise errors.bad_argument(
+                "path",
                 f"SQLiteStore needs a file path, not {name!r}"
-                " (for a store in memory use MemoryStore)"
+                " (for a store in memory use MemoryStore)",
             )
         level = str(synchronous).upper()
         if level not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of FULL, EXTRA, NORMAL, not {synchronous!r}")
+            raise errors.bad_argument(
+                "synchronous",
+                f"synchronous must be one of FULL, EXTRA, NORMAL, not {synchronous!r}",
+            )
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-            raise ValueError("busy_timeout_ms must be an integer number of milliseconds")
+            raise errors.bad_argument(
+                "busy_timeout_ms", "busy_timeout_ms must be an integer number of milliseconds"
+            )
         if busy_timeout_ms < 0:
-            raise ValueError("busy_timeout_ms must not be negative")
+            raise errors.bad_argument("busy_timeout_ms", "busy_timeout_ms must not be negative")
         self.path = name
         self.synchronous = level
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
+        self.create = create and not read_only
         self._lock = threading.Lock()
         self._connections: dict[int, sqlite3.Connection] = {}
         self._pid = os.getpid()
         self._closed = False
+        self._wake_ups = LocalWakeUps()
         try:
             self._create_schema()
         except BaseException:
@@ -327,15 +195,20 @@ class SQLiteStore:
     # -- connections -------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        # A URI, so that SQLite itself refuses to create the file (mode=rw) or
+        # to write it (mode=ro): no window between a check and the open.
+        access = "ro" if self.read_only else "rwc" if self.create else "rw"
         with self._failures(f"cannot open {self.path}"):
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout_ms / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            uri = f"file://{quote(os.path.abspath(self.path))}?mode={access}"
+            conn = self._connect(uri)
+            if self.read_only:
+                conn = self._readable(conn, uri)
             try:
                 conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+                if self.read_only:
+                    # A reader never changes the file, not even its journal mode.
+                    conn.execute("PRAGMA query_only = ON")
+                    return conn
                 mode = self._use_wal(conn)
                 if mode != "wal":
                     raise StoreFailure(
@@ -346,6 +219,36 @@ class SQLiteStore:
                 conn.close()
                 raise
         return conn
+
+    def _readable(self, conn: sqlite3.Connection, uri: str) -> sqlite3.Connection:
+        """`conn`, or, where it cannot read the file, a connection that reads it as it is.
+
+        A reader of a write-ahead-logged file needs its -shm file, which it
+        cannot create in a directory it may not write. With no -wal file no
+        write is under way, so the file is read as it stands (`immutable`).
+        """
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError as exc:
+            if not (
+                str(getattr(exc, "sqlite_errorname", "")).startswith("SQLITE_CANTOPEN")
+                and os.path.isfile(self.path)
+                and not os.path.exists(self.path + "-wal")
+            ):
+                conn.close()
+                raise
+            conn.close()
+            return self._connect(uri + "&immutable=1")
+        return conn
+
+    def _connect(self, uri: str) -> sqlite3.Connection:
+        return sqlite3.connect(
+            uri,
+            timeout=self.busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=True,
+        )
 
     def _use_wal(self, conn: sqlite3.Connection) -> str:
         """Switch the file to write-ahead logging (once per file); returns the journal mode.
@@ -442,23 +345,18 @@ class SQLiteStore:
             return conn.execute(sql, params).fetchall()
 
     def _create_schema(self) -> None:
-        with self._transaction(f"cannot create the schema in {self.path}") as conn:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            rows = conn.execute("SELECT version FROM schema_version").fetchall()
-            if not rows:
-                conn.execute(
-                    "INSERT INTO schema_version (version) VALUES (:version)",
-                    {"version": SCHEMA_VERSION},
-                )
+        if not self.create:
+            self._check_schema()
+            if self.read_only:
                 return
-            found = max(row[0] for row in rows)
-            if found > SCHEMA_VERSION:
-                raise StoreFailure(
-                    f"{self.path} has schema version {found}; this release reads"
-                    f" schema version {SCHEMA_VERSION} (upgrade workwarden)"
-                )
+        with self._transaction(f"cannot create the schema in {self.path}") as conn:
+            _ensure_schema(conn, self.path)
+
+    def _check_schema(self) -> None:
+        """Refuse a file this store did not create: not a workwarden store, or a newer one."""
+        conn = self._connection()
+        with self._failures(f"cannot read {self.path}"):
+            _verify_schema(conn, self.path)
 
     # -- the Store protocol ---------------------------------------------------
 
@@ -499,6 +397,7 @@ class SQLiteStore:
             "lease_expires_at": index.lease_expires_at,
             "next_deadline_at": index.next_deadline_at,
             "result_id": index.result_id,
+            "claim_worker": index.claim_worker,
         }
         record = _audit_params(audit, key, version)
         with self._transaction(f"write {key}") as conn:
@@ -507,6 +406,8 @@ class SQLiteStore:
             elif conn.execute(_UPDATE, values).rowcount != 1:
                 raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
             conn.execute(_APPEND_AUDIT, record)
+        if index.eligible_at is not None:
+            self._wake_ups.notify(index.tenant, index.application)
         return version
 
     def find_result(self, result_id: str) -> str | None:
@@ -553,6 +454,19 @@ class SQLiteStore:
         """Keys whose next deadline falls at or before `now`, earliest first."""
         return self._due(_DEADLINES_DUE, now, limit, tenant, application)
 
+    def held_claims(
+        self, tenant: str, application: str, worker_id: str
+    ) -> Sequence[StoredDocument]:
+        """Documents of a tenant and application whose claim `worker_id` holds, by key."""
+        params = {"tenant": tenant, "application": application, "worker": worker_id}
+        return [_document(row) for row in self._query("held claims", _HELD_CLAIMS, params)]
+
+    def find_request(self, request_id: str) -> AuditRecord | None:
+        """The first audit record made for `request_id`, or None."""
+        params = {"request_id": request_id}
+        rows = self._query(f"find request {request_id}", _FIND_REQUEST, params)
+        return _audit(rows[0]) if rows else None
+
     def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
         """Every document of a tenant and application, by priority then age."""
         params = {"tenant": tenant, "application": application}
@@ -588,6 +502,25 @@ class SQLiteStore:
             for conn in connections:
                 conn.close()
 
+    # -- optional capabilities (`DueInstants`, `WakeUps`) ---------------------------
+
+    def next_instants(
+        self, after: int, tenant: str | None = None, application: str | None = None
+    ) -> NextInstants:
+        """The earliest eligibility, lease expiry and deadline after `after` in the scope."""
+        params = {"after": after, "tenant": tenant, "application": application}
+        row = self._query("next instants", _NEXT_INSTANTS, params)[0]
+        return NextInstants(eligible_at=row[0], lease_expires_at=row[1], deadline_at=row[2])
+
+    def work_signal(self, tenant: str, application: str) -> WorkSignal:
+        """Woken by this store's writes that leave work READY, and by other connections' commits.
+
+        Commits by other processes are seen by polling `PRAGMA data_version`
+        every 50 ms on a connection of the signal's own; any commit wakes
+        it, so the caller looks for work and may find none.
+        """
+        return _SQLiteSignal(self, self._wake_ups.signal(tenant, application))
+
     # -- operations --------------------------------------------------------
 
     def query_plans(self) -> dict[str, tuple[str, ...]]:
@@ -601,3 +534,46 @@ class SQLiteStore:
             rows = self._query(f"explain {name}", "EXPLAIN QUERY PLAN " + sql, _EXAMPLE)
             plans[name] = tuple(str(row[-1]) for row in rows)
         return plans
+
+
+class _SQLiteSignal:
+    """A work signal over one file: this store's writes, and other connections' commits."""
+
+    def __init__(self, store: SQLiteStore, local: WorkSignal) -> None:
+        self._store = store
+        self._local = local
+        self._conn: sqlite3.Connection | None = None
+        self._version = self._data_version()
+
+    def _data_version(self) -> int | None:
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(
+                    self._store.path, isolation_level=None, check_same_thread=False
+                )
+            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            self.close()
+            return None
+        return version
+
+    def wait(self, timeout_s: float) -> bool:
+        """Until a write may have made work claimable, or `timeout_s` passed; True when woken."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._local.wait(min(max(remaining, 0.0), _SIGNAL_POLL_S)):
+                self._version = self._data_version()
+                return True
+            version = self._data_version()
+            if version is None or version != self._version:
+                self._version = version
+                return True
+            if remaining <= 0:
+                return False
+
+    def close(self) -> None:
+        """Close the signal's connection."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

@@ -23,6 +23,10 @@ write, in commit order), unique result ids, the claim query (priority, age,
 key order; keyset paging; eligibility; tenant and application isolation),
 the lease and deadline queries (due at or before `now`), listing and
 scanning, and writers racing in threads (exactly one wins each version).
+
+Two checks cover optional capabilities (`workwarden.storage.base`), and pass
+for a store that does not offer them: `next_instants` (`DueInstants`) and
+the work signal (`WakeUps`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
@@ -37,10 +42,13 @@ from typing import Any, Final
 from workwarden.storage.base import (
     AuditRecord,
     CandidateCursor,
+    DueInstants,
     IndexFields,
+    NextInstants,
     Store,
     StoreConflict,
     StoredDocument,
+    WakeUps,
 )
 
 __all__ = [
@@ -94,6 +102,7 @@ def _index(
     lease_expires_at: int | None = None,
     next_deadline_at: int | None = None,
     result_id: str | None = None,
+    claim_worker: str | None = None,
 ) -> IndexFields:
     return IndexFields(
         tenant=tenant,
@@ -105,6 +114,7 @@ def _index(
         lease_expires_at=lease_expires_at,
         next_deadline_at=next_deadline_at,
         result_id=result_id,
+        claim_worker=claim_worker,
     )
 
 
@@ -457,6 +467,50 @@ def _result_ids_are_unique(store: Store) -> None:
     _equal(store.find_result("r"), "b", "find_result of a released result id taken again")
 
 
+def _held_claims_are_a_workers_claims_in_a_scope(store: Store) -> None:
+    writer = _Writer(store)
+    _equal(list(store.held_claims("t", "a", "w1")), [], "held_claims of an empty store")
+    writer.put("k-b", _index(state="CLAIMED", claim_worker="w1"))
+    writer.put("k-a", _index(state="RUNNING", claim_worker="w1"))
+    writer.put("k-c", _index(state="CLAIMED", claim_worker="w2"))
+    writer.put("k-d", _index("t2", state="CLAIMED", claim_worker="w1"))
+    writer.put("k-e", _index(application="a2", state="CLAIMED", claim_worker="w1"))
+    writer.put("k-f", _index(state="READY", eligible_at=0))
+    held = store.held_claims("t", "a", "w1")
+    _equal(_keys(held), ["k-a", "k-b"], "held_claims: the worker's, in the scope, by key")
+    _equal(held[0], store.read("k-a"), "held_claims answers the committed document")
+    _equal(_keys(store.held_claims("t2", "a", "w1")), ["k-d"], "held_claims of another tenant")
+    writer.put("k-b", _index(state="SUCCEEDED"))
+    _equal(_keys(store.held_claims("t", "a", "w1")), ["k-a"], "held_claims after a release")
+    writer.put("k-a", _index(state="CLAIMED", claim_worker="w2"))
+    _equal(_keys(store.held_claims("t", "a", "w2")), ["k-a", "k-c"], "held_claims after a move")
+    _equal(list(store.held_claims("t", "a", "w1")), [], "held_claims of a worker holding none")
+
+
+def _find_request_answers_the_first_record_of_a_request(store: Store) -> None:
+    _equal(store.find_request("q1"), None, "find_request of an unknown id")
+    index = _index(state="READY", eligible_at=0)
+    store.write("k", "{}", index, None, _audit("k", index, 1, request_id="q1"))
+    store.write("k", "{}", index, 1, _audit("k", index, 2))
+    store.write("k", "{}", index, 2, _audit("k", index, 3, request_id="q1"))
+    store.write("j", "{}", index, None, _audit("j", index, 4, request_id="q2"))
+    first = store.find_request("q1")
+    _expect(first is not None, "find_request finds a recorded request id")
+    assert first is not None
+    _equal((first.key, first.version, first.transaction_id), ("k", 1, "tx-k-1"), "the first")
+    _equal(first, store.audit_log()[0], "find_request answers the record as the log holds it")
+    other = store.find_request("q2")
+    _equal(None if other is None else other.key, "j", "find_request of another id")
+    _equal(store.audit_log()[1].request_id, None, "a write made for no request records none")
+    before = _snapshot(store)
+    _conflicts(
+        "a conflicting write made for a request",
+        lambda: store.write("k", "{}", index, 1, _audit("k", index, 5, request_id="q3")),
+    )
+    _unchanged(store, before, "a conflicting write made for a request", ())
+    _equal(store.find_request("q3"), None, "find_request of a request whose write conflicted")
+
+
 # -- the claim query -----------------------------------------------------------------
 
 
@@ -751,6 +805,53 @@ def _concurrent_writes_to_distinct_keys_all_commit(store: Store) -> None:
         _equal(None if doc is None else doc.document, _text(key, writes - 1), f"document {key}")
 
 
+# -- optional capabilities ---------------------------------------------------------------
+
+
+def _next_instants_are_the_earliest_after_an_instant(store: Store) -> None:
+    if not isinstance(store, DueInstants):
+        return
+    _equal(store.next_instants(0), NextInstants(), "next_instants of an empty store")
+    writer = _Writer(store)
+    writer.put("k1", _index(eligible_at=500))
+    writer.put("k2", _index(eligible_at=300))
+    writer.put("k3", _index(state="CLAIMED", lease_expires_at=900, next_deadline_at=2_000))
+    writer.put("k4", _index(state="CLAIMED", lease_expires_at=700))
+    writer.put("k5", _index("t2", state="CLAIMED", lease_expires_at=400, next_deadline_at=450))
+    writer.put("k6", _index(application="a2", eligible_at=100))
+    _equal(
+        store.next_instants(0),
+        NextInstants(eligible_at=100, lease_expires_at=400, deadline_at=450),
+        "next_instants over every scope",
+    )
+    _equal(
+        store.next_instants(300, "t", "a"),
+        NextInstants(eligible_at=500, lease_expires_at=700, deadline_at=2_000),
+        "next_instants strictly after 300 in one scope",
+    )
+    _equal(store.next_instants(0, "t2").eligible_at, None, "next_instants of a tenant")
+    _equal(
+        store.next_instants(2_000),
+        NextInstants(),
+        "next_instants after everything",
+    )
+
+
+def _a_work_signal_wakes_on_a_write_that_makes_work_claimable(store: Store) -> None:
+    if not isinstance(store, WakeUps):
+        return
+    signal = store.work_signal("t", "a")
+    try:
+        started = time.monotonic()
+        _expect(not signal.wait(0.05), "a work signal woke with nothing written")
+        _expect(time.monotonic() - started >= 0.04, "a work signal's wait ended early")
+        writer = _Writer(store)
+        writer.put("k1", _index(eligible_at=0))
+        _expect(signal.wait(5.0), "a READY write did not wake the work signal of its scope")
+    finally:
+        signal.close()
+
+
 # -- running the checks ----------------------------------------------------------------
 
 _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
@@ -762,6 +863,11 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     ("each_write_appends_one_audit_record", _each_write_appends_one_audit_record),
     ("audit_log_pages_by_sequence", _audit_log_pages_by_sequence),
     ("result_ids_are_unique", _result_ids_are_unique),
+    ("held_claims_are_a_workers_claims_in_a_scope", _held_claims_are_a_workers_claims_in_a_scope),
+    (
+        "find_request_answers_the_first_record_of_a_request",
+        _find_request_answers_the_first_record_of_a_request,
+    ),
     (
         "claim_candidates_order_by_priority_then_age_then_key",
         _claim_candidates_order_by_priority_then_age_then_key,
@@ -780,6 +886,14 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     (
         "concurrent_writes_to_distinct_keys_all_commit",
         _concurrent_writes_to_distinct_keys_all_commit,
+    ),
+    (
+        "next_instants_are_the_earliest_after_an_instant",
+        _next_instants_are_the_earliest_after_an_instant,
+    ),
+    (
+        "a_work_signal_wakes_on_a_write_that_makes_work_claimable",
+        _a_work_signal_wakes_on_a_write_that_makes_work_claimable,
     ),
 )
 
@@ -874,6 +988,14 @@ class StoreConformance:
         """A result id belongs to one key at a time."""
         self._check("result_ids_are_unique")
 
+    def test_held_claims_are_a_workers_claims_in_a_scope(self) -> None:
+        """`held_claims` answers the documents whose claim a worker holds in one scope."""
+        self._check("held_claims_are_a_workers_claims_in_a_scope")
+
+    def test_find_request_answers_the_first_record_of_a_request(self) -> None:
+        """`find_request` answers the first audit record a request id was written with."""
+        self._check("find_request_answers_the_first_record_of_a_request")
+
     def test_claim_candidates_order_by_priority_then_age_then_key(self) -> None:
         """Highest priority first, then oldest, then by key."""
         self._check("claim_candidates_order_by_priority_then_age_then_key")
@@ -913,3 +1035,11 @@ class StoreConformance:
     def test_concurrent_writes_to_distinct_keys_all_commit(self) -> None:
         """Threads writing their own keys all commit, each write audited once."""
         self._check("concurrent_writes_to_distinct_keys_all_commit")
+
+    def test_next_instants_are_the_earliest_after_an_instant(self) -> None:
+        """`next_instants` (when offered) answers the earliest instants strictly after one."""
+        self._check("next_instants_are_the_earliest_after_an_instant")
+
+    def test_a_work_signal_wakes_on_a_write_that_makes_work_claimable(self) -> None:
+        """A work signal (when offered) wakes on a READY write of its scope, not before."""
+        self._check("a_work_signal_wakes_on_a_write_that_makes_work_claimable")

@@ -1,8 +1,8 @@
-"""`open_store(url)`: a store from one string, for configuration files and the command line.
+"""`open_store(url, mode=...)`: a store from one string, for configuration and the command line.
 
 | URL | store |
 | --- | --- |
-| `memory:` | a fresh `MemoryStore` |
+| `memory:` | a fresh, empty `MemoryStore` |
 | `sqlite:///abs/path.db`, `sqlite:relative/path.db` | `SQLiteStore` on that file |
 | `/abs/path.db`, `relative/path.db` (no scheme) | `SQLiteStore` on that file |
 | `postgresql://...`, `postgres://...` | `PostgresStore` with the URL as its DSN |
@@ -10,83 +10,237 @@
 A SQLite URL may carry the store's options as query parameters:
 `sqlite:///var/lib/work.db?synchronous=NORMAL&busy_timeout_ms=5000`. The
 PostgreSQL backend is imported only when a PostgreSQL URL is opened.
+
+`mode` says what the caller means to do, and so what may happen to a file:
+
+- `"read"`: the store must exist; a SQLite file is opened read-only (it is
+  never created, never written, and may be a file the caller cannot write);
+- `"write"` (the default): the store must exist and is opened for writing;
+- `"create"`: the store is created when absent, then opened for writing.
+
+A URL of `None` means the one in the environment variable `WORKWARDEN_STORE`.
+
+Every failure is a `WorkloadError` with a catalogue code, and never repeats a
+PostgreSQL URL (which may hold a password):
+
+- `WORKLOAD_STORE_URL_INVALID`: no URL at all, or one that names no store (an
+  unknown scheme, a SQLite URL with a host or an unknown option, text that is
+  not UTF-8). It is also a `ValueError`, as a URL that names no store always was.
+- `WORKLOAD_STORE_NOT_FOUND`: the SQLite file (or, for `"create"`, its
+  directory) does not exist; `details.path` names it.
+- `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
+  directory, a file that is not a SQLite database or not a workwarden store,
+  one written by a newer release, or a read-only file opened to write.
+- `WORKLOAD_STORAGE_FAILURE`: the store could not be reached or stayed locked
+  (a server that is down, a file locked past the busy timeout): try later.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
-from typing import cast
+import sqlite3
+from typing import Literal, cast
 from urllib.parse import parse_qs, unquote
 
-from workwarden.storage.base import Store
+from workwarden.statemachine import errors
+from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
+from workwarden.storage.base import Store, StoreError
 from workwarden.storage.memory import MemoryStore
 from workwarden.storage.sqlite import SQLiteStore, Synchronous
 
-__all__ = ["open_store"]
+__all__ = [
+    "STORE_NOT_FOUND",
+    "STORE_UNUSABLE",
+    "STORE_URL_INVALID",
+    "STORE_VARIABLE",
+    "Mode",
+    "StoreURLInvalid",
+    "open_store",
+]
 
+#: The environment variable naming the store when no URL is given.
+STORE_VARIABLE = "WORKWARDEN_STORE"
+
+STORE_URL_INVALID = "WORKLOAD_STORE_URL_INVALID"
+STORE_NOT_FOUND = "WORKLOAD_STORE_NOT_FOUND"
+STORE_UNUSABLE = "WORKLOAD_STORE_UNUSABLE"
+
+Mode = Literal["read", "write", "create"]
+"""What the caller means to do with the store: read it, write it, or create it if absent."""
+
+_MODES: frozenset[str] = frozenset({"read", "write", "create"})
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _SQLITE_OPTIONS = ("synchronous", "busy_timeout_ms")
+_URL_FORMS = (
+    "memory:, sqlite:///absolute/path, sqlite:relative/path, a file path, or postgresql://..."
+)
+# SQLite's answers that mean "try again later", not "this file cannot serve".
+_TRANSIENT = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_NOMEM")
 
 
-def _sqlite(rest: str, url_for_errors: str) -> SQLiteStore:
+class StoreURLInvalid(WorkloadError, ValueError):
+    """`WORKLOAD_STORE_URL_INVALID`: the text names no store (also a `ValueError`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(STORE_URL_INVALID, message, {"forms": _URL_FORMS})
+
+
+def _sqlite_options(query: str, shown: str) -> tuple[Synchronous, int]:
+    try:
+        options = parse_qs(query, keep_blank_values=True) if query else {}
+    except ValueError as exc:
+        raise StoreURLInvalid(f"{shown}: the query is malformed ({exc})") from None
+    unknown = sorted(set(options) - set(_SQLITE_OPTIONS))
+    if unknown:
+        raise StoreURLInvalid(
+            f"{shown}: unknown SQLite option(s) {', '.join(unknown)};"
+            f" known: {', '.join(_SQLITE_OPTIONS)}"
+        )
+    synchronous = options.get("synchronous", ["FULL"])[-1].upper()
+    if synchronous not in ("FULL", "EXTRA", "NORMAL"):
+        raise StoreURLInvalid(f"{shown}: synchronous must be one of FULL, EXTRA, NORMAL")
+    timeout = options.get("busy_timeout_ms", ["10000"])[-1]
+    if not (timeout.isascii() and timeout.isdigit()):
+        raise StoreURLInvalid(f"{shown}: busy_timeout_ms must be a whole number of ms")
+    return cast(Synchronous, synchronous), int(timeout)
+
+
+def _sqlite_path(rest: str, shown: str) -> tuple[str, str]:
+    """The file path and the query of the part of a SQLite URL after `sqlite:`."""
     path, _, query = rest.partition("?")
     if path.startswith("//"):
         # sqlite:///abs/path: an empty authority, then the absolute path.
         authority, slash, tail = path[2:].partition("/")
         if authority:
-            raise ValueError(
-                f"{url_for_errors}: a SQLite URL names no host; write sqlite:///absolute/path"
+            raise StoreURLInvalid(
+                f"{shown}: a SQLite URL names no host; write sqlite:///absolute/path"
                 " or sqlite:relative/path"
             )
         path = slash + tail
-    path = unquote(path)
+    path = unquote(path, errors="strict")
     if not path:
-        raise ValueError(f"{url_for_errors}: the SQLite URL names no file")
-    options = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
-    unknown = sorted(set(options) - set(_SQLITE_OPTIONS))
-    if unknown:
-        raise ValueError(
-            f"{url_for_errors}: unknown SQLite option(s) {', '.join(unknown)};"
-            f" known: {', '.join(_SQLITE_OPTIONS)}"
+        raise StoreURLInvalid(f"{shown}: the SQLite URL names no file")
+    return path, query
+
+
+def _unusable(path: str, message: str) -> WorkloadError:
+    return WorkloadError(STORE_UNUSABLE, message, {"path": path})
+
+
+def _open_sqlite(path: str, query: str, shown: str, mode: Mode) -> SQLiteStore:
+    synchronous, busy_timeout_ms = _sqlite_options(query, shown)
+    if path == ":memory:" or path.startswith("file:"):
+        raise StoreURLInvalid(f"{shown}: name a file (for a store in memory, write memory:)")
+    if os.path.isdir(path):
+        raise _unusable(path, f"{path} is a directory, not a store file")
+    if mode != "create" and not os.path.exists(path):
+        hint = (
+            "reading never creates a store"
+            if mode == "read"
+            else "a command that writes creates one only when asked: --create,"
+            ' or open_store(url, mode="create")'
         )
-    synchronous = options.get("synchronous", ["FULL"])[-1].upper()
-    timeout = options.get("busy_timeout_ms", ["10000"])[-1]
-    if not timeout.isdigit():
-        raise ValueError(f"{url_for_errors}: busy_timeout_ms must be a whole number of ms")
-    return SQLiteStore(
-        path, synchronous=cast(Synchronous, synchronous), busy_timeout_ms=int(timeout)
-    )
+        raise WorkloadError(
+            STORE_NOT_FOUND, f"no store at {path} (no such file); {hint}", {"path": path}
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if mode == "create" and not os.path.isdir(directory):
+        raise WorkloadError(
+            STORE_NOT_FOUND,
+            f"cannot create a store at {path}: its directory {directory} does not exist",
+            {"path": path},
+        )
+    try:
+        return SQLiteStore(
+            path,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            read_only=mode == "read",
+            create=mode == "create",
+        )
+    except StoreError as exc:
+        cause = exc.__cause__
+        name = str(getattr(cause, "sqlite_errorname", ""))
+        if isinstance(cause, sqlite3.Error) and name.startswith(_TRANSIENT):
+            raise WorkloadError(
+                STORAGE_FAILURE, f"cannot open the store at {path}: {exc}", {"path": path}
+            ) from None
+        raise _unusable(path, f"cannot use {path} as a store: {exc}") from None
+    except (ValueError, UnicodeError) as exc:
+        raise StoreURLInvalid(f"{shown}: {exc}") from None
 
 
-def _postgres(dsn: str) -> Store:
+def _open_postgres(dsn: str) -> Store:
+    try:
+        import psycopg
+        from psycopg import conninfo
+    except ImportError:
+        pass  # the backend's own import says what to install
+    else:
+        try:
+            conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error:
+            # psycopg's message quotes the URL, which may hold a password.
+            raise StoreURLInvalid(
+                "the PostgreSQL URL is malformed (see libpq's URI syntax)"
+            ) from None
     module = importlib.import_module("workwarden.storage.postgres")
-    store: Store = module.PostgresStore(dsn)
+    try:
+        store: Store = module.PostgresStore(dsn)
+    except StoreError as exc:
+        raise WorkloadError(
+            STORAGE_FAILURE, "cannot open the PostgreSQL store: " + _without(str(exc), dsn)
+        ) from None
     return store
 
 
-def open_store(url: str) -> Store:
-    """The store `url` names (see the module docstring); `ValueError` for one it cannot name.
+def _without(message: str, secret: str) -> str:
+    """`message` with any copy of `secret` (a URL that may hold a password) blanked."""
+    return message.replace(secret, "<url>")
 
-    Error messages never repeat a PostgreSQL URL, which may hold a password.
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def open_store(url: str | None = None, *, mode: Mode = "write") -> Store:
+    """The store `url` names, opened for `mode` (see the module docstring).
+
+    `url` None reads `WORKWARDEN_STORE`. Raises only `WorkloadError`s with
+    the codes the module docstring lists.
     """
+    if mode not in _MODES:
+        raise errors.bad_argument("mode", f"mode must be read, write or create, not {mode!r}")
+    if url is None:
+        url = os.environ.get(STORE_VARIABLE)
+        if not url:
+            raise StoreURLInvalid(f"no store: give --store URL or set {STORE_VARIABLE}")
     if not isinstance(url, str) or not url.strip():
-        raise ValueError("a store URL is required, for example sqlite:///var/lib/work.db")
+        raise StoreURLInvalid("a store URL is required, for example sqlite:///var/lib/work.db")
+    if _has_surrogates(url) or "\x00" in url:
+        raise StoreURLInvalid("the store URL is not UTF-8 text")
     match = _SCHEME.match(url)
     # One letter before the colon is a Windows drive (C:\work.db), not a scheme.
     if match is None or len(match.group(1)) == 1:
-        return SQLiteStore(url)
+        return _open_sqlite(url, "", url, mode)
     scheme = match.group(1).lower()
     rest = url[match.end() :]
     if scheme == "memory":
         if rest not in ("", "//"):
-            raise ValueError(f"{url}: a memory store takes no path; write memory:")
+            raise StoreURLInvalid(f"{url}: a memory store takes no path; write memory:")
         return MemoryStore()
     if scheme == "sqlite":
-        return _sqlite(rest, url)
+        try:
+            path, query = _sqlite_path(rest, url)
+        except UnicodeDecodeError:
+            raise StoreURLInvalid(f"{url}: the path is not UTF-8 once decoded") from None
+        return _open_sqlite(path, query, url, mode)
     if scheme in ("postgresql", "postgres"):
-        return _postgres(url)
-    raise ValueError(
-        f"unknown store URL scheme {scheme!r}: use memory:, sqlite:///absolute/path,"
-        " sqlite:relative/path, a file path, or postgresql://..."
-    )
+        return _open_postgres(url)
+    raise StoreURLInvalid(f"unknown store URL scheme {scheme!r}: use {_URL_FORMS}")

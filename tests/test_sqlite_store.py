@@ -20,7 +20,7 @@ import pytest
 
 from support import CAPS, request, store_snapshot
 from support import authority as make_authority
-from workwarden.statemachine import Timeouts
+from workwarden.statemachine import Timeouts, WorkloadError
 from workwarden.storage import (
     AuditRecord,
     IndexFields,
@@ -295,7 +295,7 @@ def test_sqlite_urls_and_file_paths_open_that_file(
 
 def test_a_sqlite_url_decodes_its_path_and_reads_the_store_options(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/my%20work.db?synchronous=normal&busy_timeout_ms=250"
-    with closing(open_store(url)) as store:
+    with closing(open_store(url, mode="create")) as store:
         assert isinstance(store, SQLiteStore)
         assert store.path == f"{tmp_path}/my work.db"
         assert (store.synchronous, store.busy_timeout_ms) == ("NORMAL", 250)
@@ -329,5 +329,6 @@ def test_an_unknown_scheme_is_refused_without_repeating_the_url() -> None:
 def test_a_postgresql_url_opens_the_postgresql_backend(tmp_path: Path, scheme: str) -> None:
     # No server listens in an empty directory: reaching the backend's own
     # connection failure shows the URL went to it, whole.
-    with pytest.raises(StoreFailure, match="cannot open the database"):
+    with pytest.raises(WorkloadError, match="cannot open the database") as refused:
         open_store(f"{scheme}://nobody@/work?host={tmp_path}&connect_timeout=2")
+    assert refused.value.code == "WORKLOAD_STORAGE_FAILURE"

@@ -271,8 +271,12 @@ def test_the_command_line_exports_and_imports_between_files(
     dump = tmp_path / "work.jsonl"
     assert main(["export", "--store", f"sqlite://{source.path}", "--out", str(dump)]) == 0
     assert dump.read_text(encoding="ascii") == exported(source)
+    assert capsys.readouterr().err == f"exported 6 workload(s) to {dump}\n"
     copy = tmp_path / "copy.db"
-    assert main(["import", "--store", str(copy), str(dump)]) == 0
+    assert main(["import", "--store", str(copy), str(dump)]) == 1
+    assert capsys.readouterr().err.startswith(f"WORKLOAD_STORE_NOT_FOUND: no store at {copy}")
+    assert not copy.exists()
+    assert main(["import", "--store", str(copy), "--create", str(dump)]) == 0
     assert "imported 6 workload(s), skipped 0 already present" in capsys.readouterr().out
     assert main(["import", "--store", f"sqlite:{copy}", str(dump)]) == 0
     assert "imported 0 workload(s), skipped 6 already present" in capsys.readouterr().out
@@ -303,12 +307,27 @@ def test_the_command_line_reports_a_conflict_and_imports_nothing(
 
 
 def test_the_command_line_refuses_an_unknown_store_url(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", "--store", "ftp://example/store"]) == 2
-    assert "unknown store URL scheme 'ftp'" in capsys.readouterr().err
+    assert main(["export", "--store", "ftp://example/store"]) == 1
+    assert capsys.readouterr().err.startswith(
+        "WORKLOAD_STORE_URL_INVALID: unknown store URL scheme 'ftp'"
+    )
 
 
 def test_the_command_line_refuses_a_missing_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["import", "--store", "memory:", str(tmp_path / "missing.jsonl")]) == 2
-    assert "missing.jsonl" in capsys.readouterr().err
+    assert main(["import", "--store", "memory:", str(tmp_path / "missing.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("WORKWARDEN_INPUT_UNREADABLE: cannot read the export ")
+    assert "missing.jsonl" in err
+
+
+def test_a_refused_import_into_a_new_store_leaves_no_file_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = tmp_path / "work.jsonl"
+    dump.write_text('{"key": "k", "version": 1, "document": {"not": "a workload"}}\n')
+    copy = tmp_path / "copy.db"
+    assert main(["import", "--store", str(copy), "--create", str(dump)]) == 1
+    assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work.jsonl"]

@@ -1,0 +1,333 @@
+"""The PostgreSQL store's tables, the text of its statements, and its schema's creation.
+
+What `PostgresStore` (`workwarden.storage.postgres`) runs, as text: the
+tables and indexes (`_SCHEMA`, created or brought up to `SCHEMA_VERSION` by
+`_ensure_schema`, under an advisory lock), the statements of every read and
+write (each write one data-modifying CTE: the compare-and-swap of the
+document and the insert of its audit record; those that leave work
+claimable also notify `WORK_CHANNEL`), and the decoding of the rows they
+return (`_document`, `_audit`). Nothing here connects to a server.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from workwarden.storage.base import AuditRecord, IndexFields, StoredDocument, StoreFailure
+from workwarden.storage.pg_extra import extra_missing
+
+try:
+    import psycopg
+    import psycopg.errors
+    from psycopg.rows import TupleRow
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    # psycopg is the `postgres` extra: a SQLite-only install does not have it.
+    raise extra_missing(exc) from None
+
+__all__ = ["SCHEMA_VERSION", "WORK_CHANNEL"]
+
+SCHEMA_VERSION = 2
+"""The version of the tables the PostgreSQL store reads and writes.
+
+Version 2 adds `claim_worker` to the documents (filled in from each document
+when a version 1 database is opened) and `request_id` to the audit log, each
+with its partial index."""
+
+# The key of the advisory lock held while the schema is created (any fixed
+# number; advisory locks are scoped to one database).
+_SCHEMA_LOCK = 0x776F726B77617264  # "workward"
+
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_schema_version (
+        version INTEGER PRIMARY KEY
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_documents (
+        key TEXT COLLATE "C" PRIMARY KEY,
+        version BIGINT NOT NULL CHECK (version >= 1),
+        document TEXT NOT NULL,
+        tenant TEXT COLLATE "C" NOT NULL,
+        application TEXT COLLATE "C" NOT NULL,
+        state TEXT NOT NULL,
+        -- Ordered by -priority, which must not overflow.
+        priority BIGINT NOT NULL CHECK (priority > -9223372036854775808),
+        created_at BIGINT NOT NULL,
+        eligible_at BIGINT,
+        lease_expires_at BIGINT,
+        next_deadline_at BIGINT,
+        result_id TEXT COLLATE "C" UNIQUE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_audit (
+        sequence BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        transaction_id TEXT NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        version BIGINT NOT NULL,
+        actor TEXT NOT NULL,
+        operation TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        application TEXT NOT NULL,
+        at BIGINT NOT NULL,
+        digest TEXT NOT NULL,
+        worker TEXT,
+        attempt TEXT,
+        result TEXT,
+        fencing_token BIGINT
+    )
+    """,
+    # "Every document of a tenant and application, by priority then age."
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_documents_by_scope
+        ON workwarden_documents (tenant, application, (-priority), created_at, key)
+    """,
+    # "Claimable now": only READY rows carry eligible_at, so the index stays small.
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_documents_claimable
+        ON workwarden_documents (tenant, application, (-priority), created_at, key)
+        INCLUDE (eligible_at)
+        WHERE eligible_at IS NOT NULL
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_documents_leases
+        ON workwarden_documents (lease_expires_at, key)
+        WHERE lease_expires_at IS NOT NULL
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_documents_deadlines
+        ON workwarden_documents (next_deadline_at, key)
+        WHERE next_deadline_at IS NOT NULL
+    """,
+    # Schema version 2: a version 1 database gains these columns, filled in.
+    'ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS claim_worker TEXT COLLATE "C"',
+    """
+    UPDATE workwarden_documents SET claim_worker = document::jsonb #>> '{current_claim,worker_id}'
+    WHERE claim_worker IS NULL AND document::jsonb #>> '{current_claim,worker_id}' IS NOT NULL
+    """,
+    'ALTER TABLE workwarden_audit ADD COLUMN IF NOT EXISTS request_id TEXT COLLATE "C"',
+    # "The claims a worker holds", for a claim repeated after its reply was lost.
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_documents_by_claim_worker
+        ON workwarden_documents (tenant, application, claim_worker, key)
+        WHERE claim_worker IS NOT NULL
+    """,
+    # "The first write made for a request id", for an operator request repeated.
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_audit_by_request
+        ON workwarden_audit (request_id, sequence)
+        WHERE request_id IS NOT NULL
+    """,
+)
+
+_COLUMNS = (
+    "key, version, document, tenant, application, state, priority, created_at,"
+    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker"
+)
+
+_READ = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = %s"
+
+_AUDIT_INSERT = """
+    INSERT INTO workwarden_audit (
+        transaction_id, key, version, actor, operation, tenant, application, at, digest,
+        worker, attempt, result, fencing_token, request_id
+    )
+    SELECT %(tx)s::text, %(audit_key)s::text, changed.version, %(actor)s::text,
+        %(operation)s::text, %(audit_tenant)s::text, %(audit_application)s::text,
+        %(at)s::bigint, %(digest)s::text, %(worker)s::text, %(attempt)s::text,
+        %(result)s::text, %(fencing_token)s::bigint, %(request_id)s::text
+    FROM changed
+    RETURNING version, sequence
+"""
+
+_CREATE = f"""
+    WITH changed AS (
+        INSERT INTO workwarden_documents ({_COLUMNS})
+        VALUES (%(key)s, 1, %(document)s, %(tenant)s, %(application)s, %(state)s,
+            %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
+            %(next_deadline_at)s, %(result_id)s, %(claim_worker)s)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING version
+    )
+    {_AUDIT_INSERT}
+"""
+
+_UPDATE = f"""
+    WITH changed AS (
+        UPDATE workwarden_documents SET
+            version = version + 1, document = %(document)s, tenant = %(tenant)s,
+            application = %(application)s, state = %(state)s, priority = %(priority)s,
+            created_at = %(created_at)s, eligible_at = %(eligible_at)s,
+            lease_expires_at = %(lease_expires_at)s, next_deadline_at = %(next_deadline_at)s,
+            result_id = %(result_id)s, claim_worker = %(claim_worker)s
+        WHERE key = %(key)s AND version = %(expected)s
+        RETURNING version
+    )
+    {_AUDIT_INSERT}
+"""
+
+_CANDIDATES = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE tenant = %(tenant)s AND application = %(application)s
+        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
+        AND (-priority, created_at, key) > (%(neg_priority)s, %(created_at)s, %(key)s)
+    ORDER BY -priority, created_at, key
+    LIMIT %(limit)s
+"""
+
+_CANDIDATES_FIRST = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE tenant = %(tenant)s AND application = %(application)s
+        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
+    ORDER BY -priority, created_at, key
+    LIMIT %(limit)s
+"""
+
+_LIST = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE tenant = %s AND application = %s
+    ORDER BY -priority, created_at, key
+"""
+
+_SCAN_FIRST = f"SELECT {_COLUMNS} FROM workwarden_documents ORDER BY key LIMIT %s"
+
+_SCAN = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key > %s ORDER BY key LIMIT %s"
+
+_HELD_CLAIMS = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE tenant = %s AND application = %s AND claim_worker IS NOT NULL AND claim_worker = %s
+    ORDER BY key
+"""
+
+
+def _due_query(column: str, tenant: bool, application: bool) -> str:
+    # `column` is one of two constants below; the filters are fixed fragments.
+    where = [f"{column} <= %(now)s"]
+    if tenant:
+        where.append("tenant = %(tenant)s")
+    if application:
+        where.append("application = %(application)s")
+    return (
+        f"SELECT key FROM workwarden_documents WHERE {column} IS NOT NULL"
+        f" AND {' AND '.join(where)} ORDER BY {column}, key LIMIT %(limit)s"
+    )
+
+
+_DUE = {
+    (column, tenant, application): _due_query(column, tenant, application)
+    for column in ("lease_expires_at", "next_deadline_at")
+    for tenant in (False, True)
+    for application in (False, True)
+}
+
+# Wake-ups: a write that leaves work claimable (an admission, a re-arm, a
+# recovery, a retry) notifies this channel in its own statement, so the
+# notification is sent exactly when the write commits. The payload is the
+# JSON array [tenant, application].
+WORK_CHANNEL: Final = "workwarden_work"
+
+_NOTIFYING = (
+    ", audited AS (" + _AUDIT_INSERT + ")"
+    " SELECT version, sequence,"
+    " pg_notify('" + WORK_CHANNEL + "', json_build_array(%(tenant)s::text,"
+    " %(application)s::text)::text)::text FROM audited"
+)
+_CREATE_NOTIFYING = _CREATE.replace(_AUDIT_INSERT, _NOTIFYING)
+_UPDATE_NOTIFYING = _UPDATE.replace(_AUDIT_INSERT, _NOTIFYING)
+
+
+def _next_instant(column: str) -> str:
+    return (
+        f"(SELECT min({column}) FROM workwarden_documents WHERE {column} IS NOT NULL"
+        f" AND {column} > %(after)s"
+        " AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)"
+        " AND (%(application)s::text IS NULL OR application = %(application)s::text))"
+    )
+
+
+_NEXT_INSTANTS = "SELECT " + ", ".join(
+    _next_instant(column) for column in ("eligible_at", "lease_expires_at", "next_deadline_at")
+)
+
+_AUDIT_COLUMNS = """
+    transaction_id, key, version, actor, operation, tenant, application, at, digest,
+        worker, attempt, result, fencing_token, sequence, request_id
+"""
+
+_AUDIT = f"""
+    SELECT {_AUDIT_COLUMNS}
+    FROM workwarden_audit WHERE sequence > %s ORDER BY sequence LIMIT %s
+"""
+
+_FIND_REQUEST = f"""
+    SELECT {_AUDIT_COLUMNS}
+    FROM workwarden_audit WHERE request_id IS NOT NULL AND request_id = %s
+    ORDER BY sequence LIMIT 1
+"""
+
+
+def _document(row: TupleRow) -> StoredDocument:
+    return StoredDocument(
+        key=row[0],
+        version=row[1],
+        document=row[2],
+        index=IndexFields(
+            tenant=row[3],
+            application=row[4],
+            state=row[5],
+            priority=row[6],
+            created_at=row[7],
+            eligible_at=row[8],
+            lease_expires_at=row[9],
+            next_deadline_at=row[10],
+            result_id=row[11],
+            claim_worker=row[12],
+        ),
+    )
+
+
+def _audit(row: TupleRow) -> AuditRecord:
+    return AuditRecord(
+        transaction_id=row[0],
+        key=row[1],
+        version=row[2],
+        actor=row[3],
+        operation=row[4],
+        tenant=row[5],
+        application=row[6],
+        at=row[7],
+        digest=row[8],
+        worker=row[9],
+        attempt=row[10],
+        result=row[11],
+        fencing_token=row[12],
+        sequence=row[13],
+        request_id=row[14],
+    )
+
+
+def _ensure_schema(conn: psycopg.Connection[TupleRow]) -> None:
+    """Create the tables if missing; refuse a schema newer than this code."""
+    try:
+        row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    if row is None or row[0] is None or row[0] < SCHEMA_VERSION:
+        # Several processes may get here at once on a fresh database; the
+        # lock makes them create the tables one after the other.
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO workwarden_schema_version (version) VALUES (%s)"
+                " ON CONFLICT DO NOTHING",
+                (SCHEMA_VERSION,),
+            )
+            row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
+    found = None if row is None else row[0]
+    if found != SCHEMA_VERSION:
+        raise StoreFailure(
+            f"the database holds schema version {found}; this code reads version {SCHEMA_VERSION}"
+        )

@@ -1,0 +1,322 @@
+"""The SQLite store's schema, its migration, and the text of its statements.
+
+What `SQLiteStore` (`workwarden.storage.sqlite`) keeps in its file and runs
+on it: the tables and indexes (`_SCHEMA`; the index queries each name the
+partial index they read, `INDEXED BY`), the columns and indexes schema
+version 2 added (`_ADDED_COLUMNS`, `_ADDED_INDEXES`), `_ensure_schema`,
+which creates the schema or brings an older file up to `SCHEMA_VERSION`, and
+`_verify_schema`, which refuses a file that is not a workwarden store or is
+newer; then the statements of every read and write, the queries
+`query_plans` explains, and the decoding of the rows they return
+(`_document`, `_audit`). Nothing here opens a file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from workwarden.storage.base import AuditRecord, IndexFields, StoredDocument, StoreFailure
+
+__all__ = ["SCHEMA_VERSION"]
+
+SCHEMA_VERSION: Final = 2
+"""The schema this release writes and reads.
+
+Version 2 adds `documents.claim_worker` (filled in from each document when a
+version 1 file is opened for writing) and `audit.request_id`, each with its
+partial index."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS documents (
+    key TEXT PRIMARY KEY NOT NULL,
+    version INTEGER NOT NULL CHECK (version >= 1),
+    document TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    application TEXT NOT NULL,
+    state TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    eligible_at INTEGER,
+    lease_expires_at INTEGER,
+    next_deadline_at INTEGER,
+    result_id TEXT UNIQUE,
+    claim_worker TEXT
+);
+CREATE INDEX IF NOT EXISTS documents_by_scope
+    ON documents (tenant, application, priority DESC, created_at, key);
+CREATE INDEX IF NOT EXISTS documents_claimable
+    ON documents (tenant, application, priority DESC, created_at, key, eligible_at)
+    WHERE eligible_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS documents_by_lease
+    ON documents (lease_expires_at, key, tenant, application)
+    WHERE lease_expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS documents_by_deadline
+    ON documents (next_deadline_at, key, tenant, application)
+    WHERE next_deadline_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS audit (
+    sequence INTEGER PRIMARY KEY,
+    transaction_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    application TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    worker TEXT,
+    attempt TEXT,
+    result TEXT,
+    fencing_token INTEGER,
+    request_id TEXT
+);
+"""
+
+# Schema version 2: the columns a version 1 file lacks (table, column, how an
+# existing row fills it in), then their indexes.
+_ADDED_COLUMNS = (
+    ("documents", "claim_worker", "json_extract(document, '$.current_claim.worker_id')"),
+    ("audit", "request_id", None),
+)
+_ADDED_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS documents_by_claim_worker"
+    " ON documents (tenant, application, claim_worker, key) WHERE claim_worker IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS audit_by_request"
+    " ON audit (request_id, sequence) WHERE request_id IS NOT NULL",
+)
+
+_DOCUMENT = (
+    "key, version, document, tenant, application, state, priority, created_at,"
+    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker"
+)
+_AUDIT = (
+    "sequence, transaction_id, key, version, actor, operation, tenant, application, at,"
+    " digest, worker, attempt, result, fencing_token, request_id"
+)
+
+_READ = f"SELECT {_DOCUMENT} FROM documents WHERE key = :key"
+_FIND_RESULT = "SELECT key FROM documents WHERE result_id = :result_id"
+_CLAIMABLE = (
+    f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_claimable"
+    " WHERE tenant = :tenant AND application = :application"
+    " AND eligible_at IS NOT NULL AND eligible_at <= :now"
+)
+_CLAIM_ORDER = " ORDER BY priority DESC, created_at, key LIMIT :limit"
+_CLAIM_CANDIDATES = _CLAIMABLE + _CLAIM_ORDER
+# Keyset paging in (priority DESC, created_at, key) order; the leading
+# `priority <= :priority` lets the index range start at the cursor.
+_CLAIM_CANDIDATES_AFTER = (
+    _CLAIMABLE + " AND priority <= :priority AND (priority < :priority OR (priority = :priority"
+    " AND (created_at > :created_at OR (created_at = :created_at AND key > :key))))" + _CLAIM_ORDER
+)
+_SCOPE = (
+    " AND (:tenant IS NULL OR tenant = :tenant)"
+    " AND (:application IS NULL OR application = :application)"
+)
+_EXPIRED_LEASES = (
+    "SELECT key FROM documents INDEXED BY documents_by_lease"
+    " WHERE lease_expires_at IS NOT NULL AND lease_expires_at <= :now"
+    + _SCOPE
+    + " ORDER BY lease_expires_at, key LIMIT :limit"
+)
+_DEADLINES_DUE = (
+    "SELECT key FROM documents INDEXED BY documents_by_deadline"
+    " WHERE next_deadline_at IS NOT NULL AND next_deadline_at <= :now"
+    + _SCOPE
+    + " ORDER BY next_deadline_at, key LIMIT :limit"
+)
+_LIST = (
+    f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_by_scope"
+    " WHERE tenant = :tenant AND application = :application"
+    " ORDER BY priority DESC, created_at, key"
+)
+_SCAN = f"SELECT {_DOCUMENT} FROM documents WHERE key > :after ORDER BY key LIMIT :limit"
+_HELD_CLAIMS = (
+    f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_by_claim_worker"
+    " WHERE tenant = :tenant AND application = :application"
+    " AND claim_worker IS NOT NULL AND claim_worker = :worker ORDER BY key"
+)
+_FIND_REQUEST = (
+    f"SELECT {_AUDIT} FROM audit INDEXED BY audit_by_request"
+    " WHERE request_id IS NOT NULL AND request_id = :request_id ORDER BY sequence LIMIT 1"
+)
+_AUDIT_LOG = f"SELECT {_AUDIT} FROM audit WHERE sequence > :after ORDER BY sequence LIMIT :limit"
+
+_INSERT = (
+    f"INSERT INTO documents ({_DOCUMENT}) VALUES (:key, :version, :document, :tenant,"
+    " :application, :state, :priority, :created_at, :eligible_at, :lease_expires_at,"
+    " :next_deadline_at, :result_id, :claim_worker)"
+)
+_UPDATE = (
+    "UPDATE documents SET version = :version, document = :document, tenant = :tenant,"
+    " application = :application, state = :state, priority = :priority,"
+    " created_at = :created_at, eligible_at = :eligible_at,"
+    " lease_expires_at = :lease_expires_at, next_deadline_at = :next_deadline_at,"
+    " result_id = :result_id, claim_worker = :claim_worker"
+    " WHERE key = :key AND version = :expected"
+)
+_APPEND_AUDIT = (
+    "INSERT INTO audit (transaction_id, key, version, actor, operation, tenant, application,"
+    " at, digest, worker, attempt, result, fencing_token, request_id) VALUES (:transaction_id,"
+    " :key, :version, :actor, :operation, :tenant, :application, :at, :digest, :worker,"
+    " :attempt, :result, :fencing_token, :request_id)"
+)
+
+#: The queries `query_plans` explains, and parameters of the right types for
+#: them (SQLite ignores the names a query does not use).
+_EXPLAINED: Mapping[str, str] = {
+    "read": _READ,
+    "find_result": _FIND_RESULT,
+    "claim_candidates": _CLAIM_CANDIDATES,
+    "claim_candidates_after": _CLAIM_CANDIDATES_AFTER,
+    "expired_leases": _EXPIRED_LEASES,
+    "deadlines_due": _DEADLINES_DUE,
+    "list": _LIST,
+    "scan": _SCAN,
+    "audit_log": _AUDIT_LOG,
+    "held_claims": _HELD_CLAIMS,
+    "find_request": _FIND_REQUEST,
+}
+_EXAMPLE: Mapping[str, Any] = {
+    "key": "k",
+    "result_id": "r",
+    "tenant": "t",
+    "application": "a",
+    "now": 0,
+    "limit": 1,
+    "priority": 0,
+    "created_at": 0,
+    "after": 0,
+    "worker": "w",
+    "request_id": "q",
+}
+
+_NEXT_INSTANTS = (
+    "SELECT (SELECT min(eligible_at) FROM documents"
+    " WHERE eligible_at IS NOT NULL AND eligible_at > :after" + _SCOPE + "),"
+    " (SELECT min(lease_expires_at) FROM documents"
+    " WHERE lease_expires_at IS NOT NULL AND lease_expires_at > :after" + _SCOPE + "),"
+    " (SELECT min(next_deadline_at) FROM documents"
+    " WHERE next_deadline_at IS NOT NULL AND next_deadline_at > :after" + _SCOPE + ")"
+)
+
+
+def _document(row: Sequence[Any]) -> StoredDocument:
+    return StoredDocument(
+        key=row[0],
+        version=row[1],
+        document=row[2],
+        index=IndexFields(
+            tenant=row[3],
+            application=row[4],
+            state=row[5],
+            priority=row[6],
+            created_at=row[7],
+            eligible_at=row[8],
+            lease_expires_at=row[9],
+            next_deadline_at=row[10],
+            result_id=row[11],
+            claim_worker=row[12],
+        ),
+    )
+
+
+def _audit(row: Sequence[Any]) -> AuditRecord:
+    return AuditRecord(
+        sequence=row[0],
+        transaction_id=row[1],
+        key=row[2],
+        version=row[3],
+        actor=row[4],
+        operation=row[5],
+        tenant=row[6],
+        application=row[7],
+        at=row[8],
+        digest=row[9],
+        worker=row[10],
+        attempt=row[11],
+        result=row[12],
+        fencing_token=row[13],
+        request_id=row[14],
+    )
+
+
+def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:
+    # Spelled out: `dataclasses.asdict` deep-copies every field, which costs
+    # more than the statement that uses them.
+    return {
+        "transaction_id": audit.transaction_id,
+        "key": key,
+        "version": version,
+        "actor": audit.actor,
+        "operation": audit.operation,
+        "tenant": audit.tenant,
+        "application": audit.application,
+        "at": audit.at,
+        "digest": audit.digest,
+        "worker": audit.worker,
+        "attempt": audit.attempt,
+        "result": audit.result,
+        "fencing_token": audit.fencing_token,
+        "request_id": audit.request_id,
+    }
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Bring a version 1 file to version 2 (in the schema transaction): add, fill, index."""
+    for table, column, fill in _ADDED_COLUMNS:
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+            if fill is not None:
+                conn.execute(f"UPDATE {table} SET {column} = {fill}")
+    for statement in _ADDED_INDEXES:
+        conn.execute(statement)
+    conn.execute(
+        "UPDATE schema_version SET version = :version WHERE version < :version",
+        {"version": SCHEMA_VERSION},
+    )
+
+
+def _newer_schema(path: str, found: int) -> StoreFailure:
+    """The refusal of the file at `path`, whose schema version `found` is newer than this one."""
+    return StoreFailure(
+        f"{path} has schema version {found}; this release reads"
+        f" schema version {SCHEMA_VERSION} (upgrade workwarden)"
+    )
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Create the tables if missing, bring a version 1 file to this version, refuse a newer one.
+
+    Run inside the caller's write transaction, which a refusal rolls back.
+    """
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    _add_columns(conn)
+    rows = conn.execute("SELECT version FROM schema_version").fetchall()
+    if not rows:
+        conn.execute(
+            "INSERT INTO schema_version (version) VALUES (:version)",
+            {"version": SCHEMA_VERSION},
+        )
+        return
+    found = max(row[0] for row in rows)
+    if found > SCHEMA_VERSION:
+        raise _newer_schema(path, found)
+
+
+def _verify_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a file this store did not create: not a workwarden store, or a newer one."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "schema_version" not in tables or "documents" not in tables:
+        raise StoreFailure(f"{path} is not a workwarden store (it has no schema)")
+    found = max((row[0] for row in conn.execute("SELECT version FROM schema_version")), default=0)
+    if found > SCHEMA_VERSION:
+        raise _newer_schema(path, found)
