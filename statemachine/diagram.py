@@ -6,7 +6,10 @@ by the actor classes that may take it (one parallel line per class when
 several may). Optional overlays come from outside the table: a checker's
 report (edges no step can take are dashed, states never at rest are marked),
 one workload's history (each committed step numbered in order on the edge it
-took) and observed counts per edge. The outputs are deterministic: nodes and
+took) and observed counts per edge. A report from a check that stopped early
+is drawn as partial: the title says so, and what it did not reach is not
+called unreachable. The operations a spec adds with the effect `move` (a
+pause, an approval) are named "(move)" on their edges. The outputs are deterministic: nodes and
 edges in sorted order, sorted attributes, no timestamps, so a generated file
 diffs cleanly and a freshness test can compare it exactly.
 
@@ -123,6 +126,9 @@ class _Overlay:
     # (from, to) -> the numbers (from 1, in order) of the history's steps that took it.
     steps: dict[tuple[str, str], list[int]]
     counts: dict[tuple[str, str], int]
+    #: The report came from an exploration that stopped early: what it did not
+    #: reach is not proven unreachable.
+    partial: bool = False
 
     def off_table(self, spec: Spec) -> list[tuple[str, str]]:
         """Observed steps (history or counts) that no edge of the table allows, sorted."""
@@ -139,6 +145,7 @@ def _overlay(
     never_at_rest: Collection[str],
     history: Sequence[Event],
     observed_counts: Mapping[tuple[str, str], int] | None,
+    partial: bool = False,
 ) -> _Overlay:
     for source, target in sorted(unreachable_edges):
         if (source, target) not in spec.edges:
@@ -169,7 +176,13 @@ def _overlay(
         never_at_rest=frozenset(never_at_rest),
         steps=steps,
         counts=counts,
+        partial=partial,
     )
+
+
+def _moves(spec: Spec) -> frozenset[str]:
+    """The operations the spec adds with the effect `move` (none in the shipped spec)."""
+    return frozenset(name for name, op in spec.operations.items() if op.spec.effect == "move")
 
 
 def _states_by_kind(spec: Spec) -> dict[str, list[str]]:
@@ -210,7 +223,12 @@ def _node_label(name: str, kind: str, never_at_rest: bool) -> str:
 
 
 def _edge_label(
-    edge: TransitionSpec | None, steps: list[int], count: int | None, unreachable: bool
+    edge: TransitionSpec | None,
+    steps: list[int],
+    count: int | None,
+    unreachable: bool,
+    moves: frozenset[str] = frozenset(),
+    partial: bool = False,
 ) -> str:
     lines: list[str] = []
     if steps:
@@ -220,11 +238,14 @@ def _edge_label(
     if edge is None:
         lines.append(f'<FONT COLOR="{HISTORY_COLOUR}"><I>not in the table</I></FONT>')
     else:
-        lines.extend(escape(operation) for operation in edge.operations)
+        lines.extend(
+            f"<I>{escape(operation)}</I> (move)" if operation in moves else escape(operation)
+            for operation in edge.operations
+        )
         if edge.exit is not None:
             lines.append(f"<I>exit: {edge.exit}</I>")
     if unreachable:
-        lines.append("<I>unreachable</I>")
+        lines.append("<I>not reached (partial check)</I>" if partial else "<I>unreachable</I>")
     if count is not None:
         lines.append(f"<B>\u00d7{count}</B>")
     # A padded cell keeps the text clear of its edge (dot sets a label right beside it).
@@ -246,8 +267,13 @@ def _legend(graph: graphviz.Digraph, spec: Spec, overlay: _Overlay) -> None:
     """A legend cluster: a sample node per kind the spec uses, then what edges mean."""
     rows = [_swatch(ACTOR_COLOURS[actor], actor) for actor in ACTOR_CLASSES]
     rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT">{_small("several: one line each")}</TD></TR>')
+    if _moves(spec):
+        rows.append(
+            '<TR><TD><I>op</I> (move)</TD><TD ALIGN="LEFT">an operation the spec adds</TD></TR>'
+        )
     if overlay.unreachable:
-        rows.append('<TR><TD>- - -</TD><TD ALIGN="LEFT">no step can take it</TD></TR>')
+        taken = "no step of the partial check took it" if overlay.partial else "no step can take it"
+        rows.append(f'<TR><TD>- - -</TD><TD ALIGN="LEFT">{taken}</TD></TR>')
     if overlay.steps:
         rows.append(_swatch(HISTORY_COLOUR, "history, steps in order"))
     if overlay.counts:
@@ -284,6 +310,7 @@ def diagram_graph(
     history: Sequence[Event] = (),
     observed_counts: Mapping[tuple[str, str], int] | None = None,
     name: str | None = None,
+    partial: bool = False,
 ) -> graphviz.Digraph:
     """The legal-transition diagram of `spec` as a `graphviz.Digraph`.
 
@@ -299,11 +326,19 @@ def diagram_graph(
     - `observed_counts`: `(from, to) -> times observed`, shown as "xN" on the
       edge (a step off the table as for the history).
     - `name`: the graph's name (the spec's name by default).
+    - `partial`: the report came from a check that stopped early (`complete`
+      false): the title says the drawing is partial, and its unreached edges
+      are labelled "not reached (partial check)", not "unreachable".
+
+    Edges an operation of effect `move` takes (an operation the spec adds,
+    such as a pause) name it in italics with "(move)", coloured by its actor
+    class like every edge.
 
     Raises `DiagramError` (`DIAGRAM_INPUT_INVALID`) when an overlay names a
     state or an edge the spec does not have.
     """
-    overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts)
+    overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts, partial)
+    moves = _moves(spec)
     header = spec.data.spec
     graph = graphviz.Digraph(
         name or header.name,
@@ -315,6 +350,10 @@ def diagram_graph(
     title = f"<B>{escape(header.name)}</B>: the legal transitions"
     if overlay.steps:
         title += f", and the {sum(len(s) for s in overlay.steps.values())} steps of one workload"
+    if partial:
+        title += (
+            "<BR/><I>PARTIAL: drawn from an incomplete check, which proves nothing unreachable</I>"
+        )
     # Chosen by rendering the shipped spec and checking that no edge crosses a
     # label: wide node and rank separation, more crossing-minimisation passes.
     graph.attr(
@@ -356,7 +395,9 @@ def diagram_graph(
             attrs = {"color": HISTORY_COLOUR, "fontcolor": _INK, "penwidth": "2.5"}
         if unreachable:
             attrs["style"] = "dashed"
-        label = _edge_label(edge, steps, overlay.counts.get(key), unreachable)
+        label = _edge_label(
+            edge, steps, overlay.counts.get(key), unreachable, moves, overlay.partial
+        )
         graph.edge(edge.from_state, edge.to, label=label, **attrs)
 
     for source, target in overlay.off_table(spec):
@@ -382,6 +423,7 @@ def diagram_dot(
     history: Sequence[Event] = (),
     observed_counts: Mapping[tuple[str, str], int] | None = None,
     name: str | None = None,
+    partial: bool = False,
 ) -> str:
     """The DOT source of the diagram (the options are `diagram_graph`'s).
 
@@ -394,6 +436,7 @@ def diagram_dot(
         history=history,
         observed_counts=observed_counts,
         name=name,
+        partial=partial,
     )
     source: str = graph.source
     return source
@@ -424,16 +467,22 @@ def render(dot_source: str, fmt: Literal["svg", "png"]) -> bytes:
 
 
 def _mermaid_label(
-    edge: TransitionSpec | None, steps: list[int], count: int | None, unreachable: bool
+    edge: TransitionSpec | None,
+    steps: list[int],
+    count: int | None,
+    unreachable: bool,
+    moves: frozenset[str] = frozenset(),
+    partial: bool = False,
 ) -> str:
     if edge is None:
         parts = ["not in the table"]
     else:
-        parts = [", ".join(edge.operations), "(" + ", ".join(_classes(edge)) + ")"]
+        names = [f"{op} (move)" if op in moves else op for op in edge.operations]
+        parts = [", ".join(names), "(" + ", ".join(_classes(edge)) + ")"]
         if edge.exit is not None:
             parts.append(f"exit {edge.exit}")
     if unreachable:
-        parts.append("unreachable")
+        parts.append("not reached (partial check)" if partial else "unreachable")
     if steps:
         parts.append("steps " + _numbers(steps))
     if count is not None:
@@ -449,6 +498,7 @@ def diagram_mermaid(
     never_at_rest: Collection[str] = (),
     history: Sequence[Event] = (),
     observed_counts: Mapping[tuple[str, str], int] | None = None,
+    partial: bool = False,
 ) -> str:
     """The diagram as Mermaid `stateDiagram-v2` text, for Markdown documents.
 
@@ -458,13 +508,16 @@ def diagram_mermaid(
     and, in parentheses, the actor classes that take them (Mermaid cannot
     colour single transitions). The overlays (see `diagram_graph`) add
     "unreachable", "never at rest", "steps N, M" and "xN" as text.
-    Deterministic, and sorted like the DOT source.
+    Deterministic, and sorted like the DOT source. With `partial`, the title
+    says the drawing comes from an incomplete check.
     """
-    overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts)
+    overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts, partial)
+    moves = _moves(spec)
     header = spec.data.spec
+    suffix = " (PARTIAL - from an incomplete check)" if partial else ""
     lines = [
         "---",
-        f"title: {header.name} - the legal transitions",
+        f"title: {header.name} - the legal transitions{suffix}",
         "---",
         "stateDiagram-v2",
         f"    %% The legal transitions of the {header.name} spec (seed {header.seed_version}).",
@@ -481,7 +534,12 @@ def diagram_mermaid(
     for edge in _sorted_edges(spec):
         key = (edge.from_state, edge.to)
         label = _mermaid_label(
-            edge, overlay.steps.get(key, []), overlay.counts.get(key), key in overlay.unreachable
+            edge,
+            overlay.steps.get(key, []),
+            overlay.counts.get(key),
+            key in overlay.unreachable,
+            moves,
+            partial,
         )
         lines.append(f"    {edge.from_state} --> {edge.to} : {label}")
     for key in overlay.off_table(spec):
@@ -510,6 +568,7 @@ def write_diagrams(
     never_at_rest: Collection[str] = (),
     history: Sequence[Event] = (),
     observed_counts: Mapping[tuple[str, str], int] | None = None,
+    partial: bool = False,
 ) -> list[Path]:
     """Write the diagram of `spec` into `out_dir` in each of `formats`; return the paths.
 
@@ -530,6 +589,7 @@ def write_diagrams(
         history=history,
         observed_counts=observed_counts,
         name=stem,
+        partial=partial,
     )
     outputs: dict[str, bytes] = {}
     for fmt in FORMATS:
@@ -544,6 +604,7 @@ def write_diagrams(
                 never_at_rest=never_at_rest,
                 history=history,
                 observed_counts=observed_counts,
+                partial=partial,
             )
             outputs[fmt] = mermaid.encode("utf-8")
         else:

@@ -291,7 +291,7 @@ def test_the_command_takes_a_spec_file_a_name_and_formats(tmp_path: Path) -> Non
 
 def test_the_command_draws_a_workload_history_from_a_sqlite_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'work.sqlite3'}"
-    store = open_store(url)
+    store = open_store(url, mode="create")
     try:
         workload_id = _run_a_retried_lifecycle(make_authority(store))
     finally:
@@ -311,6 +311,7 @@ def test_the_command_reports_a_missing_workload_as_not_found(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+    open_store(url, mode="create").close()
     status = main(["diagram", "--history", url, "nobody", "--out-dir", str(tmp_path / "out")])
     assert status == 1
     err = capsys.readouterr().err
@@ -323,7 +324,7 @@ def test_the_command_reports_a_missing_workload_as_not_found(
     ("argv", "code"),
     [
         (["--format", "dot,jpeg"], "DIAGRAM_INPUT_INVALID"),
-        (["--history", "ftp://example", "w"], "WORKLOAD_INVALID"),
+        (["--history", "ftp://example", "w"], "WORKLOAD_STORE_URL_INVALID"),
         (["no-such-spec.toml"], "WORKLOAD_SPEC_INVALID"),
     ],
 )

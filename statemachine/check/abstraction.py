@@ -38,6 +38,7 @@ __all__ = [
     "StateKey",
     "checkpoints_this_attempt",
     "keep",
+    "move_edges",
 ]
 
 #: Entries each of the model's caches keeps by default; when one is full it
@@ -79,6 +80,8 @@ class DocumentFacts:
     operator_events: int
     operator_retries: int
     ready_since: int
+    #: The moves it took: events along an edge an operation of effect `move` takes.
+    moves: int = 0
 
 
 class Abstraction:
@@ -116,6 +119,17 @@ class Abstraction:
             delay *= 2
             saturation += 1
         self._retry_saturation = saturation
+        self._queued = spec.roles.queued
+        #: The states in which the instant work last became queued decides a deadline:
+        #: those of the deadlines anchored there, by the timeout that sets each.
+        self._queue_anchored = tuple(
+            (f"{kind}_ms", frozenset(row.while_states))
+            for kind, row in sorted(spec.deadline_kinds.items())
+            if row.anchor == "ready_or_eligible"
+        )
+        #: The edges the spec's `move` operations take (none in the shipped spec).
+        self.move_edges = move_edges(spec)
+        self._move_budget = universe.moves
 
     # -- documents -------------------------------------------------------
 
@@ -129,14 +143,19 @@ class Abstraction:
         """Work out, once, what the model reads of `document`, which holds `w`."""
         index = index_fields(self.spec, w)
         marks = [at for at in (index.lease_expires_at, index.next_deadline_at) if at is not None]
-        if w.next_attempt_at is not None and w.state == "READY":
+        if w.next_attempt_at is not None and w.state in self._queued:
             marks.append(w.next_attempt_at)
         ready_since = w.created_at
         operator_events = 0
+        moves = 0
+        move_edges = self.move_edges
         for event in w.execution_history:
-            if event.to == "READY":
+            if event.to in self._queued:
                 ready_since = event.at
-            if event.actor == "operator":
+            if move_edges and (event.from_state, event.to) in move_edges:
+                # Counted against the `moves` budget, not the operator's.
+                moves += 1
+            elif event.actor == "operator":
                 operator_events += 1
         claim = w.current_claim
         info = DocumentFacts(
@@ -148,6 +167,7 @@ class Abstraction:
             operator_events=operator_events,
             operator_retries=operator_retries(w),
             ready_since=ready_since,
+            moves=moves,
         )
         return keep(self.docs, document, info, self.cache_limit)
 
@@ -189,14 +209,22 @@ class Abstraction:
             return max(instant - now, -bound)
 
         operator = info.operator_retries
+        # The moves taken matter up to the budget (a constant without move operations).
+        moved = min(info.moves, self._move_budget)
         if w.state in self.spec.terminal_states:
             # At rest: only an exit edge (an operator's re-arm or close) leaves it,
             # and those read no instant, only the budget's counters.
+            if self.move_edges:
+                return (w.state, w.attempt_count, operator, moved)
             return (w.state, w.attempt_count, operator)
         t = w.timeouts
         claim = w.current_claim
         attempt = w.attempts[-1] if w.attempts else None
-        return (
+        queued_since = any(
+            getattr(t, timeout) is not None and w.state in states
+            for timeout, states in self._queue_anchored
+        )
+        projection = (
             w.state,
             w.attempt_count,
             min(w.retry_count, self._retry_saturation),
@@ -204,7 +232,7 @@ class Abstraction:
             info.checkpoints,
             rel(w.next_attempt_at),
             rel(w.created_at) if t.overall_ms is not None else None,
-            rel(info.ready_since) if t.queue_ms is not None and w.state == "READY" else None,
+            rel(info.ready_since) if queued_since else None,
             None
             if claim is None
             else (
@@ -220,6 +248,7 @@ class Abstraction:
                 rel(attempt.started_at) if t.execution_ms is not None else None,
             ),
         )
+        return (*projection, moved) if self.move_edges else projection
 
     def _fence_facts(self, document: str | None, token: int) -> tuple[Any, ...]:
         """What a held fence's attempt tells a later call: its outcome and report."""
@@ -340,6 +369,17 @@ class Abstraction:
         mirror += (state.crashes, state.prepares)
         other = tuple(mirror)
         return state, own if own <= other else other
+
+
+def move_edges(spec: Spec) -> frozenset[tuple[str, str]]:
+    """The (from, to) edges the operations of effect `move` take themselves, out of any state."""
+    moving = [name for name, op in spec.operations.items() if op.spec.effect == "move"]
+    return frozenset(
+        (state, edge.to)
+        for name in moving
+        for state in spec.states
+        if (edge := spec.own_edge(state, name)) is not None
+    )
 
 
 def checkpoints_this_attempt(w: Workload) -> int:

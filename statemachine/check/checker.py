@@ -179,7 +179,8 @@ def _write_record(
     the held decision was made at (its document's `updated_at`).
     """
     label = action.label
-    operation = label.removeprefix("stale_")
+    # A move names its operation (an operation the spec adds with the effect `move`).
+    operation = action.arg if label == "move" else label.removeprefix("stale_")
     at = written.updated_at if label == "commit" else state.now
     worker: str | None = None
     token: int | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.commands import (
@@ -21,7 +22,7 @@ from workwarden.statemachine.commands import (
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.models import Fence, Workload
-from workwarden.statemachine.spec import Spec, load_spec_text, shipped_spec_text
+from workwarden.statemachine.spec import Spec, default_spec, load_spec_text, shipped_spec_text
 from workwarden.storage.base import AuditRecord, IndexFields, Store
 from workwarden.storage.forwarding import ForwardingStore
 
@@ -45,7 +46,7 @@ class Mutant:
         """The spec this mutant runs under (a broken copy, or `spec` itself)."""
         if self.spec_text is None:
             return spec
-        return load_spec_text(self.spec_text(shipped_spec_text()), f"{spec.source} ({self.name})")
+        return load_spec_text(self.spec_text(_text_of(spec)), f"{spec.source} ({self.name})")
 
     def authority_cls(self) -> type[Authority]:
         """An `Authority` whose core is this mutant's `decide`."""
@@ -58,6 +59,16 @@ class Mutant:
                 return decide_fn(self.spec, workload, command, now)
 
         return MutantAuthority
+
+
+def _text_of(spec: Spec) -> str:
+    """The text of the file `spec` was loaded from (the shipped text for the shipped spec)."""
+    if spec is default_spec():
+        return shipped_spec_text()
+    try:
+        return Path(spec.source).read_text(encoding="utf-8")
+    except OSError:
+        return shipped_spec_text()
 
 
 def _complete_without_fence(

@@ -4,7 +4,9 @@ A trace (written by `workwarden check` for every violation it finds) is the
 universe it was found in and a numbered list of actions. `replay_trace`
 admits the universe's workloads into a fresh store, takes each action
 through a real `Authority` — workers keep the fences their claims returned,
-the racing writer holds a `prepare` and commits it later — and checks the
+the racing writer holds a `prepare` and commits it later, a `move` is the
+spec's operation of effect `move` it names (`Authority.execute` of an
+`OperatorCommand`) — and checks the
 same properties as the checker after every step. A trace that shows a
 violation in the checker shows it here too.
 """
@@ -170,6 +172,9 @@ class _Replayer:
                     _, lost = self.workers[action.worker]
                     hold = (action.slot, reply.claim_id, reply.worker_id, reply.fencing_token)
                     self.workers[action.worker] = (hold, lost)
+                elif label == "move":
+                    # An operation of effect `move`: no worker's hold changes.
+                    pass
                 else:
                     self._keep_or_release(action, None)
         except errors.WorkloadError as exc:

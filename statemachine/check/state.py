@@ -21,7 +21,13 @@ __all__ = ["CheckState", "Pending", "Universe", "WorkerHold"]
 
 @dataclass(frozen=True)
 class Universe:
-    """The bounds of an exploration. Every field can be set in the spec's `[check]` table."""
+    """The bounds of an exploration. Every field can be set in the spec's `[check]` table.
+
+    `moves` bounds the operations a spec adds with the effect `move` (a pause, a
+    resume, an approval): how many of them each workload may take along one
+    path. A workload resting in a `held` state whose budget is spent is cut
+    off by the bound, as a state past the time horizon is.
+    """
 
     workers: int = 2
     max_attempts: int = 2
@@ -29,6 +35,7 @@ class Universe:
     horizon_ms: int = 60
     rearms: int = 1
     operator_actions: int = 1
+    moves: int = 1
     crashes: int = 0
     racer_prepares: int = 1
     checkpoints_per_attempt: int = 2
@@ -51,6 +58,7 @@ class Universe:
             "horizon_ms": self.horizon_ms,
             "rearms": self.rearms,
             "operator_actions": self.operator_actions,
+            "moves": self.moves,
             "crashes": self.crashes,
             "racer_prepares": self.racer_prepares,
             "checkpoints_per_attempt": self.checkpoints_per_attempt,

@@ -2,7 +2,10 @@
 
 A universe is two (by default) workloads, the second depending on the first,
 admitted at instant 0; a few workers; an operator; a sweeper; and one racing
-writer that may hold a prepared decision while others commit. Time moves only
+writer that may hold a prepared decision while others commit. The operator
+also takes every operation the spec adds with the effect `move` (read from
+the operations table: whichever edge out of a workload's state the operation
+may take), up to `Universe.moves` of them per workload. Time moves only
 to instants where something can change (a lease expiry, a deadline, an
 eligibility instant) and to the millisecond before each, up to a horizon, so
 every boundary race is in the universe and the universe stays finite.
@@ -52,6 +55,7 @@ from workwarden.statemachine.commands import (
     ExecutionContextCommand,
     FailCommand,
     HeartbeatCommand,
+    OperatorCommand,
     RecoverCommand,
     RetryCommand,
     StartCommand,
@@ -175,6 +179,11 @@ _FAIL_VARIANTS = {
 }
 
 
+#: Who calls an operation of effect `move` in the universe, by the operation's actor
+#: class (a worker's is the first worker's, which needs no claim to call it).
+_MOVE_ACTORS = {"operator": "operator", "system": "sweeper"}
+
+
 #: Refusals after which a worker knows its claim is gone.
 _CLAIM_GONE = frozenset(
     {errors.CLAIM_INVALID, errors.STALE_FENCE, errors.LEASE_EXPIRED, errors.TIMED_OUT}
@@ -235,6 +244,14 @@ class Model:
         self._commands: dict[_CommandKey, Command] = {}
         self._spare_store: tuple[tuple[str | None, ...], MemoryStore] | None = None
         self._takes_memo: dict[tuple[str, str], bool] = {}
+        #: The operations the spec adds with the effect `move`, in the table's
+        #: order, each with the actor that calls it in this universe.
+        self.moves: tuple[tuple[str, str], ...] = tuple(
+            (name, _MOVE_ACTORS.get(op.actor, worker_name(0)))
+            for name, op in spec.operations.items()
+            if op.spec.effect == "move"
+        )
+        self._held = frozenset(n for n, s in spec.states.items() if s.kind == "held")
 
     # -- the initial state -------------------------------------------------
 
@@ -308,6 +325,15 @@ class Model:
             yield Action("timeout", "operator", slot=slot)
             if info.operator_retries < u.rearms:
                 yield Action("retry", "operator", slot=slot)
+        for slot, info in enumerate(docs):
+            if info is None:
+                continue
+            at = info.workload.state
+            for name, actor in self.moves:
+                # Beyond the budget a move is offered only out of a held state,
+                # where the step is cut off by the bound (see `step`).
+                if self.spec.available(at, name) and (info.moves < u.moves or at in self._held):
+                    yield Action("move", actor, slot=slot, arg=name)
         yield Action("recover_expired", "sweeper")
         yield Action("enforce_deadlines", "sweeper")
         if u.racer:
@@ -373,6 +399,12 @@ class Model:
             return self._store_step(state, action)
         if label.startswith("prepare_"):
             return self._prepare(state, action)
+        if label == "move":
+            document = state.docs[action.slot]
+            if document is not None and self.abstraction.doc(document).moves >= self.universe.moves:
+                # Only an operator moves held work on, and the budget has none
+                # left: the bound cuts this future off, as the horizon does.
+                return Step(state, None, (), cut=True)
         if label == "commit":
             return self._commit(state)
         slot = action.slot
@@ -426,6 +458,8 @@ class Model:
             return (label, slot, action.worker, None, "")
         if label in ("cancel", "timeout", "retry"):
             return (label, slot, -1, None, "")
+        if label == "move":
+            return (label, slot, -1, None, action.arg)
         stale = label.startswith("stale_")
         held, lost = state.workers[action.worker]
         hold = lost if stale else held
@@ -458,6 +492,9 @@ class Model:
             return TimeoutCommand(workload_id=wid, actor="operator")
         if base == "retry":
             return RetryCommand(workload_id=wid, actor="operator")
+        if base == "move":
+            actor = dict(self.moves)[arg]
+            return OperatorCommand(operation=arg, workload_id=wid, actor=actor)
         if base == "recover":
             return RecoverCommand(workload_id=wid)
         if base == "enforce":

@@ -10,6 +10,14 @@ vectors take.
 
 A scenario, the vector format and running one through the reference are
 `runner.py`; their names are importable from here too.
+
+A spec that extends the shipped table (new states, edges or operations, such
+as the pause and the approval gate of `specs/examples/`) gets its vectors
+from `extended_vectors(spec)`: the shipped scenarios that behave under it
+exactly as under the shipped spec, then the model checker's witnesses, under
+the spec, for every edge and rule those do not take (each operation of effect
+`move` among them), with the `moves` budget raised until every edge a move
+takes is witnessed.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ __all__ = [
     "command_json",
     "coverage",
     "document_digest",
+    "extended_vectors",
+    "extends_the_table",
     "extra_scenarios",
     "generate_vectors",
     "normalise_document",
@@ -135,6 +145,108 @@ def extra_scenarios(spec: Spec) -> list[Scenario]:
                 )
             )
     return scenarios
+
+
+def extends_the_table(spec: Spec) -> bool:
+    """Does `spec` declare states, edges or operations the shipped spec lacks?"""
+    shipped = default_spec()
+    return (
+        bool(set(spec.states) - set(shipped.states))
+        or bool(set(spec.edges) - set(shipped.edges))
+        or bool(set(spec.operations) - set(shipped.operations))
+    )
+
+
+#: The largest `moves` budget `extended_vectors` raises the universe to (the
+#: `[check]` table's own limit).
+MAX_MOVES = 5
+
+
+def _behaves_the_same(shipped: VectorScenario, under: VectorScenario) -> bool:
+    """The same steps, responses, events and documents: all but the spec's name."""
+    return shipped.model_dump(exclude={"spec"}) == under.model_dump(exclude={"spec"})
+
+
+def _missing(spec: Spec, vectors: Sequence[VectorScenario]) -> set[str]:
+    """The witness keys (`edge:A -> B`, `rule:policy.decision`) no vector takes."""
+    taken = coverage(spec, vectors)
+    keys = {f"edge:{a} -> {b}" for a, b in taken.missing_edges}
+    keys |= {f"rule:{name}.{decision}" for name, decision in taken.missing_rules}
+    return keys
+
+
+def _witnesses(spec: Spec, wanted: set[str]) -> list[Scenario]:
+    """The checker's shortest sequences under `spec` for each key of `wanted` it can reach.
+
+    The universes are `extra_scenarios`'; in each, the `moves` budget is raised
+    (up to `MAX_MOVES`) while an edge a move operation takes is still unwitnessed.
+    """
+    from workwarden.statemachine.check.abstraction import move_edges
+    from workwarden.statemachine.check.checker import check
+    from workwarden.statemachine.check.replay import trace_commands
+    from workwarden.statemachine.check.universe import CHECKER_KEY, CHECKER_KEY_ID, Universe
+
+    moving = {f"edge:{a} -> {b}" for a, b in move_edges(spec)}
+    universes = (
+        ("a policy that retries", {"dependent": False}),
+        (
+            "a policy that retries only transient connection failures",
+            {
+                "dependent": False,
+                "first_retry_on": ["transient_connection"],
+                "first_timeouts": {"queue_ms": 8, "claim_ms": 4},
+            },
+        ),
+    )
+    name = spec.data.spec.name
+    scenarios: list[Scenario] = []
+    left = set(wanted)
+    for label, settings in universes:
+        universe = Universe.from_spec(spec, **settings)
+        while left:
+            report = check(spec, universe)
+            for key in sorted(left & set(report.witnesses)):
+                left.discard(key)
+                steps = trace_commands(spec, universe, list(report.witnesses[key]))
+                what = key.split(":", 1)[1]
+                scenarios.append(
+                    Scenario(
+                        name=f"checker/{name}/{key.replace(' ', '')}",
+                        steps=tuple(steps),
+                        about=(
+                            f"the shortest sequence the model checker found under {name} that "
+                            f"{'takes' if key.startswith('edge:') else 'decides by'} {what}, "
+                            f"under {label}, with {universe.moves} move(s) per workload"
+                        ),
+                        grant_keys={CHECKER_KEY_ID: CHECKER_KEY},
+                    )
+                )
+            if not left & moving or universe.moves >= MAX_MOVES:
+                break
+            universe = Universe.from_dict({**universe.to_dict(), "moves": universe.moves + 1})
+    return scenarios
+
+
+def extended_vectors(spec: Spec) -> list[VectorScenario]:
+    """The vectors of a spec that extends the shipped table (see the module docstring).
+
+    First every shipped scenario (`all_scenarios()`) whose vector under `spec`
+    is the shipped one but for the spec's name, in the shipped order; then the
+    witnesses (named `checker/<spec name>/...`) for what those do not take.
+    Deterministic, as the shipped vectors are.
+    """
+    shipped = default_spec()
+    kept: list[VectorScenario] = []
+    for scenario in all_scenarios(shipped):
+        reference = run_scenario(shipped, scenario)
+        try:
+            under = run_scenario(spec, scenario, check_ends=False)
+        except ValueError:
+            continue
+        if _behaves_the_same(reference, under):
+            kept.append(under)
+    added = [run_scenario(spec, s) for s in _witnesses(spec, _missing(spec, kept))]
+    return [*kept, *added]
 
 
 def all_scenarios(spec: Spec | None = None) -> list[Scenario]:

@@ -1,15 +1,32 @@
-"""`workwarden check` and `workwarden replay`: the model checker and its counterexamples."""
+"""`workwarden check` and `workwarden replay`: the model checker and its counterexamples.
+
+`workwarden check [SPEC | --spec FILE] [bounds...] [--json FILE]` explores the
+spec's core in a bounded universe and exits 0 when the exploration completed
+with nothing found, 1 when it found a violation (a trace is written for each,
+for `workwarden replay`), and 3 when it stopped early (`--max-states`) with
+nothing found so far: a partial exploration proves nothing. Bad input (an
+unknown mutant, an unwritable output, a spec given twice) is one line
+`CODE: message` with exit status 1, as for every command.
+"""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+from workwarden.statemachine import errors
+
+__all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
+
+#: `workwarden check`'s exit status when it found a violation (or a policy problem).
+EXIT_VIOLATION = 1
+#: `workwarden check`'s exit status when the exploration stopped before it was complete.
+EXIT_INCOMPLETE = 3
 
 _UNIVERSE_INTS = (
     "workers",
@@ -18,6 +35,7 @@ _UNIVERSE_INTS = (
     "horizon_ms",
     "rearms",
     "operator_actions",
+    "moves",
     "crashes",
     "racer_prepares",
     "checkpoints_per_attempt",
@@ -36,6 +54,12 @@ def _universe(args: argparse.Namespace, spec: Any) -> Any:
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     return Universe.from_spec(spec, **overrides)
+
+
+_BOUND_HELP = {
+    "moves": "operations of effect move (pause, resume, approve...) per workload in one path",
+    "operator_actions": "operator calls (cancel, timeout, retry) in one path",
+}
 
 
 class _Progress:
@@ -62,12 +86,75 @@ class _Progress:
             self.stream.write("\n")
 
 
+def spec_argument(positional: str | None, option: str | None) -> str | None:
+    """The spec file a command was given, positionally or with `--spec` (None: the shipped one).
+
+    Both may be given only when they name the same file; otherwise the call is
+    `WORKLOAD_INVALID`.
+    """
+    if positional is not None and option is not None and positional != option:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"two spec files given: {positional} and --spec {option}; give one",
+            {"field": "--spec"},
+        )
+    return option if option is not None else positional
+
+
+def _mutant(name: str | None) -> Any:
+    """The mutant called `name` (None for none); an unknown name is `WORKLOAD_INVALID`."""
+    from workwarden.statemachine.check.mutants import MUTANTS
+
+    if not name:
+        return None
+    mutant = MUTANTS.get(name)
+    if mutant is None:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"no mutant {name!r}; the mutants are: {', '.join(sorted(MUTANTS))}",
+            {"field": "--mutant", "valid": sorted(MUTANTS)},
+        )
+    return mutant
+
+
+def _writable_file(path: str, option: str) -> Path:
+    """`path` as a file that can be written, checked before any work is done."""
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        with target.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"{option} {path}: cannot write the file: {exc.strerror or exc}",
+            {"field": option},
+        ) from None
+    return target
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"{option} {path}: cannot write the file: {exc.strerror or exc}",
+            {"field": option},
+        ) from None
+
+
 def _print_report(report: Any, out: Any) -> None:
     d = report.to_dict()
     w = out.write
     w(f"workwarden check: {d['spec']}\n")
     w(f"  universe      {json.dumps(d['universe'], sort_keys=True)}\n")
-    complete = "complete" if d["complete"] else "INCOMPLETE (stopped early)"
+    complete = (
+        "complete"
+        if d["complete"]
+        else "INCOMPLETE (stopped early: a partial exploration proves nothing)"
+    )
     w(f"  explored      {d['states']:,} states, {d['transitions']:,} transitions, ")
     w(f"depth {d['depth']}, {d['seconds']:.1f} s, {d['states_per_second']:,.0f} states/s, ")
     w(f"{complete}\n")
@@ -82,7 +169,7 @@ def _print_report(report: Any, out: Any) -> None:
             w(f"    rule never deciding: {policy}.{rule}\n")
     w(f"  terminal states unreached: {', '.join(d['terminal_unreached']) or '(none)'}\n")
     w(f"  states that cannot finish: {d['cannot_finish']}")
-    w(f" (horizon cut {d['horizon_cut']})\n")
+    w(f" (cut off by the bounds {d['horizon_cut']})\n")
     for problem in d["policy_problems"]:
         w(f"  POLICY: {problem}\n")
     if d["violations"]:
@@ -97,13 +184,14 @@ def _print_report(report: Any, out: Any) -> None:
 
 def _run_check(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.checker import check
-    from workwarden.statemachine.check.mutants import MUTANTS
     from workwarden.statemachine.check.universe import Model
     from workwarden.statemachine.spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec_file = spec_argument(args.spec, args.spec_option)
+    mutant = _mutant(args.mutant)
+    json_path = _writable_file(args.json, "--json") if args.json else None
+    spec = load_spec(spec_file)
     universe = _universe(args, spec)
-    mutant = MUTANTS[args.mutant] if args.mutant else None
     if mutant is not None:
         spec = mutant.spec(spec)
         model = Model(
@@ -119,16 +207,21 @@ def _run_check(args: argparse.Namespace) -> int:
     report = check(spec, universe, model=model, max_states=args.max_states, progress=progress)
     progress.done()
     _print_report(report, sys.stdout)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
+    if json_path is not None:
+        _write(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n", "--json")
     if report.violations:
         out_dir = Path(args.trace_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"--trace-dir {out_dir}: cannot make the directory: {exc.strerror or exc}",
+                {"field": "--trace-dir"},
+            ) from None
         for finding in report.violations:
             trace = {
-                "spec": args.spec,
+                "spec": spec_file,
                 "mutant": args.mutant,
                 "universe": universe.to_dict(),
                 "property": finding.property,
@@ -136,28 +229,140 @@ def _run_check(args: argparse.Namespace) -> int:
                 "steps": list(finding.trace),
             }
             path = out_dir / f"trace-{finding.property}.json"
-            path.write_text(json.dumps(trace, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            _write(path, json.dumps(trace, indent=2, sort_keys=True) + "\n", "--trace-dir")
             print(f"  trace written: {path}  (workwarden replay {path})")
-    return 0 if report.ok else 1
+    if not report.ok:
+        return EXIT_VIOLATION
+    if not report.complete:
+        print(
+            f"  stopped after {report.states:,} states (--max-states): raise the limit or "
+            "shrink the universe for a complete check",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
+    return 0
+
+
+def _read_trace(path: str) -> dict[str, Any]:
+    """A trace file written by `workwarden check`; anything else is `WORKLOAD_INVALID`."""
+
+    def bad(message: str) -> errors.WorkloadError:
+        return errors.WorkloadError(errors.INVALID, f"trace {path}: {message}", {"field": "TRACE"})
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise bad("not UTF-8 text") from None
+    except OSError as exc:
+        raise bad(f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        trace = json.loads(text)
+    except json.JSONDecodeError as exc:
+        lines = [line for line in text.splitlines() if line.strip()]
+        hint = ""
+        if len(lines) > 1:
+            try:
+                json.loads(lines[0])
+                hint = " (it looks like JSON Lines; a trace is one JSON object)"
+            except json.JSONDecodeError:
+                pass
+        raise bad(f"not JSON: {exc.msg} at line {exc.lineno}{hint}") from None
+    if not isinstance(trace, dict):
+        raise bad(f"expected a JSON object, found {type(trace).__name__}")
+    missing = [key for key in ("universe", "steps") if key not in trace]
+    if missing:
+        raise bad(f"not a checker trace: no {' or '.join(missing)}")
+    steps = trace["steps"]
+    if not isinstance(trace["universe"], dict) or not isinstance(steps, list):
+        raise bad("not a checker trace: universe must be an object and steps a list")
+    for number, step in enumerate(steps, start=1):
+        if not isinstance(step, dict) or not isinstance(step.get("action"), str):
+            raise bad(f"step {number} is not an action (an object with an action name)")
+        for key in ("slot", "worker", "to", "now"):
+            value = step.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(f"step {number}: {key} must be a whole number")
+        for key in ("actor", "arg"):
+            if not isinstance(step.get(key, ""), str):
+                raise bad(f"step {number}: {key} must be text")
+    spec = trace.get("spec")
+    if spec is not None and not isinstance(spec, str):
+        raise bad("spec must be the path of a spec file, or null")
+    mutant = trace.get("mutant")
+    if mutant is not None and not isinstance(mutant, str):
+        raise bad("mutant must be a mutant's name, or null")
+    return trace
+
+
+def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
+    """Refuse a trace whose steps name workloads, workers or actions the universe lacks."""
+    known = {
+        "jump", "crash", "claim", "claim_next", "start", "heartbeat", "execution_context",
+        "checkpoint", "complete", "fail", "confirm_cancel", "stale_complete", "stale_heartbeat",
+        "cancel", "timeout", "retry", "recover_expired", "enforce_deadlines", "prepare_recover",
+        "prepare_enforce", "prepare_complete", "commit", "move",
+    }  # fmt: skip
+    moves = dict(model.moves)
+    for number, step in enumerate(trace["steps"], start=1):
+        label = step["action"]
+        problem = None
+        if label not in known:
+            problem = f"unknown action {label!r}"
+        elif label == "move" and step.get("arg") not in moves:
+            valid = ", ".join(moves) or "none in this spec"
+            problem = f"move {step.get('arg')!r} is not an operation of effect move ({valid})"
+        elif not -1 <= step.get("slot", -1) < len(model.ids):
+            problem = f"slot {step['slot']} names no workload of the universe"
+        elif not -1 <= step.get("worker", -1) < len(model.worker_names):
+            problem = f"worker {step['worker']} names no worker of the universe"
+        if problem is not None:
+            raise errors.WorkloadError(
+                errors.INVALID, f"trace {path}: step {number}: {problem}", {"field": "TRACE"}
+            )
+
+
+def _open_store(url: str) -> Any:
+    """The store at `url`; a URL no store answers to, or one that fails to open, is coded."""
+    from workwarden.storage import StoreError
+    from workwarden.storage.urls import open_store
+
+    # A replay admits the trace's workloads into an empty store: one it may create.
+    creates = "mode" in inspect.signature(open_store).parameters
+    try:
+        return open_store(url, mode="create") if creates else open_store(url)
+    except errors.WorkloadError:
+        raise
+    except ValueError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID, f"--store: {exc}", {"field": "--store"}
+        ) from None
+    except StoreError as exc:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
+        ) from None
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from workwarden.statemachine.check.mutants import MUTANTS
     from workwarden.statemachine.check.replay import replay_trace
     from workwarden.statemachine.check.universe import Model, Universe
     from workwarden.statemachine.spec import load_spec
-    from workwarden.storage.urls import open_store
 
-    trace = json.loads(Path(args.trace).read_text(encoding="utf-8"))
-    spec = load_spec(trace.get("spec"))
-    name = args.mutant or trace.get("mutant")
-    mutant = MUTANTS[name] if name else None
+    trace = _read_trace(args.trace)
+    mutant = _mutant(args.mutant or trace.get("mutant"))
+    spec = load_spec(spec_argument(trace.get("spec"), args.spec))
     authority_cls = None
     if mutant is not None:
         spec = mutant.spec(spec)
         authority_cls = mutant.authority_cls()
-    model = Model(spec, Universe.from_dict(trace["universe"]))
-    store = open_store(args.store)
+    try:
+        universe = Universe.from_dict(trace["universe"])
+    except TypeError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID, f"trace {args.trace}: not a checker universe: {exc}"
+        ) from None
+    model = Model(spec, universe)
+    _check_steps(model, trace, args.trace)
+    store = _open_store(args.store)
     if mutant is not None and mutant.wrap_store is not None:
         store = mutant.wrap_store(store)
     try:
@@ -195,8 +400,21 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("spec", nargs="?", default=None, help="spec file (default: shipped)")
+    parser.add_argument(
+        "--spec",
+        dest="spec_option",
+        metavar="FILE",
+        default=None,
+        help="spec file (the same as the positional SPEC; give one or the other)",
+    )
     for name in _UNIVERSE_INTS:
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=int,
+            default=None,
+            help=_BOUND_HELP.get(name),
+        )
     parser.add_argument(
         "--racer",
         dest="racer",
@@ -212,7 +430,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="one workload only (no second workload depending on it)",
     )
-    parser.add_argument("--max-states", type=int, default=None, help="stop after this many states")
+    parser.add_argument(
+        "--max-states",
+        type=int,
+        default=None,
+        help=f"stop after this many states (the check then exits {EXIT_INCOMPLETE}: incomplete)",
+    )
     parser.add_argument("--json", default=None, help="write the report as JSON to this file")
     parser.add_argument("--trace-dir", default=".", help="where counterexample traces go")
     parser.add_argument("--mutant", default=None, help="check a deliberately broken variant")
@@ -225,4 +448,10 @@ def register(subparsers: Any) -> None:
     replay.add_argument("trace", help="a trace file written by workwarden check")
     replay.add_argument("--store", default="memory:", help="store URL (default memory:)")
     replay.add_argument("--mutant", default=None, help="replay against a broken variant")
+    replay.add_argument(
+        "--spec",
+        default=None,
+        metavar="FILE",
+        help="the spec file (default: the one the trace names; both must agree)",
+    )
     replay.set_defaults(handler=_run_replay)

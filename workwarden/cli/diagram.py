@@ -1,10 +1,13 @@
 """`workwarden diagram`: write the legal-transition diagram of a spec, optionally with a history.
 
-`workwarden diagram [SPEC] [--out-dir DIR] [--format dot,svg,png,mermaid]
-[--history STORE_URL WORKLOAD_ID] [--name NAME]` writes `<NAME>.dot`,
-`.svg`, `.png` and `.mmd` (the formats asked for; dot, svg and mermaid by
-default) into DIR (`diagrams` by default). SPEC is a spec file, the shipped
-spec when omitted; NAME is the spec's name by default. `--history` draws one
+`workwarden diagram [SPEC | --spec FILE] [--out-dir DIR] [--format
+dot,svg,png,mermaid] [--history STORE_URL WORKLOAD_ID] [--report FILE]
+[--name NAME]` writes `<NAME>.dot`, `.svg`, `.png` and `.mmd` (the formats
+asked for; dot, svg and mermaid by default) into DIR (`diagrams` by default).
+SPEC (or `--spec FILE`; both only if they name the same file) is a spec file,
+the shipped spec when omitted; NAME is the spec's name by default. `--report`
+overlays a `workwarden check --json` report; one from a check that stopped
+early is drawn as partial. `--history` draws one
 stored workload's committed steps, numbered in order, on the diagram (NAME
 then defaults to `<spec name>-<workload id>`). The drawing itself is
 `workwarden.statemachine.diagram`'s. Errors print as `CODE: message`.
@@ -13,21 +16,23 @@ then defaults to `<spec name>-<workload id>`). The drawing itself is
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from workwarden.cli.check import spec_argument
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import FORMATS, DiagramError, write_diagrams
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.spec import load_spec
 from workwarden.storage import StoreError, open_store
 
-__all__ = ["read_history", "read_report", "register"]
+__all__ = ["Report", "read_history", "read_report", "register"]
 
 _DEFAULT_FORMATS = "dot,svg,mermaid"
 
@@ -45,6 +50,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "spec", nargs="?", metavar="SPEC", help="a spec file (TOML); the shipped spec by default"
+    )
+    parser.add_argument(
+        "--spec",
+        dest="spec_option",
+        metavar="FILE",
+        help="a spec file (the same as SPEC; give one or the other)",
     )
     parser.add_argument(
         "--out-dir", default="diagrams", metavar="DIR", help="where to write (default: diagrams)"
@@ -86,8 +97,12 @@ def read_history(url: str, workload_id: str) -> list[Event]:
     stored document does not parse. Messages never repeat the URL, which may
     hold a password.
     """
+    # Reading never creates (or writes) a store, where the resolver can say so.
+    reads = "mode" in inspect.signature(open_store).parameters
     try:
-        store = open_store(url)
+        store = open_store(url, mode="read") if reads else open_store(url)
+    except errors.WorkloadError:
+        raise
     except ValueError as exc:
         raise errors.WorkloadError(
             errors.INVALID, f"--history: {exc}", {"field": "STORE_URL"}
@@ -121,17 +136,35 @@ def read_history(url: str, workload_id: str) -> list[Event]:
     return list(workload.execution_history)
 
 
-def read_report(path: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """The unreachable edges and the states never at rest of a checker report (JSON)."""
+class Report(NamedTuple):
+    """What a diagram draws of a checker report."""
+
+    #: The edges no step took.
+    unreachable: list[tuple[str, str]]
+    #: The states no committed step left the work in.
+    never_at_rest: list[str]
+    #: Did the exploration complete? If not, the drawing is partial.
+    complete: bool
+
+
+def read_report(path: str) -> Report:
+    """The unreached edges, the states never at rest and the completeness of a checker report.
+
+    A file that is not a report written by `workwarden check --json` is
+    `WORKLOAD_INVALID`.
+    """
     try:
         report = json.loads(Path(path).read_text(encoding="utf-8"))
         edges = [tuple(edge.split(" -> ")) for edge in report["edges_never_taken"]]
-        states = list(report["never_at_rest"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        states = [str(state) for state in report["never_at_rest"]]
+        complete = report.get("complete", True)
+        if any(len(edge) != 2 for edge in edges) or not isinstance(complete, bool):
+            raise ValueError("edges_never_taken or complete is malformed")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise errors.WorkloadError(
             errors.INVALID, f"--report {path}: not a checker report ({exc})", {"field": "report"}
         ) from None
-    return [(a, b) for a, b in edges], states
+    return Report([(a, b) for a, b in edges], states, complete)
 
 
 def _formats(text: str) -> list[str]:
@@ -148,7 +181,7 @@ def _formats(text: str) -> list[str]:
 def _run(args: argparse.Namespace) -> int:
     try:
         formats = _formats(args.format)
-        spec = load_spec(args.spec)
+        spec = load_spec(spec_argument(args.spec, args.spec_option))
         history: list[Event] = []
         name = args.name
         if args.history is not None:
@@ -157,15 +190,16 @@ def _run(args: argparse.Namespace) -> int:
             if name is None:
                 # File-name safe: the id may hold any printable character.
                 name = f"{spec.data.spec.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', workload_id)}"
-        unreachable, never_at_rest = read_report(args.report) if args.report else ([], [])
+        report = read_report(args.report) if args.report else Report([], [], True)
         written = write_diagrams(
             spec,
             args.out_dir,
             formats=formats,
             name=name,
             history=history,
-            unreachable_edges=unreachable,
-            never_at_rest=never_at_rest,
+            unreachable_edges=report.unreachable,
+            never_at_rest=report.never_at_rest,
+            partial=not report.complete,
         )
     except DiagramError as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)

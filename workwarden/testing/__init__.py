@@ -12,7 +12,10 @@ committed (every read-decide-write race, without threads or sleeps).
 After every step it checks the committed store against the named invariants
 of `workwarden.statemachine.properties.invariants`, and before every call it asks an
 independent shadow model (`workwarden.testing.shadow`) what must happen: the call
-fails the run when the authority disagrees. A refused call must change
+fails the run when the authority disagrees. The shadow model states the shipped
+spec's rules: under a spec whose rules differ it is off, and the suite says so
+with a `ShadowModelOffWarning` (the invariants and the refusals each operation
+may give are still checked). A refused call must change
 nothing. A failing run prints the shortest program Hypothesis found, step by
 step, with each call and its outcome noted.
 
@@ -34,7 +37,9 @@ rules, invariants and profiles are described in `docs/testing.md`.
 The suite's parts: `machine` (the base: setup, the checks after every step,
 the plumbing of each call), the rule groups mixed into `AuthorityMachine`
 (`admission_rules`, `claim_rules`, `worker_rules`, `crash_rules`,
-`operator_rules`, `sweep_rules`, `clock_rules`, `held_rules`, `race_rules`),
+`operator_rules`, `sweep_rules`, `clock_rules`, `held_rules`, `race_rules`, and
+`move_rules` for a spec with operations of effect `move`, `reply_lost_rules` for calls
+repeated after a lost reply),
 `suite` (the machine and its factories), `support` (plans, workers, the
 recording store) and `shadow` (the independent model).
 """
@@ -48,7 +53,14 @@ except ImportError:  # pragma: no cover - depends on the environment
         "workwarden.testing needs Hypothesis: pip install 'workwarden[test]'"
     ) from None
 
-from workwarden.testing.suite import AuthorityMachine, authority_machine, run_authority_machine
+from workwarden.testing.move_rules import MoveRules
+from workwarden.testing.reply_lost_rules import ReplyLostRules
+from workwarden.testing.suite import (
+    AuthorityMachine,
+    ShadowModelOffWarning,
+    authority_machine,
+    run_authority_machine,
+)
 from workwarden.testing.support import (
     CheckFailed,
     Coverage,
@@ -62,7 +74,10 @@ __all__ = [
     "AuthorityMachine",
     "CheckFailed",
     "Coverage",
+    "MoveRules",
     "RecordingStore",
+    "ReplyLostRules",
+    "ShadowModelOffWarning",
     "StoreFactory",
     "WorkloadPlan",
     "authority_machine",

@@ -1,4 +1,10 @@
-"""The stateful suite's operators: cancelling, timing out and re-arming work."""
+"""The stateful suite's operators: cancelling, timing out and re-arming work.
+
+What each call may be refused with and which workloads it prefers are read
+from the machine's spec (`allowed_refusals`, `operator_targets`), so a spec
+that adds states keeps them right; the operations a spec adds with the
+effect `move` are `move_rules`'.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from hypothesis.stateful import precondition, rule
 from workwarden.statemachine.authority import Authority
 from workwarden.testing.machine import WRITERS, MachineBase
 from workwarden.testing.shadow import Outcome
-from workwarden.testing.support import ALLOWED, OPERATOR_TARGETS
+from workwarden.testing.support import allowed_refusals, operator_targets
 
 __all__ = ["OperatorRules"]
 
@@ -31,7 +37,7 @@ class OperatorRules(MachineBase):
         work is cancelled at once), times any workload out (the operator-timeout policy
         decides), or re-arms dead-lettered work (one more attempt, at most max_attempts
         times). With no workload in a preferred state it picks any, to be refused."""
-        workload = self._in_state(OPERATOR_TARGETS[call], pick)
+        workload = self._in_state(operator_targets(type(self).spec)[call], pick)
         self._operator(writer, call, workload)
 
     def _operator(self, writer: Authority, op: str, key: str) -> None:
@@ -41,7 +47,8 @@ class OperatorRules(MachineBase):
             "retry": lambda: writer.retry(key, "operator-1", self.now, reason="re-arm"),
         }
         outcome = self._predict_operator(op, key)
-        reply, error = self._call(op, f"{op} {key} (operator)", calls[op], outcome, ALLOWED[op])
+        allowed = allowed_refusals(type(self).spec)[op]
+        reply, error = self._call(op, f"{op} {key} (operator)", calls[op], outcome, allowed)
         if error is None and outcome is not None:
             self._expect(
                 reply == outcome.state,

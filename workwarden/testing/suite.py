@@ -4,16 +4,25 @@
 Hypothesis `RuleBasedStateMachine` (Hypothesis collects the rules,
 initializers, invariants and preconditions of every class it inherits);
 `authority_machine(...)` builds a concrete machine over a store factory and a
-spec, and `run_authority_machine(...)` runs one once.
+spec, and `run_authority_machine(...)` runs one once. A spec with operations
+of effect `move` also gets `MoveRules`, which takes them.
+
+The shadow model states the shipped spec's rules. Under a spec whose rules
+differ it is off, and building the machine says so with a
+`ShadowModelOffWarning`; asking for it (`shadow=True`) under a spec whose
+table differs (other states, transitions or operations), which it cannot
+follow at all, is refused.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.testing.admission_rules import AdmissionRules
@@ -21,19 +30,47 @@ from workwarden.testing.claim_rules import ClaimRules
 from workwarden.testing.clock_rules import ClockRules
 from workwarden.testing.crash_rules import CrashRules
 from workwarden.testing.held_rules import HeldCallRules
+from workwarden.testing.move_rules import MoveRules, move_operations
 from workwarden.testing.operator_rules import OperatorRules
 from workwarden.testing.race_rules import RaceRules
+from workwarden.testing.reply_lost_rules import ReplyLostRules
 from workwarden.testing.support import Coverage, StoreFactory, same_rules
 from workwarden.testing.sweep_rules import SweepRules
 from workwarden.testing.worker_rules import WorkerRules
 
-__all__ = ["AuthorityMachine", "authority_machine", "run_authority_machine"]
+__all__ = [
+    "AuthorityMachine",
+    "ShadowModelOffWarning",
+    "authority_machine",
+    "run_authority_machine",
+    "same_table",
+]
+
+
+class ShadowModelOffWarning(UserWarning):
+    """The stateful suite runs without its shadow model: the spec's rules are not the shipped ones.
+
+    The shadow model predicts each call by the shipped spec's rules; under a
+    spec whose states, table, policies, backoff or deadlines differ it cannot,
+    so the suite checks every registered invariant after each step and that
+    each refusal is one its operation can give, but predicts no outcome.
+    Emitted once, when `authority_machine(...)` builds the machine. Pass
+    `shadow=False` to say that this is what you want (no warning), or filter
+    it like any warning.
+    """
+
+
+def same_table(spec: Spec, other: Spec) -> bool:
+    """Do two specs have the same states, transitions and operations?"""
+    fields = {"states", "transitions", "operations"}
+    return spec.data.model_dump(include=fields) == other.data.model_dump(include=fields)
 
 
 class AuthorityMachine(
     RaceRules,
     HeldCallRules,
     CrashRules,
+    ReplyLostRules,
     WorkerRules,
     ClaimRules,
     AdmissionRules,
@@ -65,29 +102,67 @@ def authority_machine(
     states the shipped spec's rules; by default it runs exactly when `spec`
     has the shipped rules (states, table, policies, backoff, deadlines), and
     otherwise the suite checks the invariants and that each refusal is one
-    the operation can give. `writers` authorities share the store; each is
-    built by `authority_class` (a subclass of `Authority`) with the next
-    `remember` value, cycled (by default the first writer reads before every
-    decision, the second decides one-call methods on its own 16 latest writes
-    too). `workers` workers hold claims. `coverage` collects the edges and
-    outcomes the runs reach. The class's `TestCase` is a unittest case for
-    pytest.
+    the operation can give, and warns (`ShadowModelOffWarning`) that the
+    shadow model is off. `shadow=True` under a spec whose states, transitions
+    or operations differ from the shipped ones is refused (`ValueError`): the
+    shadow model cannot follow another table. (Under the shipped table with
+    other policies it may run, and then holds the spec to the shipped rules.)
+    A spec with operations of effect `move` gets `MoveRules` too.
+
+    `writers` authorities share the store; each is built by `authority_class`
+    (a subclass of `Authority`) with the next `remember` value, cycled (by
+    default the first writer reads before every decision, the second decides
+    one-call methods on its own 16 latest writes too). `workers` workers hold
+    claims. `coverage` collects the edges and outcomes the runs reach. The
+    class's `TestCase` is a unittest case for pytest.
     """
     if not callable(store_factory):
-        raise TypeError("store_factory must be a callable returning a fresh store")
+        raise errors.bad_argument(
+            "store_factory", "store_factory must be a callable returning a fresh store"
+        )
     if writers < 1 or workers < 1:
-        raise ValueError(f"need at least one writer and one worker (got {writers}, {workers})")
+        raise errors.bad_argument(
+            "writers", f"need at least one writer and one worker (got {writers}, {workers})"
+        )
     if not remember or any(
         isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in remember
     ):
-        raise ValueError(f"remember must list whole numbers of writes, 0 or more (got {remember})")
+        raise errors.bad_argument(
+            "remember", f"remember must list whole numbers of writes, 0 or more (got {remember})"
+        )
     if not (isinstance(authority_class, type) and issubclass(authority_class, Authority)):
-        raise TypeError("authority_class must be Authority or a subclass of it")
+        raise errors.bad_argument(
+            "authority_class", "authority_class must be Authority or a subclass of it"
+        )
     chosen = spec if spec is not None else default_spec()
-    use_shadow = same_rules(chosen, default_spec()) if shadow is None else shadow
+    shipped = default_spec()
+    if shadow and not same_table(chosen, shipped):
+        raise errors.bad_argument(
+            "shadow",
+            f"shadow=True under {chosen.source}: the shadow model states the shipped spec's "
+            "rules and cannot follow a spec whose states, transitions or operations differ; "
+            "leave shadow unset (the suite then checks the invariants and the refusals each "
+            "operation can give)",
+        )
+    use_shadow = same_rules(chosen, shipped) if shadow is None else shadow
+    if shadow is None and not use_shadow:
+        warnings.warn(
+            ShadowModelOffWarning(
+                f"the stateful suite runs without its shadow model under {chosen.source}: its "
+                "rules differ from the shipped spec's, so no call's outcome is predicted; every "
+                "invariant and the refusals each operation can give are still checked (pass "
+                "shadow=False to silence this)"
+            ),
+            stacklevel=2,
+        )
+    # Mixed in only when there is something to take, so the shipped spec's
+    # programs are drawn from exactly the same rules as before.
+    bases: tuple[type, ...] = (
+        (MoveRules, AuthorityMachine) if move_operations(chosen) else (AuthorityMachine,)
+    )
     return type(
         "AuthorityMachine",
-        (AuthorityMachine,),
+        bases,
         {
             "store_factory": staticmethod(store_factory),
             "spec": chosen,
