@@ -100,8 +100,10 @@ def test_the_chaos_command_refuses_a_store_that_already_holds_work(
     with closing(SQLiteStore(path)) as store:
         make_authority(store).admit(request(), 10_000)
     status = main(["chaos", "--store", f"sqlite://{path}", "--workloads", "5", "--seconds", "1"])
-    assert status == 2
-    assert "needs an empty store" in capsys.readouterr().err
+    assert status == 1
+    assert capsys.readouterr().err.startswith(
+        "WORKLOAD_STORE_UNUSABLE: a chaos run needs an empty store"
+    )
 
 
 # -- the audit is not vacuous --------------------------------------------------------

@@ -124,10 +124,30 @@ def test_a_program_that_does_not_answer_is_stopped_after_the_timeout(
     assert "at step 3 of 3: no response within 0.5 s to a command request" in out
 
 
-def test_a_program_that_cannot_be_started_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["conform", "--cmd", "no-such-program-here --x", "-k", "lifecycle/a_heart"])
+def test_a_program_that_cannot_be_started_stops_the_run_with_one_coded_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["conform", "--cmd", "no-such-program-here --x"])
     assert status == 1
-    assert "cannot start no-such-program-here --x" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[0] == (
+        "CONFORMANCE_PROGRAM_UNUSABLE: cannot start no-such-program-here --x: No such file or"
+        " directory; no scenario can run, so none was"
+    )
+
+
+def test_a_program_that_dies_on_its_first_request_stops_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    program = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(3)'"
+    assert main(["conform", "--cmd", program]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    first = err.splitlines()[0]
+    assert first.startswith("CONFORMANCE_PROGRAM_UNUSABLE: ")
+    assert "failed its first request: the program exited (status 3)" in first
+    assert len(err) < 1_000
 
 
 def test_the_adapter_answers_one_line_per_request_and_refuses_what_is_not_the_protocol() -> None:

@@ -1,7 +1,14 @@
-"""`workwarden inspect` and `workwarden list`: a store's workloads as readable tables."""
+"""`workwarden inspect`, `list` and `stats`: a store's workloads as readable tables.
+
+And the progress lines long commands print where no terminal shows a bar.
+"""
 
 from __future__ import annotations
 
+import io
+import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +16,8 @@ import pytest
 from support import CAPS, request
 from support import authority as authority_over
 from workwarden.cli import main
+from workwarden.cli.progress import Progress
+from workwarden.cli.stats import duration
 from workwarden.statemachine import Timeouts
 from workwarden.storage import SQLiteStore
 
@@ -48,12 +57,17 @@ def test_inspect_shows_state_claim_attempts_and_history(
     assert main(["inspect", "--store", url, wid]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
+    summary = lines[1 : lines.index("")]
+    fields = dict(line.strip().split("  ", 1) for line in summary)
+    fields = {name: value.strip() for name, value in fields.items()}
     assert lines[0] == f"workload {wid}"
-    assert "  state          CHECKPOINTED (active)" in lines
-    assert "  version        7, contract 2" in lines
-    assert any(line.startswith("  claim          worker-b, token 2, claim_") for line in lines)
-    assert "  attempts       2 of 3 (max_attempts 3 + 0 operator re-arms), retries 0" in lines
-    assert "  deadlines      execution 60000 ms" in lines
+    assert fields["state"] == "CHECKPOINTED (active)"
+    assert fields["version"] == "7, contract 2"
+    assert fields["created"] == "1970-01-01T00:00:10.000Z (10000)"
+    assert fields["claim"].startswith("worker-b, token 2, claim_")
+    assert fields["lease until"] == "1970-01-01T00:00:23.000Z (23000)"
+    assert fields["attempts"] == "2 of 3 (max_attempts 3 + 0 operator re-arms), retries 0"
+    assert fields["deadlines"] == "execution 60000 ms"
     assert "attempts (2)" in lines
     assert any("worker-a" in line and "WORKER_LOST" in line for line in lines)
     assert "history (8 events; AT is ms since admission)" in lines
@@ -70,7 +84,9 @@ def test_list_shows_a_tenant_and_applications_workloads_by_priority(
     assert lines[0].split() == [
         "WORKLOAD", "STATE", "PRIORITY", "ATTEMPTS", "VERSION", "CREATED", "UPDATED", "DEF",
     ]  # fmt: skip
-    assert lines[1].split()[:5] == [_workload_id(), "CHECKPOINTED", "5", "2/3", "7"]
+    assert lines[1].split()[:6] == [
+        _workload_id(), "CHECKPOINTED", "5", "2/3", "7", "1970-01-01T00:00:10.000Z",
+    ]  # fmt: skip
     assert lines[2].split()[:4] == [_workload_id("queued"), "READY", "0", "0/3"]
     assert lines[-1] == "2 workload(s)"
     assert main(["list", "--store", url, "t", "nothing"]) == 0
@@ -85,15 +101,151 @@ def test_the_store_may_come_from_the_environment(
     assert _workload_id("elsewhere", "other") in capsys.readouterr().out
 
 
+def test_list_keeps_the_workloads_in_the_state_asked_for(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["list", "--store", url, "--state", "READY", "t", "app"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == [_workload_id("queued")]
+    assert lines[-1] == "1 workload(s)"
+    assert main(["list", "--store", url, "--state", "SUCCEEDED", "t", "app"]) == 0
+    assert capsys.readouterr().out == (
+        "no workloads in state SUCCEEDED for tenant t, application app\n"
+    )
+
+
+def test_an_unknown_state_is_a_usage_error_naming_the_states(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["list", "--store", url, "--state", "DONE", "t", "app"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("WORKWARDEN_USAGE: workwarden list: argument --state: no state 'DONE'")
+    assert "READY, CLAIMED" in err
+
+
 def test_errors_print_as_code_and_message(
     url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert main(["inspect", "--store", url, "no-such-workload"]) == 1
-    assert capsys.readouterr().err == "WORKLOAD_NOT_FOUND: no workload no-such-workload\n"
+    assert capsys.readouterr().err.startswith("WORKLOAD_NOT_FOUND: no workload no-such-workload\n")
     monkeypatch.delenv("WORKWARDEN_STORE", raising=False)
     assert main(["list", "t", "app"]) == 1
-    assert capsys.readouterr().err == (
-        "WORKLOAD_INVALID: no store: give --store URL or set WORKWARDEN_STORE\n"
+    assert capsys.readouterr().err.startswith(
+        "WORKLOAD_STORE_URL_INVALID: no store: give --store URL or set WORKWARDEN_STORE\n"
     )
     assert main(["inspect", "--store", "ftp://example", "x"]) == 1
-    assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: --store: unknown store URL scheme")
+    assert capsys.readouterr().err.startswith(
+        "WORKLOAD_STORE_URL_INVALID: unknown store URL scheme 'ftp'"
+    )
+
+
+def test_reading_a_store_never_creates_or_changes_its_file(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo.sqlite3"
+    assert main(["list", "--store", str(missing), "t", "app"]) == 1
+    assert capsys.readouterr().err.startswith(f"WORKLOAD_STORE_NOT_FOUND: no store at {missing}")
+    assert not missing.exists()
+    path = Path(url.removeprefix("sqlite://"))
+    before = path.read_bytes()
+    assert main(["list", "--store", url, "t", "app"]) == 0
+    assert main(["inspect", "--store", url, _workload_id()]) == 0
+    assert path.read_bytes() == before
+
+
+def test_stats_counts_each_scope_by_state_and_names_the_longest_waiting_ready_work(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stats", "--store", url, "--now", "70500"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "workloads by state at 1970-01-01T00:01:10.500Z (70500)"
+    assert lines[1].split() == [
+        "TENANT", "APPLICATION", "TOTAL", "READY", "CHECKPOINTED", "OLDEST", "READY",
+    ]  # fmt: skip
+    assert lines[2].split()[:6] == ["t", "app", "2", "1", "1", "1m"]
+    assert f"({_workload_id('queued')}, since 1970-01-01T00:00:10.500Z (10500))" in lines[2]
+    assert lines[3].split()[:5] == ["t", "other", "1", "1", "0"]
+    assert lines[-1] == "3 workload(s) in 2 scope(s): READY 2, CHECKPOINTED 1"
+
+
+def test_stats_as_json_for_one_tenant_and_application(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["stats", "--store", url, "--tenant", "t", "--application", "app", "--json"]
+    assert main([*argv, "--now", "20000"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == {
+        "now": 20_000,
+        "total": 2,
+        "by_state": {"CHECKPOINTED": 1, "READY": 1},
+        "scopes": [
+            {
+                "tenant": "t",
+                "application": "app",
+                "total": 2,
+                "by_state": {"CHECKPOINTED": 1, "READY": 1},
+                "oldest_ready": {
+                    "workload_id": _workload_id("queued"),
+                    "since": 10_500,
+                    "age_ms": 9_500,
+                },
+            }
+        ],
+    }
+    assert main(["stats", "--store", url, "--tenant", "nobody"]) == 0
+    assert capsys.readouterr().out == "no workloads for tenant nobody\n"
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [(250, "250 ms"), (9_500, "9.5s"), (61_000, "1m 01s"), (3_725_000, "1h 02m 05s"),
+     (90_000_000, "1d 01h 00m")],
+)  # fmt: skip
+def test_an_age_reads_in_days_hours_minutes_and_seconds(ms: int, text: str) -> None:
+    assert duration(ms) == text
+
+
+def test_progress_prints_periodic_plain_lines_where_there_is_no_terminal() -> None:
+    out = io.StringIO()
+    with Progress("importing", total=4, unit="lines", stream=out, every_s=0.0) as progress:
+        for _ in range(4):
+            progress.advance(note="reading")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("importing: 1 of 4 lines (25%), 0 s")
+    assert lines[-1].startswith("importing: 4 of 4 lines (100%), 0 s")
+    assert lines[-1].endswith(", reading")
+    assert len(lines) == 4
+    quiet = io.StringIO()
+    with Progress("short", stream=quiet) as progress:
+        progress.advance()
+    assert quiet.getvalue() == ""
+
+
+def test_a_store_file_nobody_may_write_is_still_read(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The suite runs as root, whom file modes do not stop: the immutable
+    # attribute refuses every write, root's included, as a read-only file or
+    # file system refuses a user's.
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    copy = folder / "store.sqlite3"
+    shutil.copyfile(url.removeprefix("sqlite://"), copy)
+    before = copy.read_bytes()
+    subprocess.run(["chattr", "+i", str(copy), str(folder)], check=True)
+    try:
+        assert main(["list", "--store", str(copy), "t", "app"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == "2 workload(s)"
+        assert main(["stats", "--store", str(copy), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["total"] == 3
+        assert main(["export", "--store", str(copy)]) == 0
+        exported = capsys.readouterr().out
+        assert len(exported.splitlines()) == 3
+        dump = tmp_path / "export.jsonl"
+        dump.write_text(exported, encoding="ascii")
+        assert main(["import", "--store", str(copy), str(dump)]) == 1
+        assert capsys.readouterr().err.startswith("WORKLOAD_STORE_UNUSABLE: ")
+    finally:
+        subprocess.run(["chattr", "-i", str(copy), str(folder)], check=True)
+    assert copy.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["store.sqlite3"]

@@ -85,7 +85,7 @@ def _worker_entry() -> Callable[..., None]:
 
 def admit_workloads(url: str, count: int) -> list[str]:
     """Admit `count` workloads of one tenant and application; returns their ids."""
-    with closing(open_store(url)) as store:
+    with closing(open_store(url, mode="create")) as store:
         authority = make_authority(store)
         return [
             authority.admit(request(idempotency_key=f"key-{n}"), ADMITTED).workload.workload_id

@@ -6,7 +6,9 @@ request a line on its standard input, one response a line on its standard
 output. Each scenario is reported passed, or failed with the first step that
 differs, expected and actual side by side (`compare_step`). A program that
 exits, or does not answer within the timeout, fails the scenario with a
-message that says so, and is started afresh for the next one. `junit_xml`
+message that says so, and is started afresh for the next one; one that
+cannot start or fails its very first request stops the run at once
+(`CONFORMANCE_PROGRAM_UNUSABLE`). `junit_xml`
 writes the results for CI systems. Recorded histories are checked by
 `decisions.check_history`.
 """
@@ -40,12 +42,15 @@ from workwarden.statemachine.conformance.runner import (
     snapshot,
 )
 from workwarden.statemachine.conformance.schemas import REPLY_MODELS
+from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.models import Event
 from workwarden.statemachine.spec import Spec
 
 __all__ = [
+    "PROGRAM_UNUSABLE",
     "ConformanceProgram",
     "ProgramError",
+    "ProgramUnusable",
     "ScenarioResult",
     "StepDifference",
     "compare_step",
@@ -57,8 +62,16 @@ __all__ = [
 # -- running vectors against a program ----------------------------------------------------
 
 
+#: The code of a run that stops at once: the program cannot serve a single request.
+PROGRAM_UNUSABLE = "CONFORMANCE_PROGRAM_UNUSABLE"
+
+
 class ProgramError(Exception):
     """The program under test exited, did not answer in time, or answered outside the protocol."""
+
+
+class ProgramUnusable(ProgramError):
+    """The program cannot be started, or failed the first request it was ever sent."""
 
 
 class ConformanceProgram:
@@ -76,6 +89,8 @@ class ConformanceProgram:
         self._process: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr: deque[str] = deque(maxlen=20)
+        #: How many valid responses the program has given, over all its starts.
+        self.answered = 0
 
     def _start(self) -> subprocess.Popen[str]:
         try:
@@ -89,7 +104,7 @@ class ConformanceProgram:
                 bufsize=1,
             )
         except OSError as exc:
-            raise ProgramError(
+            raise ProgramUnusable(
                 f"cannot start {shlex.join(self.argv)}: {exc.strerror or exc}"
             ) from None
         self._lines = queue.Queue()
@@ -159,6 +174,7 @@ class ConformanceProgram:
             raise ProgramError(
                 f'a response must be {{"ok": ...}} or {{"error": {{...}}}}, not {line[:200]!r}'
             )
+        self.answered += 1
         return response
 
     def close(self, *, kill: bool = False) -> None:
@@ -409,7 +425,15 @@ def _run_one(
             before = after
         else:
             result.passed = True
+    except ProgramUnusable:
+        raise
     except ProgramError as exc:
+        if program.answered == 0:
+            # Not one request was ever answered: every scenario would fail the same way.
+            program.close(kill=True)
+            raise ProgramUnusable(
+                f"{shlex.join(program.argv)} failed its first request: {exc}"
+            ) from None
         where = f"at step {step_number} of {len(vector.steps)}" if step_number else "at reset"
         result.error = f"{where}: {exc}"
     result.seconds = time.perf_counter() - started
@@ -430,12 +454,24 @@ def run_conformance(
     starts may take 30 s, for start-up). `spec` is the spec the vectors
     were generated from (the shipped one by default); it is used only to show
     a differing document field by field.
+
+    A program that cannot be started, or that fails the first request it is
+    ever sent (exits, does not answer, answers outside the protocol), would
+    fail every scenario the same way: the run stops at once with
+    `WorkloadError` `CONFORMANCE_PROGRAM_UNUSABLE`, saying what happened.
     """
     program = ConformanceProgram(argv, timeout)
     results: list[ScenarioResult] = []
     try:
         for vector in vectors:
-            result = _run_one(program, vector, spec)
+            try:
+                result = _run_one(program, vector, spec)
+            except ProgramUnusable as exc:
+                raise WorkloadError(
+                    PROGRAM_UNUSABLE,
+                    f"{exc}; no scenario can run, so none was",
+                    {"program": list(argv), "scenarios_run": len(results)},
+                ) from None
             if result.error is not None:
                 program.close()
             results.append(result)

@@ -323,7 +323,7 @@ def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
     spec = default_spec()
     rng = random.Random(config.seed)
     with tempfile.TemporaryDirectory(prefix="workwarden-chaos-") as log_dir:
-        store = open_store(config.url)
+        store = open_store(config.url, mode="create")
         try:
             if next(iter(store.scan()), None) is not None:
                 raise ValueError("a chaos run needs an empty store; this one holds workloads")

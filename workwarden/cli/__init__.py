@@ -1,24 +1,110 @@
-"""The `workwarden` command line.
+"""The `workwarden` command line, and what its commands share.
 
 Each group of subcommands lives in its own module (`workwarden/cli/*.py`) and registers
 itself through a `register(subparsers)` function listed in `_MODULES`. A
-command returns its exit status; a `WorkloadError` reaching this level is
-printed as `CODE: message` on standard error with exit status 1, never as a
-traceback.
+command returns its exit status. Whatever the input, `main` prints no
+traceback: an error is one line `CODE: message` on standard error (then its
+`details` as indented JSON, when it has any), with a code from the catalogue
+(`specs/workload.toml`, `[errors]`), and the exit status says what kind of
+error it was (`docs/cli.md`):
+
+- 0: done; 1: refused (a `WorkloadError`), or a check found problems;
+- 2: the command line is malformed (`WORKWARDEN_USAGE`);
+- 70: an unexpected error (`WORKWARDEN_INTERNAL`, a bug: please report it);
+- 130: interrupted.
+
+The helpers below give every command the same behaviour at the edges:
+`opened_store` (the store of `--store` or `WORKWARDEN_STORE`, for reading,
+writing or creating), `read_input` and `write_output` (files, with coded
+errors and no partial output), `print_table` (a table on a terminal, plain
+aligned columns elsewhere), `instant` (milliseconds as ISO-8601 UTC beside
+the raw number) and the option types `positive_int` and `positive_seconds`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
+import errno
 import importlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
 
 from workwarden import __version__
-from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
+from workwarden.storage.base import Store, StoreError
+from workwarden.storage.urls import (
+    STORE_NOT_FOUND,
+    STORE_UNUSABLE,
+    STORE_URL_INVALID,
+    STORE_VARIABLE,
+    Mode,
+    open_store,
+)
 
-__all__ = ["main"]
+__all__ = [
+    "COMMAND_LINE_CODES",
+    "EXIT_INTERNAL",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "INPUT_UNREADABLE",
+    "INTERNAL",
+    "OUTPUT_UNWRITABLE",
+    "STORE_HELP",
+    "USAGE",
+    "Parser",
+    "build_parser",
+    "instant",
+    "main",
+    "opened_store",
+    "output_directory",
+    "output_file",
+    "plain_table",
+    "positive_int",
+    "positive_seconds",
+    "print_table",
+    "read_input",
+    "write_output",
+]
+
+USAGE = "WORKWARDEN_USAGE"
+INPUT_UNREADABLE = "WORKWARDEN_INPUT_UNREADABLE"
+OUTPUT_UNWRITABLE = "WORKWARDEN_OUTPUT_UNWRITABLE"
+INTERNAL = "WORKWARDEN_INTERNAL"
+
+#: The catalogue codes only the command line and `open_store` print (not the core).
+COMMAND_LINE_CODES = frozenset(
+    {
+        USAGE,
+        INPUT_UNREADABLE,
+        OUTPUT_UNWRITABLE,
+        INTERNAL,
+        STORE_URL_INVALID,
+        STORE_NOT_FOUND,
+        STORE_UNUSABLE,
+        "CONFORMANCE_PROGRAM_UNUSABLE",
+        "DIAGRAM_INPUT_INVALID",
+        "DIAGRAM_WRITE_FAILED",
+        "GRAPHVIZ_NOT_FOUND",
+        "GRAPHVIZ_FAILED",
+    }
+)
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+
+#: The help of every `--store` option.
+STORE_HELP = (
+    "the store: memory:, sqlite:///path, a file path, or postgresql://..."
+    f" (default: ${STORE_VARIABLE})"
+)
 
 #: Modules that add subcommands, in the order they appear in `--help`.
 _MODULES = (
@@ -28,14 +114,55 @@ _MODULES = (
     "workwarden.cli.diagram",
     "workwarden.cli.store",
     "workwarden.cli.inspect",
+    "workwarden.cli.stats",
     "workwarden.cli.reference",
     "workwarden.cli.chaos",
+    "workwarden.cli.serve",
+    "workwarden.cli.worker",
 )
+
+
+# -- the parser ------------------------------------------------------------------------
+
+
+class _Usage(Exception):
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.message = message
+
+
+class _Help(argparse.HelpFormatter):
+    """Adds `(default: X)` to an option's help when it has a default and does not say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and action.option_strings
+            and default not in (None, False, argparse.SUPPRESS)
+            and action.nargs != 0
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose usage errors are coded (`WORKWARDEN_USAGE`, exit status 2)
+    and whose help shows each option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise _Usage(self.prog, message)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="workwarden",
         description="A formally-checked state machine toolkit for durable work.",
     )
@@ -46,20 +173,278 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def positive_int(text: str) -> int:
+    """An option type: a whole number of at least 1 (else a usage error)."""
     try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An option type: a positive, finite number of seconds (else a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+def _print_error(code: str, message: str, details: Any = None) -> None:
+    print(f"{code}: {message}", file=sys.stderr)
+    if details:
+        print(json.dumps(details, indent=2, sort_keys=True, default=str), file=sys.stderr)
+
+
+def _not_utf8(argv: Sequence[str]) -> int | None:
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return number
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (see the module docstring)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        bad = _not_utf8(args_list)
+        if bad is not None:
+            raise _Usage("workwarden", f"argument {bad} is not UTF-8 text")
+        args = build_parser().parse_args(args_list)
         status: int = args.handler(args)
+    except _Usage as exc:
+        command = exc.prog
+        _print_error(USAGE, f"{command}: {exc.message} (see {command} --help)")
+        return EXIT_USAGE
     except WorkloadError as exc:
-        print(f"{exc.code}: {exc.message}", file=sys.stderr)
-        if exc.details:
-            print(json.dumps(exc.details, indent=2, sort_keys=True), file=sys.stderr)
-        return 1
+        _print_error(exc.code, exc.message, exc.details)
+        return EXIT_USAGE if exc.code == USAGE else EXIT_REFUSED
+    except SystemExit as exc:
+        # --help and --version end here, as does a command that exits itself.
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_REFUSED)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`workwarden export ... | head`): nothing more to say.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stream
+        return EXIT_REFUSED
+    except Exception as exc:  # noqa: BLE001 - the last resort: one coded line, no traceback
+        return _unexpected(exc)
     return status
+
+
+def _unexpected(exc: Exception) -> int:
+    code = getattr(exc, "code", None)
+    message = getattr(exc, "message", None)
+    if isinstance(code, str) and code in COMMAND_LINE_CODES and isinstance(message, str):
+        # A coded error of a part that has its own class (`DiagramError`).
+        _print_error(code, message)
+        return EXIT_REFUSED
+    if isinstance(exc, UnicodeDecodeError):
+        _print_error(INPUT_UNREADABLE, f"an input is not UTF-8 text ({exc.reason})")
+        return EXIT_REFUSED
+    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+    _print_error(
+        INTERNAL,
+        f"unexpected {type(exc).__name__}{where}: {exc}; this is a bug in workwarden,"
+        " please report it with the command line that led to it",
+    )
+    return EXIT_INTERNAL
+
+
+# -- stores ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def opened_store(url: str | None, mode: Mode) -> Iterator[Store]:
+    """The store `url` names (None: `WORKWARDEN_STORE`) for `mode`, closed afterwards.
+
+    A store error while it is used becomes `WORKLOAD_STORAGE_FAILURE`.
+    """
+    store = open_store(url, mode=mode)
+    try:
+        yield store
+    except StoreError as exc:
+        raise WorkloadError(STORAGE_FAILURE, f"the store failed: {exc}") from None
+    finally:
+        with contextlib.suppress(StoreError):
+            store.close()
+
+
+# -- files -----------------------------------------------------------------------------
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ENOTDIR:
+        return "a part of the path is a file, not a directory"
+    return exc.strerror or str(exc)
+
+
+def read_input(path: str, what: str = "input") -> str:
+    """The UTF-8 text of file `path` (`-`: standard input).
+
+    `WORKWARDEN_INPUT_UNREADABLE` (naming `what` and the path) when it is
+    missing, a directory, unreadable or not UTF-8.
+    """
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except IsADirectoryError:
+        raise WorkloadError(
+            INPUT_UNREADABLE, f"{what} {path} is a directory, not a file", {"path": path}
+        ) from None
+    except OSError as exc:
+        raise WorkloadError(
+            INPUT_UNREADABLE, f"cannot read {what} {path}: {_reason(exc)}", {"path": path}
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(
+            INPUT_UNREADABLE,
+            f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
+            {"path": path},
+        ) from None
+
+
+@contextlib.contextmanager
+def output_file(path: str, what: str = "output") -> Iterator[TextIO]:
+    """A text file to write `path` through: a new file beside it, moved over it when done.
+
+    `WORKWARDEN_OUTPUT_UNWRITABLE` when it cannot be written. If the block
+    raises, or the file cannot be written, nothing is left under its name
+    or beside it (an earlier file of that name is untouched).
+    """
+    target = Path(path)
+
+    def unwritable(exc: OSError) -> WorkloadError:
+        return WorkloadError(
+            OUTPUT_UNWRITABLE, f"cannot write {what} {path}: {_reason(exc)}", {"path": path}
+        )
+
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "it is a directory", path)
+        handle, scratch = tempfile.mkstemp(
+            prefix=f".{target.name}.", dir=target.parent if str(target.parent) else "."
+        )
+    except OSError as exc:
+        raise unwritable(exc) from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
+            yield out
+        os.replace(scratch, target)
+    except OSError as exc:
+        Path(scratch).unlink(missing_ok=True)
+        raise unwritable(exc) from None
+    except BaseException:
+        Path(scratch).unlink(missing_ok=True)
+        raise
+
+
+def write_output(path: str, text: str, what: str = "output") -> None:
+    """Write `text` to file `path` whole (see `output_file`)."""
+    with output_file(path, what) as out:
+        out.write(text)
+
+
+def output_directory(path: str, what: str = "output directory") -> Path:
+    """Directory `path`, created with its parents when absent.
+
+    `WORKWARDEN_OUTPUT_UNWRITABLE` when it cannot be created or is not a
+    directory.
+    """
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise WorkloadError(
+            OUTPUT_UNWRITABLE, f"{what} {path} is a file, not a directory", {"path": path}
+        ) from None
+    except OSError as exc:
+        raise WorkloadError(
+            OUTPUT_UNWRITABLE, f"cannot create {what} {path}: {_reason(exc)}", {"path": path}
+        ) from None
+    if not os.access(directory, os.W_OK):
+        raise WorkloadError(
+            OUTPUT_UNWRITABLE, f"cannot write into {what} {path}: permission denied", {"path": path}
+        )
+    return directory
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+def instant(ms: int | None) -> str:
+    """Milliseconds since the epoch as ISO-8601 UTC beside the raw number; `-` for None."""
+    if ms is None:
+        return "-"
+    try:
+        at = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    except (OverflowError, ValueError, OSError):
+        return str(ms)
+    return f"{at.strftime('%Y-%m-%dT%H:%M:%S')}.{ms % 1000:03d}Z ({ms})"
+
+
+def print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None = None,
+    indent: str = "",
+) -> None:
+    """Print a table: drawn by `rich` on a terminal it fits, plain aligned columns otherwise.
+
+    Plain output (in pipes, files and CI logs) is stable for scripts: the
+    title line, then the header and one line a row, columns separated by two
+    spaces and the last column unpadded.
+    """
+    if sys.stdout.isatty():
+        from rich import box
+        from rich.console import Console
+        from rich.measure import Measurement
+        from rich.table import Table
+
+        console = Console(highlight=False)
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, highlight=False)
+        for header in headers:
+            table.add_column(header, no_wrap=True)
+        for row in rows:
+            table.add_row(*row)
+        # A table wider than the terminal would fold its ids and instants:
+        # plain lines, which the terminal wraps whole, read better then.
+        wide = console.options.update(max_width=1_000_000)
+        if Measurement.get(console, wide, table).maximum <= console.width:
+            console.print(table)
+            return
+    if title is not None:
+        print(title)
+    for line in plain_table([headers, *rows], indent=indent):
+        print(line)
+
+
+def plain_table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Rows as lines of left-aligned columns; the last column is not padded."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        (
+            indent + "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]])
+        ).rstrip()
+        for row in rows
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,50 +1,81 @@
 """`workwarden chaos`: kill worker processes at random against a store, then audit the store.
 
-Exit status 0 when the audit found no violation, 1 when it found any (each
-printed with the workload, its history and the offending audit record), 2
-when the run could not start (the store cannot be opened, or is not empty).
+The store (`--store`, or `WORKWARDEN_STORE`) must be one other processes can
+open (SQLite or PostgreSQL) and must hold no workload; a SQLite file that
+does not exist is created, since an empty store is what the run needs.
+
+Exit status 0 when the audit found no violation and the store drained, 1
+when it found any (each printed with the workload, its history and the
+offending audit record) or when the run could not start (one coded line:
+the store cannot be opened, is in memory, or is not empty).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
+import time
 from typing import Any
+
+from workwarden.cli import opened_store, positive_int, positive_seconds
+from workwarden.cli.progress import Progress
+from workwarden.storage import MemoryStore
+from workwarden.storage.urls import STORE_UNUSABLE, STORE_URL_INVALID, STORE_VARIABLE
 
 __all__ = ["register"]
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def _prepared_url(url: str | None) -> str:
+    """The run's store URL, checked: shareable, opened (created if absent) and empty."""
+    from workwarden.statemachine.errors import WorkloadError
 
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
+    resolved = url if url is not None else os.environ.get(STORE_VARIABLE)
+    with opened_store(resolved, "create") as store:
+        if isinstance(store, MemoryStore):
+            raise WorkloadError(
+                STORE_URL_INVALID,
+                "a chaos run needs a store other processes can open: sqlite:///path"
+                " or postgresql://..., not memory:",
+            )
+        if next(iter(store.scan()), None) is not None:
+            raise WorkloadError(
+                STORE_UNUSABLE, "a chaos run needs an empty store; this one holds workloads"
+            )
+    assert resolved is not None  # opened_store refused a missing URL
+    return resolved
 
 
 def _run(args: argparse.Namespace) -> int:
     from workwarden.chaos import ChaosConfig, run_chaos
-    from workwarden.storage import StoreError
 
     config = ChaosConfig(
-        url=args.store,
+        url=_prepared_url(args.store),
         workloads=args.workloads,
         seconds=args.seconds,
         seed=args.seed,
         workers=args.workers,
         drain_seconds=args.drain_seconds,
     )
-    try:
-        report = run_chaos(config, out=sys.stdout)
-    except (ValueError, StoreError) as exc:
-        print(f"workwarden chaos: {exc}", file=sys.stderr)
-        return 2
+    # The run prints a line at the end of each phase; between them (the kill
+    # phase alone lasts --seconds), a line every ten seconds says it is alive.
+    started = time.monotonic()
+    stop = threading.Event()
+    with Progress("chaos", unit="", live=False) as progress:
+
+        def tick() -> None:
+            while not stop.wait(1.0):
+                seconds = int(time.monotonic() - started)
+                progress.update(seconds, note="workers running, the store audited at the end")
+
+        ticker = threading.Thread(target=tick, name="chaos-progress", daemon=True)
+        ticker.start()
+        try:
+            report = run_chaos(config, out=sys.stdout)
+        finally:
+            stop.set()
+            ticker.join()
     return 1 if report.violations or not report.drained else 0
 
 
@@ -62,28 +93,20 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--store",
-        required=True,
         metavar="URL",
-        help="an empty store: sqlite:///path or postgresql://...",
+        help="an empty store other processes can open (created if absent): "
+        f"sqlite:///path or postgresql://... (default: ${STORE_VARIABLE})",
     )
+    parser.add_argument("--workloads", type=positive_int, default=5_000, help="workloads to admit")
     parser.add_argument(
-        "--workloads", type=_positive_int, default=5_000, help="workloads to admit (default 5000)"
+        "--seconds", type=positive_seconds, default=60.0, help="how long to kill processes"
     )
-    parser.add_argument(
-        "--seconds",
-        type=_seconds,
-        default=60.0,
-        help="how long to kill processes (default 60)",
-    )
-    parser.add_argument("--seed", type=int, default=7, help="the run's random seed (default 7)")
-    parser.add_argument(
-        "--workers", type=_positive_int, default=4, help="worker processes (default 4)"
-    )
+    parser.add_argument("--seed", type=int, default=7, help="the run's random seed")
+    parser.add_argument("--workers", type=positive_int, default=4, help="worker processes")
     parser.add_argument(
         "--drain-seconds",
-        type=_seconds,
+        type=positive_seconds,
         default=120.0,
-        help="the longest the processes may take to drain the store once the kills stop"
-        " (default 120)",
+        help="the longest the processes may take to drain the store once the kills stop",
     )
     parser.set_defaults(handler=_run)

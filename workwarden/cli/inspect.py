@@ -3,40 +3,54 @@
 - `inspect [--store URL] WORKLOAD_ID`: one workload: its state, version,
   definition, budget and eligibility, its current claim, its result, its
   attempts and its history (each event with its actor and evidence).
-- `list [--store URL] TENANT APPLICATION`: the workloads of a tenant and
-  application, highest priority first, then oldest.
+- `list [--store URL] [--state STATE] TENANT APPLICATION`: the workloads of a
+  tenant and application, highest priority first, then oldest; `--state`
+  keeps those in one state of the spec.
 
-The store is `--store URL`, or the `WORKWARDEN_STORE` environment variable.
-Instants are printed as milliseconds since the epoch and, in the history, as
-the offset from the admission. A refusal prints as `CODE: message` with exit
+The store is `--store URL`, or the `WORKWARDEN_STORE` environment variable;
+it is opened read-only and never created. Instants are printed as ISO-8601
+UTC beside the milliseconds since the epoch and, in the history, as the
+offset from the admission. A refusal prints as `CODE: message` with exit
 status 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
+from workwarden.cli import STORE_HELP, instant, opened_store, plain_table, print_table
 from workwarden.statemachine import errors
 from workwarden.statemachine.deadlines import next_deadline_at
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget, operator_retries
 from workwarden.statemachine.spec import default_spec
-from workwarden.storage import Store, StoredDocument, StoreError, open_store
+from workwarden.storage import StoredDocument
+from workwarden.storage.urls import STORE_VARIABLE
 
-__all__ = ["STORE_VARIABLE", "register", "render_list", "render_workload"]
+__all__ = [
+    "STORE_VARIABLE",
+    "Section",
+    "register",
+    "render_list",
+    "render_workload",
+    "spec_state",
+    "workload_sections",
+]
 
-#: The environment variable naming the store when `--store` is not given.
-STORE_VARIABLE = "WORKWARDEN_STORE"
 
-_STORE_HELP = (
-    f"the store: memory:, sqlite:///path, or postgresql://... (default: ${STORE_VARIABLE})"
-)
+def spec_state(text: str) -> str:
+    """An option type: a state of the shipped spec (else a usage error naming the states)."""
+    states = default_spec().states
+    if text not in states:
+        raise argparse.ArgumentTypeError(
+            f"no state {text!r} in the spec; its states: {', '.join(states)}"
+        )
+    return text
 
 
 def register(subparsers: Any) -> None:
@@ -46,8 +60,8 @@ def register(subparsers: Any) -> None:
         help="one workload's state, claim, attempts and history",
         description="Show one workload's state, claim, attempts and history as tables.",
     )
-    inspect.add_argument("--store", metavar="URL", help=_STORE_HELP)
-    inspect.add_argument("workload_id", metavar="WORKLOAD_ID")
+    inspect.add_argument("--store", metavar="URL", help=STORE_HELP)
+    inspect.add_argument("workload_id", metavar="WORKLOAD_ID", help="the workload's id")
     inspect.set_defaults(handler=_inspect)
 
     listing: argparse.ArgumentParser = subparsers.add_parser(
@@ -55,35 +69,16 @@ def register(subparsers: Any) -> None:
         help="the workloads of a tenant and application",
         description="List the workloads of a tenant and application, by priority then age.",
     )
-    listing.add_argument("--store", metavar="URL", help=_STORE_HELP)
-    listing.add_argument("tenant", metavar="TENANT")
-    listing.add_argument("application", metavar="APPLICATION")
+    listing.add_argument("--store", metavar="URL", help=STORE_HELP)
+    listing.add_argument(
+        "--state",
+        type=spec_state,
+        metavar="STATE",
+        help="only workloads in this state (a state of the spec: READY, RUNNING, ...)",
+    )
+    listing.add_argument("tenant", metavar="TENANT", help="the tenant id")
+    listing.add_argument("application", metavar="APPLICATION", help="the application id")
     listing.set_defaults(handler=_list)
-
-
-@contextmanager
-def _opened(url: str | None) -> Iterator[Store]:
-    url = url or os.environ.get(STORE_VARIABLE)
-    if not url:
-        raise errors.WorkloadError(
-            errors.INVALID, f"no store: give --store URL or set {STORE_VARIABLE}"
-        )
-    try:
-        store = open_store(url)
-    except ValueError as exc:
-        raise errors.WorkloadError(errors.INVALID, f"--store: {exc}") from None
-    except StoreError as exc:
-        raise errors.WorkloadError(
-            errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
-        ) from None
-    try:
-        yield store
-    except StoreError as exc:
-        raise errors.WorkloadError(
-            errors.STORAGE_FAILURE, f"cannot read the store: {exc}"
-        ) from None
-    finally:
-        store.close()
 
 
 def _parse(doc: StoredDocument) -> Workload:
@@ -95,31 +90,23 @@ def _parse(doc: StoredDocument) -> Workload:
         ) from None
 
 
-def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    """Rows as left-aligned columns; the last column is not padded."""
-    if not rows:
-        return []
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return [
-        (
-            indent + "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]])
-        ).rstrip()
-        for row in rows
-    ]
-
-
 def _value(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def render_workload(workload: Workload, version: int) -> list[str]:
-    """One workload as readable lines: a summary, its claim, its attempts and its history."""
+Section = tuple[str | None, Sequence[str], Sequence[Sequence[str]]]
+"""A titled table: (title, headers, rows)."""
+
+
+def workload_sections(workload: Workload, version: int) -> list[Section]:
+    """One workload as titled tables: a summary, its attempts and its history."""
     spec = default_spec()
     w = workload
     policy = w.retry_policy
     timeouts = {k: v for k, v in w.timeouts.model_dump().items() if v is not None}
-    lines = [f"workload {w.workload_id}"]
-    summary = [
+    claim = w.current_claim
+    result = w.result
+    summary: list[tuple[str, ...]] = [
         (
             "state",
             f"{w.state} ({spec.states[w.state].kind})" if w.state in spec.states else w.state,
@@ -129,7 +116,8 @@ def render_workload(workload: Workload, version: int) -> list[str]:
         ("definition", f"{w.definition_id} {w.definition_revision}, trigger {w.trigger}"),
         ("requested by", f"{w.requested_by.kind} {w.requested_by.id}, key {w.idempotency_key}"),
         ("priority", str(w.priority)),
-        ("created", f"{w.created_at}, updated {w.updated_at}"),
+        ("created", instant(w.created_at)),
+        ("updated", instant(w.updated_at)),
         (
             "attempts",
             f"{w.attempt_count} of {attempt_budget(w)} (max_attempts {policy.max_attempts}"
@@ -140,77 +128,100 @@ def render_workload(workload: Workload, version: int) -> list[str]:
             f"{policy.backoff} backoff from {policy.initial_delay_ms} ms to"
             f" {policy.max_delay_ms} ms; retried on {', '.join(policy.retry_on) or 'nothing'}",
         ),
-        ("eligible at", _value(w.next_attempt_at)),
+        ("eligible at", instant(w.next_attempt_at)),
         (
             "deadlines",
             ", ".join(f"{k.removesuffix('_ms')} {v} ms" for k, v in timeouts.items()) or "none",
         ),
-        ("next deadline", _value(next_deadline_at(spec, w))),
+        ("next deadline", instant(next_deadline_at(spec, w))),
         (
             "dependencies",
             ", ".join(f"{d.workload_id} {d.required_state}" for d in w.dependencies) or "none",
         ),
         ("last failure", _value(w.last_failure)),
-    ]
-    claim = w.current_claim
-    summary.append(
         (
             "claim",
             "none"
             if claim is None
-            else f"{claim.worker_id}, token {claim.fencing_token}, {claim.claim_id}, "
-            f"lease until {claim.expires_at} (claimed {claim.claimed_at}, "
-            f"last heartbeat {claim.last_heartbeat})",
-        )
-    )
-    result = w.result
+            else f"{claim.worker_id}, token {claim.fencing_token}, {claim.claim_id}",
+        ),
+    ]
+    if claim is not None:
+        summary += [
+            ("lease until", instant(claim.expires_at)),
+            ("claimed", instant(claim.claimed_at)),
+            ("last heartbeat", instant(claim.last_heartbeat)),
+        ]
     summary.append(
         (
             "result",
             "none"
             if result is None
-            else f"{result.result_id} by {result.produced_by} at {result.created_at}",
+            else f"{result.result_id} by {result.produced_by} at {instant(result.created_at)}",
         )
     )
-    lines += _table([(f"{k}", v) for k, v in summary])
-    lines += ["", f"attempts ({len(w.attempts)})"]
-    lines += _table(
-        [("#", "ATTEMPT", "WORKER", "TOKEN", "STATUS", "STARTED", "ENDED", "ERROR")]
-        + [
-            (
-                str(n),
-                a.attempt_id,
-                a.worker_id,
-                str(a.fencing_token),
-                a.status,
-                _value(a.started_at),
-                _value(a.ended_at),
-                _value(a.error),
-            )
-            for n, a in enumerate(w.attempts, start=1)
-        ]
-    )
-    lines += ["", f"history ({len(w.execution_history)} events; AT is ms since admission)"]
-    lines += _table(
-        [("SEQ", "AT", "FROM", "TO", "ACTOR", "EVIDENCE")]
-        + [
-            (
-                str(e.sequence),
-                f"+{e.at - w.created_at}",
-                _value(e.from_state),
-                e.to,
-                f"{e.actor} ({e.actor_class})",
-                " ".join(f"{k}={v}" for k, v in sorted(e.evidence.items())),
-            )
-            for e in w.execution_history
-        ]
-    )
+    attempts: list[tuple[str, ...]] = [
+        (
+            str(n),
+            a.attempt_id,
+            a.worker_id,
+            str(a.fencing_token),
+            a.status,
+            instant(a.started_at),
+            instant(a.ended_at),
+            _value(a.error),
+        )
+        for n, a in enumerate(w.attempts, start=1)
+    ]
+    history: list[tuple[str, ...]] = [
+        (
+            str(e.sequence),
+            f"+{e.at - w.created_at}",
+            _value(e.from_state),
+            e.to,
+            f"{e.actor} ({e.actor_class})",
+            " ".join(f"{k}={v}" for k, v in sorted(e.evidence.items())),
+        )
+        for e in w.execution_history
+    ]
+    return [
+        (f"workload {w.workload_id}", ("FIELD", "VALUE"), summary),
+        (
+            f"attempts ({len(w.attempts)})",
+            ("#", "ATTEMPT", "WORKER", "TOKEN", "STATUS", "STARTED", "ENDED", "ERROR"),
+            attempts,
+        ),
+        (
+            f"history ({len(w.execution_history)} events; AT is ms since admission)",
+            ("SEQ", "AT", "FROM", "TO", "ACTOR", "EVIDENCE"),
+            history,
+        ),
+    ]
+
+
+def render_workload(workload: Workload, version: int) -> list[str]:
+    """One workload as plain lines: a summary, its claim, its attempts and its history."""
+    summary, *tables = workload_sections(workload, version)
+    lines = [str(summary[0]), *plain_table(summary[2], indent="  ")]
+    for title, headers, rows in tables:
+        lines += ["", str(title), *plain_table([tuple(headers), *rows], indent="  ")]
     return lines
 
 
-def render_list(docs: Sequence[StoredDocument]) -> list[str]:
-    """Workloads as a table: id, state, priority, attempts, version, instants, definition."""
-    rows = [("WORKLOAD", "STATE", "PRIORITY", "ATTEMPTS", "VERSION", "CREATED", "UPDATED", "DEF")]
+_LIST_HEADERS = (
+    "WORKLOAD",
+    "STATE",
+    "PRIORITY",
+    "ATTEMPTS",
+    "VERSION",
+    "CREATED",
+    "UPDATED",
+    "DEF",
+)
+
+
+def _list_rows(docs: Sequence[StoredDocument]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for doc in docs:
         w = _parse(doc)
         rows.append(
@@ -220,29 +231,44 @@ def render_list(docs: Sequence[StoredDocument]) -> list[str]:
                 str(w.priority),
                 f"{w.attempt_count}/{attempt_budget(w)}",
                 str(doc.version),
-                str(w.created_at),
-                str(w.updated_at),
+                instant(w.created_at),
+                instant(w.updated_at),
                 f"{w.definition_id} {w.definition_revision}",
             )
         )
-    return _table(rows, indent="")
+    return rows
+
+
+def render_list(docs: Sequence[StoredDocument]) -> list[str]:
+    """Workloads as plain lines: id, state, priority, attempts, version, instants, definition."""
+    return plain_table([_LIST_HEADERS, *_list_rows(docs)])
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    with _opened(args.store) as store:
+    with opened_store(args.store, "read") as store:
         doc = store.read(args.workload_id)
     if doc is None:
-        raise errors.WorkloadError(errors.NOT_FOUND, f"no workload {args.workload_id}")
-    print("\n".join(render_workload(_parse(doc), doc.version)))
+        raise errors.WorkloadError(
+            errors.NOT_FOUND, f"no workload {args.workload_id}", {"workload_id": args.workload_id}
+        )
+    workload = _parse(doc)
+    if not sys.stdout.isatty():
+        print("\n".join(render_workload(workload, doc.version)))
+        return 0
+    for title, headers, rows in workload_sections(workload, doc.version):
+        print_table(headers, rows, title=title)
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    with _opened(args.store) as store:
+    with opened_store(args.store, "read") as store:
         docs = list(store.list(args.tenant, args.application))
+    if args.state is not None:
+        docs = [doc for doc in docs if doc.index.state == args.state]
     if not docs:
-        print(f"no workloads for tenant {args.tenant}, application {args.application}")
+        state = f" in state {args.state}" if args.state is not None else ""
+        print(f"no workloads{state} for tenant {args.tenant}, application {args.application}")
         return 0
-    print("\n".join(render_list(docs)))
+    print_table(_LIST_HEADERS, _list_rows(docs))
     print(f"{len(docs)} workload(s)")
     return 0

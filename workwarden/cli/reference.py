@@ -5,9 +5,13 @@
   the conformance protocol. With `--out`, every schema is written into DIR
   (`specs/schema/` holds the shipped copy); with NAME (`workload`,
   `command-fail`, ...), that one is printed; with neither, the names are listed.
-- `vectors [--out FILE] [--coverage] [--spec FILE]`: the conformance vectors
+- `vectors [--out FILE|DIR] [--coverage] [--spec FILE]`: the conformance vectors
   (JSON Lines, one scenario a line; `specs/vectors/workload.jsonl` is the
   shipped copy), and with `--coverage` which edges and policy rules they take.
+  A spec that extends the shipped table (new states, edges or operations)
+  gets the shipped scenarios that behave the same under it plus the model
+  checker's witnesses for the rest (`extended_vectors`); an `--out` that is a
+  directory receives `<spec name>.jsonl`.
 - `conform --cmd 'PROGRAM ARGS' [--vectors FILE] [--junit FILE]`: runs the
   vectors against a program speaking the conformance protocol
   (`docs/conformance.md`); exit status 1 if any scenario fails.
@@ -28,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from workwarden.cli import USAGE, output_directory, write_output
 from workwarden.statemachine import errors
 from workwarden.statemachine.conformance.conform import ScenarioResult, junit_xml, run_conformance
 from workwarden.statemachine.conformance.runner import read_vectors, render_vectors
@@ -36,11 +41,17 @@ from workwarden.statemachine.conformance.schemas import (
     schema_documents,
     write_schemas,
 )
-from workwarden.statemachine.conformance.vectors import coverage, generate_vectors
+from workwarden.statemachine.conformance.vectors import (
+    coverage,
+    extended_vectors,
+    extends_the_table,
+    generate_vectors,
+)
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.properties.decisions import check_history, recorded_decisions
 from workwarden.statemachine.spec import Spec, load_spec
-from workwarden.storage import StoreError, open_store
+from workwarden.storage import StoreError
+from workwarden.storage.urls import open_store
 
 __all__ = ["load_history_file", "register", "shipped_vectors_text"]
 
@@ -69,7 +80,11 @@ def register(subparsers: Any) -> None:
             "--coverage, report which edges of the table and which policy rules they take."
         ),
     )
-    vectors.add_argument("--out", metavar="FILE", help="write the vectors to FILE")
+    vectors.add_argument(
+        "--out",
+        metavar="FILE|DIR",
+        help="write the vectors to FILE, or to DIR/<spec name>.jsonl when DIR is a directory",
+    )
     vectors.add_argument(
         "--coverage", action="store_true", help="report the edges and rules the vectors take"
     )
@@ -132,6 +147,7 @@ def register(subparsers: Any) -> None:
 
 def _schema(args: argparse.Namespace) -> int:
     if args.out is not None:
+        output_directory(args.out, "schema directory")
         for path in write_schemas(args.out):
             print(path)
         return 0
@@ -148,12 +164,42 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vectors_path(out: str, spec: Spec) -> Path:
+    """Where `--out` puts the vectors: the file named, or `<spec name>.jsonl` in a directory."""
+    path = Path(out)
+    if path.is_dir() or out.endswith(("/", "\\")):
+        return path / f"{spec.data.spec.name}.jsonl"
+    return path
+
+
 def _vectors(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
-    vectors = generate_vectors(spec, check_ends=args.spec is None)
-    if args.out is not None:
-        Path(args.out).write_text(render_vectors(vectors), encoding="ascii", newline="\n")
-        print(f"wrote {len(vectors)} scenarios to {args.out}", file=sys.stderr)
+    target = _vectors_path(args.out, spec) if args.out is not None else None
+    if target is not None:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("a", encoding="ascii"):
+                pass
+        except OSError as exc:
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"--out {target}: cannot write the file: {exc.strerror or exc}",
+                {"field": "--out"},
+            ) from None
+    if args.spec is not None and extends_the_table(spec):
+        vectors = extended_vectors(spec)
+    else:
+        vectors = generate_vectors(spec, check_ends=args.spec is None)
+    if target is not None:
+        try:
+            target.write_text(render_vectors(vectors), encoding="ascii", newline="\n")
+        except OSError as exc:
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"--out {target}: cannot write the file: {exc.strerror or exc}",
+                {"field": "--out"},
+            ) from None
+        print(f"wrote {len(vectors)} scenarios to {target}", file=sys.stderr)
     elif not args.coverage:
         sys.stdout.write(render_vectors(vectors))
     if args.coverage:
@@ -198,7 +244,7 @@ def _conform(args: argparse.Namespace) -> int:
     results = run_conformance(argv, vectors, timeout=args.timeout, progress=show)
     failed = [r for r in results if not r.passed]
     if args.junit is not None:
-        Path(args.junit).write_text(junit_xml(results), encoding="utf-8")
+        write_output(args.junit, junit_xml(results), "the JUnit report")
     print(
         f"\n{len(results) - len(failed)} of {len(results)} scenarios passed"
         + (f"; failed: {', '.join(r.name for r in failed)}" if failed else "")
@@ -250,12 +296,7 @@ def load_history_file(text: str, label: str) -> list[tuple[str, list[Event], Wor
 def _store_histories(
     url: str, workload_id: str | None
 ) -> Iterator[tuple[str, list[Event], Workload]]:
-    try:
-        store = open_store(url)
-    except (ValueError, StoreError) as exc:
-        raise errors.WorkloadError(
-            errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
-        ) from None
+    store = open_store(url, mode="read")
     try:
         if workload_id is not None:
             doc = store.read(workload_id)
@@ -279,11 +320,9 @@ def _store_histories(
 
 def _validate_history(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.store is None):
-        print("workwarden validate-history: give FILE or --store URL", file=sys.stderr)
-        return 2
+        raise errors.WorkloadError(USAGE, "validate-history: give FILE or --store URL")
     if args.workload is not None and args.store is None:
-        print("workwarden validate-history: --workload needs --store", file=sys.stderr)
-        return 2
+        raise errors.WorkloadError(USAGE, "validate-history: --workload needs --store")
     spec = load_spec(args.spec)
     if args.store is not None:
         histories: list[tuple[str, list[Event], Workload | None]] = list(

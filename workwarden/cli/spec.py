@@ -3,8 +3,9 @@
 - `spec schema` prints the JSON Schema (draft 2020-12) of the spec file, as
   stable JSON (sorted keys, indent 2), so a generated copy diffs cleanly.
 - `spec validate FILE [FILE...]` prints every problem of each file as
-  `FILE: FIELD: message`, one a line, and exits 1 if there is any; a valid
-  file gets a one-line summary and exit status 0.
+  `FILE: FIELD: message`, one a line, on standard output, then one line
+  `WORKLOAD_SPEC_INVALID: ...` on standard error, and exits 1 if there is
+  any; a valid file gets a one-line summary and exit status 0.
 - `spec show [FILE]` prints a readable summary of a spec (the shipped one by
   default): its states, transitions, policies and deadlines.
 """
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from workwarden.statemachine import errors
 from workwarden.statemachine.spec import (
     Problem,
     Spec,
@@ -57,7 +60,9 @@ def register(subparsers: Any) -> None:
     show = commands.add_parser(
         "show", help="print a readable summary of a spec (the shipped spec by default)"
     )
-    show.add_argument("file", nargs="?", metavar="FILE", help="a spec file (TOML)")
+    show.add_argument(
+        "file", nargs="?", metavar="FILE", help="a spec file (TOML); the shipped spec by default"
+    )
     show.set_defaults(handler=_show)
 
 
@@ -80,16 +85,26 @@ def _print_problems(problems: Iterable[Problem]) -> None:
         print(problem)
 
 
+def _refused(problems: int, files: int, of: int) -> int:
+    """The coded line on standard error that closes a report of problems; exit status 1."""
+    print(
+        f"{errors.SPEC_INVALID}: {problems} problem(s) in {files} of {of} spec file(s)",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _validate(args: argparse.Namespace) -> int:
-    status = 0
+    problems = failed = 0
     for file in args.files:
-        problems = check_spec_file(file)
-        if problems:
-            _print_problems(problems)
-            status = 1
+        found = check_spec_file(file)
+        if found:
+            _print_problems(found)
+            problems += len(found)
+            failed += 1
         else:
             print(f"{file}: {summary_line(load_spec(file))}")
-    return status
+    return _refused(problems, failed, len(args.files)) if failed else 0
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -99,7 +114,7 @@ def _show(args: argparse.Namespace) -> int:
         problems = check_spec_file(args.file)
         if problems:
             _print_problems(problems)
-            return 1
+            return _refused(len(problems), 1, 1)
         spec = load_spec(args.file)
     print("\n".join(render_spec(spec)))
     return 0

@@ -1,38 +1,41 @@
 """`workwarden export` and `workwarden import`: move workloads between stores.
 
-- `export --store URL [--out FILE]` writes every workload as JSON Lines,
+- `export [--store URL] [--out FILE]` writes every workload as JSON Lines,
   sorted by key, to FILE (replaced only once the export is complete) or to
-  standard output. The same store always exports the same bytes.
-- `import --store URL [--spec FILE] FILE` loads an export (`-` reads standard
-  input). Workloads already present and identical are skipped; one present
-  with different contents is `WORKLOAD_MIGRATION_CONFLICT` and then nothing
-  is imported.
+  standard output. The same store always exports the same bytes. The store
+  is opened read-only and never created.
+- `import [--store URL] [--create] [--spec FILE] FILE` loads an export (`-`
+  reads standard input). Workloads already present and identical are
+  skipped; one present with different contents is
+  `WORKLOAD_MIGRATION_CONFLICT` and then nothing is imported. The store must
+  exist unless `--create` is given; a store this command created is removed
+  again when the import is refused, so a refused import leaves nothing behind.
 
 A store URL is what `workwarden.storage.open_store` reads: `memory:`,
-`sqlite:///path`, a file path, or `postgresql://...`. The format and the
-rules are those of `workwarden.migrate`.
+`sqlite:///path`, a file path, or `postgresql://...`; without `--store`, the
+`WORKWARDEN_STORE` environment variable. The format and the rules are those
+of `workwarden.migrate`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TextIO
 
-from workwarden.migrate import export_workloads, import_workloads
-from workwarden.statemachine import errors
+from workwarden.cli import STORE_HELP, opened_store, output_file, read_input
+from workwarden.cli.progress import Progress
+from workwarden.migrate import export_lines, import_workloads
+from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
 from workwarden.statemachine.spec import load_spec
-from workwarden.storage import Store, StoreError, open_store
+from workwarden.storage import SQLiteStore, Store, StoreError
+from workwarden.storage.urls import STORE_NOT_FOUND, open_store
 
 __all__ = ["register"]
-
-_URL_HELP = "the store: memory:, sqlite:///path, a file path, or postgresql://..."
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +45,7 @@ def register(subparsers: Any) -> None:
         help="write every workload of a store as JSON Lines",
         description="Write every workload of a store as JSON Lines, sorted by key.",
     )
-    export.add_argument("--store", required=True, metavar="URL", help=_URL_HELP)
+    export.add_argument("--store", metavar="URL", help=STORE_HELP)
     export.add_argument("--out", metavar="FILE", help="write to FILE, not standard output")
     export.set_defaults(handler=_export)
 
@@ -51,10 +54,16 @@ def register(subparsers: Any) -> None:
         help="load an export into a store",
         description=(
             "Load an export into a store. Workloads already present and identical are "
-            "skipped; if one is present with different contents, nothing is imported."
+            "skipped; if one is present with different contents, nothing is imported. "
+            "The store must exist unless --create is given."
         ),
     )
-    load.add_argument("--store", required=True, metavar="URL", help=_URL_HELP)
+    load.add_argument("--store", metavar="URL", help=STORE_HELP)
+    load.add_argument(
+        "--create",
+        action="store_true",
+        help="create the store if it does not exist (removed again if the import is refused)",
+    )
     load.add_argument(
         "--spec", metavar="FILE", help="the spec to index workloads by (the shipped one by default)"
     )
@@ -62,72 +71,72 @@ def register(subparsers: Any) -> None:
     load.set_defaults(handler=_import)
 
 
-@contextmanager
-def _opened(url: str) -> Iterator[Store]:
-    try:
-        store = open_store(url)
-    except StoreError as exc:
-        raise errors.WorkloadError(
-            errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
-        ) from None
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-def _usage_error(args: argparse.Namespace, message: str) -> int:
-    print(f"workwarden {args.command}: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    try:
-        return handler(args)
-    except ValueError as exc:
-        return _usage_error(args, str(exc))
-    except OSError as exc:
-        return _usage_error(args, f"{exc.filename or ''}: {exc.strerror or exc}")
+def _write_export(store: Store, out: TextIO) -> int:
+    count = 0
+    with Progress("exporting", unit="workloads") as progress:
+        for line in export_lines(store):
+            out.write(line + "\n")
+            count += 1
+            progress.advance()
+    return count
 
 
 def _export(args: argparse.Namespace) -> int:
-    return _guarded(_run_export, args)
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    with _opened(args.store) as store:
+    with opened_store(args.store, "read") as store:
         if args.out is None:
-            export_workloads(store, sys.stdout)
+            _write_export(store, sys.stdout)
             sys.stdout.flush()
             return 0
-        target = Path(args.out)
         # Written beside the target and moved over it whole, so a failed
         # export never leaves a truncated file under the target's name.
-        handle, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-        try:
-            with os.fdopen(handle, "w", encoding="ascii", newline="\n") as out:
-                count = export_workloads(store, out)
-            os.replace(scratch, target)
-        except BaseException:
-            Path(scratch).unlink(missing_ok=True)
-            raise
-    print(f"exported {count} workload(s) to {target}", file=sys.stderr)
+        with output_file(args.out, "the export") as out:
+            count = _write_export(store, out)
+    print(f"exported {count} workload(s) to {args.out}", file=sys.stderr)
     return 0
 
 
+def _counted(lines: list[str], progress: Progress) -> Iterator[str]:
+    for line in lines:
+        yield line
+        progress.advance()
+
+
+def _open_for_import(url: str | None, create: bool) -> tuple[Store, str | None]:
+    """The store to import into, and the path of the SQLite file if this call created it."""
+    try:
+        return open_store(url, mode="write"), None
+    except WorkloadError as exc:
+        if exc.code != STORE_NOT_FOUND or not create:
+            raise
+    store = open_store(url, mode="create")
+    return store, store.path if isinstance(store, SQLiteStore) else None
+
+
+def _remove_store_file(path: str) -> None:
+    for name in (path, path + "-wal", path + "-shm", path + "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
 def _import(args: argparse.Namespace) -> int:
-    return _guarded(_run_import, args)
-
-
-def _run_import(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
-    if args.file == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+    lines = read_input(args.file, "the export").splitlines()
     now = time.time_ns() // 1_000_000
-    with _opened(args.store) as store:
-        report = import_workloads(store, lines, now=now, spec=spec)
+    store, created = _open_for_import(args.store, args.create)
+    try:
+        try:
+            with Progress("reading the export", total=len(lines), unit="lines") as progress:
+                report = import_workloads(store, _counted(lines, progress), now=now, spec=spec)
+        except StoreError as exc:
+            raise WorkloadError(STORAGE_FAILURE, f"the store failed: {exc}") from None
+    except BaseException:
+        with contextlib.suppress(StoreError):
+            store.close()
+        if created is not None:
+            _remove_store_file(created)
+        raise
+    with contextlib.suppress(StoreError):
+        store.close()
     print(
         f"imported {len(report.imported)} workload(s),"
         f" skipped {len(report.skipped)} already present"

@@ -1,0 +1,512 @@
+"""Every subcommand, given bad input, answers with one coded line and changes no store.
+
+The battery runs each subcommand of `build_parser()` (found by walking the
+parser, so a new command is covered automatically, and
+`test_every_subcommand_has_a_battery_entry` fails until it has bad inputs
+below) with missing and unreadable files, directories given for files,
+bytes that are not UTF-8 in files and arguments, the wrong format (JSON
+Lines for JSON, broken TOML, a text file as a SQLite store), unknown names,
+outputs that cannot be written (a path under a regular file, or under
+`/proc`: the suite runs as root, for whom a read-only directory is no
+obstacle), unknown URLs and schemes. Each invocation runs in-process through
+`main(argv)`; a few run as real processes too. For every one:
+
+- standard error's first line is `CODE: message`, with no traceback anywhere;
+- the code is in the shipped catalogue, and is the expected one where the
+  input has a specific code;
+- the exit status is the documented one (1 refused, 2 usage);
+- the store given to the command is byte for byte and instant for instant
+  what it was, and no file appeared beside it or anywhere in the battery's
+  folder (a reader of a write-ahead-logged SQLite file may leave its -wal and
+  -shm side files; nothing else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from support import CAPS, request
+from support import authority as authority_over
+from workwarden.cli import COMMAND_LINE_CODES, build_parser, main
+from workwarden.migrate import export_workloads
+from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.spec import default_spec
+from workwarden.storage import AuditRecord, IndexFields, SQLiteStore, StoreFailure
+from workwarden.storage.urls import open_store
+
+CATALOGUE = default_spec().errors
+_INDEX = IndexFields(tenant="t", application="a", state="READY", priority=0, created_at=0)
+
+
+def _audit(key: str) -> AuditRecord:
+    return AuditRecord("tx", key, 0, "actor", "write", "t", "a", 0, "digest")
+
+
+CODED_LINE = re.compile(r"^[A-Z][A-Z_]+: .+")
+ADAPTER = f"{shlex.quote(sys.executable)} -m workwarden.adapter"
+
+#: Not UTF-8: what Python makes of the byte 0xFF in an argument (`surrogateescape`).
+NOT_UTF8_ARG = "\udcff"
+#: Outputs nobody can write: under a regular file, and under /proc.
+UNDER_A_FILE = "/etc/passwd/out"
+UNDER_PROC = "/proc/workwarden-battery/out"
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One bad invocation: its arguments, the statuses allowed, the code expected (if one is).
+
+    Arguments name the battery's files by placeholder: `{store}` (a SQLite
+    store holding two workloads), `{missing}` (no such file), `{dir}` (a
+    directory), `{binary}` (bytes that are not UTF-8), `{jsonl}` (two JSON
+    lines, not one JSON value and not an export), `{text}` (a line of
+    text), `{toml}` (broken TOML), `{export}` (a valid export), `{trace}`
+    (a JSON object that is not a checker trace).
+    """
+
+    argv: tuple[str, ...]
+    status: int = 1
+    code: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        env = "".join(f"{k}={v} " for k, v in self.env.items())
+        return env + " ".join(self.argv).encode("utf-8", "backslashreplace").decode()
+
+
+def bad(*argv: str, status: int = 1, code: str | None = None, **env: str) -> Bad:
+    return Bad(tuple(argv), status, code, env)
+
+
+URL_INVALID = "WORKLOAD_STORE_URL_INVALID"
+NOT_FOUND = "WORKLOAD_STORE_NOT_FOUND"
+UNUSABLE = "WORKLOAD_STORE_UNUSABLE"
+USAGE = "WORKWARDEN_USAGE"
+UNREADABLE = "WORKWARDEN_INPUT_UNREADABLE"
+UNWRITABLE = "WORKWARDEN_OUTPUT_UNWRITABLE"
+SPEC_INVALID = "WORKLOAD_SPEC_INVALID"
+INVALID = "WORKLOAD_INVALID"
+
+
+def _bad_stores(*head: str, tail: tuple[str, ...] = ()) -> list[Bad]:
+    """The bad stores every command with `--store` must refuse in one way."""
+    return [
+        bad(*head, "--store", "{missing}", *tail, code=NOT_FOUND),
+        bad(*head, "--store", "{text}", *tail, code=UNUSABLE),
+        bad(*head, "--store", "{dir}", *tail, code=UNUSABLE),
+        bad(*head, "--store", "bogus://x", *tail, code=URL_INVALID),
+        bad(*head, "--store", "sqlite://host/work.db", *tail, code=URL_INVALID),
+        bad(*head, "--store", "sqlite:///x.db?cache=shared", *tail, code=URL_INVALID),
+        bad(*head, "--store", "postgresql://[broken", *tail, code=URL_INVALID),
+        bad(*head, *tail, code=URL_INVALID, WORKWARDEN_STORE="bogus://x"),
+        bad(*head, *tail, code=NOT_FOUND, WORKWARDEN_STORE="{missing}"),
+        bad(*head, "--store", NOT_UTF8_ARG, *tail, status=2, code=USAGE),
+    ]
+
+
+#: Subcommand (as typed) -> its bad invocations.
+BATTERY: dict[str, list[Bad]] = {
+    "inspect": [
+        *_bad_stores("inspect", tail=("some-id",)),
+        bad("inspect", "--store", "{store}", "no-such-workload", code="WORKLOAD_NOT_FOUND"),
+        bad("inspect", "--store", "{store}", NOT_UTF8_ARG, status=2, code=USAGE),
+        bad("inspect", "--store", "{store}", status=2, code=USAGE),
+        bad("inspect", "some-id", code=URL_INVALID),
+    ],
+    "list": [
+        *_bad_stores("list", tail=("t", "app")),
+        bad("list", "--store", "{store}", "--state", "DONE", "t", "app", status=2, code=USAGE),
+        bad("list", "--store", "{store}", "--state", "", "t", "app", status=2, code=USAGE),
+        bad("list", "--store", "{store}", "t", status=2, code=USAGE),
+        bad("list", "--store", "{store}", "t", "app", "extra", status=2, code=USAGE),
+    ],
+    "stats": [
+        *_bad_stores("stats"),
+        bad("stats", "--store", "{store}", "--now", "soon", status=2, code=USAGE),
+        bad("stats", "--store", "{store}", "--bogus", status=2, code=USAGE),
+    ],
+    "export": [
+        *_bad_stores("export"),
+        bad("export", "--store", "{store}", "--out", UNDER_A_FILE, code=UNWRITABLE),
+        bad("export", "--store", "{store}", "--out", UNDER_PROC, code=UNWRITABLE),
+        bad("export", "--store", "{store}", "--out", "{dir}", code=UNWRITABLE),
+    ],
+    "import": [
+        *_bad_stores("import", tail=("{export}",)),
+        bad("import", "--store", "{store}", "{missing}", code=UNREADABLE),
+        bad("import", "--store", "{store}", "{dir}", code=UNREADABLE),
+        bad("import", "--store", "{store}", "{binary}", code=UNREADABLE),
+        bad("import", "--store", "{store}", "{jsonl}", code=INVALID),
+        bad("import", "--store", "{store}", "{text}", code=INVALID),
+        bad("import", "--store", "{store}", "{trace}", code=INVALID),
+        bad("import", "--store", "{store}", "--spec", "{toml}", "{export}", code=SPEC_INVALID),
+        bad("import", "--store", "{store}", "--spec", "{binary}", "{export}", code=SPEC_INVALID),
+        bad("import", "--store", "{text}", "--create", "{export}", code=UNUSABLE),
+        bad("import", "--store", UNDER_A_FILE, "--create", "{export}", code=NOT_FOUND),
+        bad("import", "--store", "{missing}", "--create", "{jsonl}", code=INVALID),
+        bad("import", "--store", "{store}", status=2, code=USAGE),
+    ],
+    "spec schema": [bad("spec", "schema", "extra", status=2, code=USAGE)],
+    "spec validate": [
+        bad("spec", "validate", "{missing}", code=SPEC_INVALID),
+        bad("spec", "validate", "{dir}", code=SPEC_INVALID),
+        bad("spec", "validate", "{binary}", code=SPEC_INVALID),
+        bad("spec", "validate", "{toml}", code=SPEC_INVALID),
+        bad("spec", "validate", "{text}", code=SPEC_INVALID),
+        bad("spec", "validate", NOT_UTF8_ARG, status=2, code=USAGE),
+        bad("spec", "validate", status=2, code=USAGE),
+    ],
+    "spec show": [
+        bad("spec", "show", "{missing}", code=SPEC_INVALID),
+        bad("spec", "show", "{binary}", code=SPEC_INVALID),
+        bad("spec", "show", "{toml}", code=SPEC_INVALID),
+    ],
+    "chaos": [
+        bad("chaos", "--store", "memory:", code=URL_INVALID),
+        bad("chaos", "--store", "bogus://x", code=URL_INVALID),
+        bad("chaos", "--store", "{text}", code=UNUSABLE),
+        bad("chaos", "--store", "{store}", code=UNUSABLE),
+        bad("chaos", "--store", UNDER_A_FILE, code=NOT_FOUND),
+        bad("chaos", code=URL_INVALID),
+        bad("chaos", "--store", "{store}", "--workloads", "0", status=2, code=USAGE),
+        bad("chaos", "--store", "{store}", "--seconds", "-1", status=2, code=USAGE),
+        bad("chaos", "--store", "{store}", "--drain-seconds", "nan", status=2, code=USAGE),
+    ],
+    # -- commands whose modules are kept elsewhere: the same contract ----------------------
+    "check": [
+        bad("check", "--mutant", "no-such-mutant", "--max-states", "5", code=INVALID),
+        bad("check", "{missing}", code=SPEC_INVALID),
+        bad("check", "{binary}", code=SPEC_INVALID),
+        bad("check", "--json", UNDER_A_FILE, "--max-states", "5"),
+        bad("check", "--workers", "many", status=2, code=USAGE),
+    ],
+    "replay": [
+        bad("replay", "{missing}"),
+        bad("replay", "{dir}"),
+        bad("replay", "{binary}"),
+        bad("replay", "{jsonl}"),
+        bad("replay", "{text}"),
+        bad("replay", "{trace}"),
+        bad("replay", status=2, code=USAGE),
+    ],
+    "demo": [
+        bad("demo", "--store", "bogus://x", "--workloads", "5", code=URL_INVALID),
+        bad("demo", "--store", "{text}", "--workloads", "5", code=UNUSABLE),
+        bad("demo", "--store", "sqlite://host/x.db", "--workloads", "5", code=URL_INVALID),
+        bad("demo", "--workloads", "5", "--out-dir", UNDER_A_FILE, code=UNWRITABLE),
+        bad("demo", "--workloads", "many", status=2, code=USAGE),
+    ],
+    "diagram": [
+        bad("diagram", "{missing}", code=SPEC_INVALID),
+        bad("diagram", "{binary}", code=SPEC_INVALID),
+        bad("diagram", "{toml}", code=SPEC_INVALID),
+        bad("diagram", "--out-dir", UNDER_A_FILE),
+        bad("diagram", "--format", "bogus"),
+        bad("diagram", "--history", "bogus://x", "some-id", code=URL_INVALID),
+        bad("diagram", "--history", "{missing}", "some-id", code=NOT_FOUND),
+        bad("diagram", "--history", "{text}", "some-id", code=UNUSABLE),
+        bad("diagram", "--history", "{store}", "no-such-workload", code="WORKLOAD_NOT_FOUND"),
+        bad("diagram", "--report", "{missing}"),
+        bad("diagram", "--report", "{binary}"),
+    ],
+    "schema": [
+        bad("schema", "no-such-schema", code=INVALID),
+        bad("schema", "--out", UNDER_A_FILE),
+    ],
+    "vectors": [
+        bad("vectors", "--spec", "{missing}", code=SPEC_INVALID),
+        bad("vectors", "--spec", "{toml}", code=SPEC_INVALID),
+    ],
+    "conform": [
+        bad("conform", "--cmd", "no-such-program-here", code="CONFORMANCE_PROGRAM_UNUSABLE"),
+        bad("conform", "--cmd", ADAPTER, "--vectors", "{missing}"),
+        bad("conform", "--cmd", ADAPTER, "--vectors", "{binary}"),
+        bad("conform", "--cmd", ADAPTER, "--vectors", "{jsonl}"),
+        bad("conform", "--cmd", ADAPTER, "-k", "no-such-scenario", "--junit", UNDER_A_FILE),
+        bad("conform", "--cmd", ADAPTER, "--timeout", "soon", status=2, code=USAGE),
+    ],
+    "worker": [
+        bad(
+            "worker",
+            "--store",
+            "bogus://x",
+            "--app",
+            "no_such_module:app",
+            "--tenant",
+            "t",
+            "--application",
+            "a",
+        ),
+        bad("worker", "--app", "x:y", "--tenant", "t", status=2, code=USAGE),
+        bad(
+            "worker",
+            "--app",
+            "x:y",
+            "--tenant",
+            "t",
+            "--application",
+            "a",
+            "--concurrency",
+            "0",
+            status=2,
+            code=USAGE,
+        ),
+    ],
+    "sweeper": [
+        bad("sweeper", "--store", "bogus://x", code=URL_INVALID),
+        bad("sweeper", "--store", "{missing}", code=NOT_FOUND),
+        bad("sweeper", "--store", "{text}", code=UNUSABLE),
+        bad("sweeper", code=URL_INVALID),
+        bad("sweeper", "--bogus", status=2, code=USAGE),
+    ],
+    "serve": [
+        bad("serve", "--store", "memory:", "--token-keys", "{missing}", code=UNREADABLE),
+        bad("serve", "--store", "memory:", "--token-keys", "{binary}", code=UNREADABLE),
+        bad("serve", "--store", "memory:", "--token-keys", "{jsonl}"),
+        bad("serve", "--store", "memory:", "--token-keys", "{dir}", code=UNREADABLE),
+        bad("serve", "--token-keys", "{missing}", "--port", "0", status=2, code=USAGE),
+        bad("serve", "--store", "memory:", status=2, code=USAGE),
+    ],
+    "validate-history": [
+        bad("validate-history", "{missing}"),
+        bad("validate-history", "{dir}"),
+        bad("validate-history", "{binary}"),
+        bad("validate-history", "{text}"),
+        bad("validate-history", "--store", "bogus://x", code=URL_INVALID),
+        bad("validate-history", "--store", "{missing}", code=NOT_FOUND),
+        bad("validate-history", "--store", "{text}", code=UNUSABLE),
+        bad("validate-history", status=2, code=USAGE),
+    ],
+}
+
+CASES = [(command, case) for command, cases in BATTERY.items() for case in cases]
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> Iterator[str]:
+    """Every leaf subcommand of `parser`, as typed (`spec validate`)."""
+    found = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found = True
+            for name, sub in action.choices.items():
+                yield from _subcommands(sub, f"{prefix} {name}".strip())
+    if not found and prefix:
+        yield prefix
+
+
+def test_every_subcommand_has_a_battery_entry() -> None:
+    commands = set(_subcommands(build_parser()))
+    assert commands - set(BATTERY) == set(), "subcommands with no bad inputs in the battery"
+    assert set(BATTERY) - commands == set(), "battery entries for commands that do not exist"
+
+
+def test_every_command_line_code_is_in_the_catalogue_with_a_class() -> None:
+    for code in COMMAND_LINE_CODES:
+        assert code in CATALOGUE, code
+        assert CATALOGUE[code].meaning.strip(), code
+    for _, case in CASES:
+        if case.code is not None:
+            assert case.code in CATALOGUE, case
+
+
+# -- the battery's files -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The files the placeholders name, in a folder of their own."""
+    root = tmp_path_factory.mktemp("battery")
+    store_path = root / "store.db"
+    with closing(SQLiteStore(store_path)) as store:
+        authority = authority_over(store)
+        wid = authority.admit(request(), now=10_000).workload.workload_id
+        authority.claim(wid, "w", CAPS, now=11_000, lease_ms=1_000)
+        authority.admit(request(idempotency_key="two"), now=10_500)
+        with (root / "export.jsonl").open("w", encoding="ascii") as out:
+            export_workloads(store, out)
+    (root / "dir").mkdir()
+    (root / "binary.txt").write_bytes(b"\xff\xfe\x00 not text \xc3\x28\n")
+    (root / "lines.jsonl").write_text('{"a": 1}\n{"b": 2}\n', encoding="utf-8")
+    (root / "text.txt").write_text("just a line of text\n", encoding="utf-8")
+    (root / "broken.toml").write_text("[spec\nname = \n", encoding="utf-8")
+    (root / "trace.json").write_text(json.dumps({"steps": "not a list"}), encoding="utf-8")
+    return {
+        "root": str(root),
+        "store": str(store_path),
+        "missing": str(root / "no-such-file.db"),
+        "dir": str(root / "dir"),
+        "binary": str(root / "binary.txt"),
+        "jsonl": str(root / "lines.jsonl"),
+        "text": str(root / "text.txt"),
+        "toml": str(root / "broken.toml"),
+        "export": str(root / "export.jsonl"),
+        "trace": str(root / "trace.json"),
+    }
+
+
+def _filled(text: str, files: dict[str, str]) -> str:
+    for name, path in files.items():
+        text = text.replace("{" + name + "}", path)
+    return text
+
+
+def _fingerprint(files: dict[str, str]) -> dict[str, tuple[bytes, int]]:
+    """Every file of the battery's folder, by name: its bytes and modification instant.
+
+    The -wal and -shm files a reader of the store may leave are not part of it.
+    """
+    out = {}
+    for path in sorted(Path(files["root"]).rglob("*")):
+        if path.is_file() and not path.name.endswith(("-wal", "-shm")):
+            out[str(path)] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return out
+
+
+def _assert_one_coded_line(case: Bad, status: int, err: str) -> None:
+    assert "Traceback" not in err, f"{case}: {err}"
+    first = err.splitlines()[0] if err else ""
+    assert CODED_LINE.match(first), f"{case}: first line of stderr: {first!r}"
+    code = first.split(":", 1)[0]
+    assert code in CATALOGUE, f"{case}: {code} is not in the catalogue"
+    if case.code is not None:
+        assert code == case.code, f"{case}: {first}"
+    assert status == case.status, f"{case}: exit status {status}, stderr {first!r}"
+
+
+@pytest.mark.parametrize(("command", "case"), CASES, ids=[str(case) for _, case in CASES])
+def test_a_bad_invocation_prints_one_coded_line_and_changes_nothing(
+    command: str,
+    case: Bad,
+    files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WORKWARDEN_STORE", raising=False)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, _filled(value, files))
+    monkeypatch.chdir(files["root"])
+    before = _fingerprint(files)
+
+    status = main([_filled(arg, files) for arg in case.argv])
+
+    err = capsys.readouterr().err
+    _assert_one_coded_line(case, status, err)
+    assert _fingerprint(files) == before, f"{case} changed the battery's files"
+
+
+# -- as real processes ---------------------------------------------------------------------
+
+
+def _run(argv: list[str | bytes], cwd: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+    environ = {k: v for k, v in os.environ.items() if k != "WORKWARDEN_STORE"} | env
+    return subprocess.run(
+        [sys.executable, "-m", "workwarden", *argv],
+        capture_output=True,
+        cwd=cwd,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+
+
+PROCESS_CASES: list[tuple[list[str | bytes], int, str, dict[str, str]]] = [
+    (["inspect", "--store", "{store}", b"\xff\xfe"], 2, USAGE, {}),
+    (["list", "t", "app"], 1, URL_INVALID, {"WORKWARDEN_STORE": "bogus://x"}),
+    (["export", "--store", "{store}", "--out", UNDER_A_FILE], 1, UNWRITABLE, {}),
+    (["import", "--store", "{missing}", "{export}"], 1, NOT_FOUND, {}),
+    (["stats", "--store", "{text}"], 1, UNUSABLE, {}),
+    ([], 2, USAGE, {}),
+    (["no-such-command"], 2, USAGE, {}),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "code", "env"), PROCESS_CASES)
+def test_a_bad_invocation_of_the_installed_command_prints_one_coded_line(
+    argv: list[str | bytes], status: int, code: str, env: dict[str, str], files: dict[str, str]
+) -> None:
+    filled = [_filled(a, files) if isinstance(a, str) else a for a in argv]
+    before = _fingerprint(files)
+    done = _run(filled, files["root"], **env)
+    err = done.stderr.decode("utf-8", "replace")
+    case = Bad(tuple(str(a) for a in argv), status, code)
+    _assert_one_coded_line(case, done.returncode, err)
+    assert done.stdout == b""
+    assert _fingerprint(files) == before
+
+
+def test_the_battery_runs_over_a_hundred_invocations() -> None:
+    # The count the project's documentation quotes (docs/cli.md).
+    assert len(CASES) + len(PROCESS_CASES) >= 150
+
+
+def test_an_unexpected_error_is_one_coded_line_asking_for_a_report(
+    files: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(docs: object) -> None:
+        raise RuntimeError("the statistics broke")
+
+    monkeypatch.setattr("workwarden.cli.stats.collect", broken)
+    assert main(["stats", "--store", files["store"]]) == 70
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "WORKWARDEN_INTERNAL: unexpected RuntimeError: the statistics broke; this is a bug in"
+        " workwarden, please report it with the command line that led to it"
+    ]
+
+
+# -- the resolver every command uses -----------------------------------------------------
+
+
+def test_the_resolver_creates_a_store_only_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "work.db"
+    for mode in ("read", "write"):
+        with pytest.raises(WorkloadError) as refused:
+            open_store(str(path), mode=mode)  # type: ignore[arg-type]
+        assert refused.value.code == NOT_FOUND
+        assert refused.value.details == {"path": str(path)}
+        assert not path.exists()
+    with closing(open_store(f"sqlite://{path}", mode="create")) as created:
+        assert list(created.scan()) == []
+    with closing(open_store(str(path), mode="write")):
+        pass
+    with closing(open_store(str(path), mode="read")) as reader:
+        assert isinstance(reader, SQLiteStore)
+        assert reader.read_only
+        with pytest.raises(StoreFailure):
+            reader.write("k", "{}", _INDEX, None, _audit("k"))
+    with pytest.raises(WorkloadError) as no_directory:
+        open_store(str(tmp_path / "absent" / "work.db"), mode="create")
+    assert no_directory.value.code == NOT_FOUND
+
+
+def test_the_resolver_takes_the_environment_when_given_no_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WORKWARDEN_STORE", raising=False)
+    with pytest.raises(WorkloadError) as refused:
+        open_store(None)
+    assert refused.value.code == URL_INVALID
+    assert refused.value.error_class == "fix_request"
+    monkeypatch.setenv("WORKWARDEN_STORE", f"sqlite:{tmp_path / 'env.db'}")
+    with closing(open_store(None, mode="create")) as store:
+        assert isinstance(store, SQLiteStore)
+    assert (tmp_path / "env.db").exists()
+
+
+def test_a_bad_postgresql_url_is_refused_without_repeating_it() -> None:
+    with pytest.raises(WorkloadError) as refused:
+        open_store("postgresql://user:s3cret@[broken/db")
+    assert refused.value.code == URL_INVALID
+    assert "s3cret" not in str(refused.value)
