@@ -1,29 +1,31 @@
-"""`workwarden demo`: a fleet of worker threads against an embedded store, on a simulated clock.
+"""`workwarden demo`: a fleet of runtime workers against an embedded store, on a simulated clock.
 
 Admits a few hundred workloads for two tenants (priorities, dependencies,
-`not_before` instants, deadlines), then runs worker threads, an operator
-thread and a sweeper thread against them tick by tick. Workers claim, start,
-read their context, checkpoint, heartbeat and complete; some crash, stall
-until their lease is lost (and then try to finish anyway), or fail with a
-known or an unknown effect. The operator cancels, times out and re-arms; the
-sweeper recovers lost leases, enforces deadlines and cancels work whose
-dependency can never be met. At the end every committed history is checked
-against the spec (`decisions.check_history`), a summary is printed, and the
-legal-transition diagram is written with each edge's observed count.
+`not_before` instants, deadlines), then runs a fleet of `workwarden.runtime`
+workers, an operator and a `Sweeper` against them tick by tick. The
+workers' handlers follow a plan drawn for each attempt: complete, fail
+with a known kind (`Retry`, `Fail`) or with an unknown effect, run slowly
+(heartbeats keep the lease, with no handler code), crash (the worker is
+gone with its claim; a fresh one takes its place later) or stall (the
+worker stops stepping until its lease is lost and recovered; it then finds
+`job.lost` and reports nothing). The operator cancels (the worker sees it
+on its next heartbeat and confirms), times out and re-arms; the sweeper
+recovers lost leases and enforces deadlines, and the survey cancels work
+whose dependency can never be met. At the end every committed history is
+checked against the spec (`decisions.check_history`), a summary is printed,
+and the legal-transition diagram is written with each edge's observed count.
 
 Deterministic under `--seed`, whatever the threads' scheduling. One
-coordinator owns the clock and the random numbers, and runs each tick in
-phases: (1) every worker and the operator *prepare* their planned call in
-parallel, on threads, each with its own `Authority`; nothing is written in
-this phase, so every thread decides on the same committed state; (2) the
-prepared calls *commit* one thread at a time in a fixed order (workers
-first on even ticks, the operator first on odd ones), so which of two
-writers to one workload loses the compare-and-swap (`WORKLOAD_CONFLICT`,
-nothing of it written) is decided by the order, not by the scheduler;
-(3) idle workers claim through the scheduler in turn, in a fixed order;
-(4) the sweeper runs. The threads do the reading, deciding and writing; the
-phases only fix the order of the writes. So the summary (everything but the
-elapsed time and the file names) is the same for the same seed.
+coordinator owns the clock (a `ManualClock` every worker reads) and the
+random numbers. Each worker, the operator and the sweeper runs on a thread
+of its own, and each tick the coordinator hands them their step one after
+another in a fixed order (the operator before the workers on even ticks,
+after them on odd ones); a handler runs, on its worker's thread, at the
+tick its plan ends it (a `ManualExecutor` holds it until then). So which of
+two writers to one workload loses the compare-and-swap (`WORKLOAD_CONFLICT`,
+nothing of it written, the runtime calls again) is decided by the order,
+and the summary (everything but the elapsed time and the file names) is
+the same for the same seed.
 """
 
 from __future__ import annotations
@@ -42,37 +44,25 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from workwarden.runtime import App, Fail, Job, ManualClock, Retry, Sweeper, Worker
+from workwarden.runtime.testing import ManualExecutor
 from workwarden.statemachine import (
     Authority,
-    CancelCommand,
-    CheckpointCommand,
-    Claim,
-    Command,
-    CompleteCommand,
-    ConfirmCancelCommand,
     CreateWorkload,
     Dependency,
-    ExecutionContextCommand,
-    FailCommand,
     Grant,
     GrantSigner,
     GrantVerifier,
-    HeartbeatCommand,
-    Prepared,
-    RetryCommand,
     RetryPolicy,
-    StartCommand,
     Subject,
-    TimeoutCommand,
     Timeouts,
-    Workload,
     WorkloadError,
     default_spec,
 )
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.diagram import write_diagrams
 from workwarden.statemachine.properties.decisions import check_history, decisions_taken
-from workwarden.storage import Store
+from workwarden.storage import AuditRecord, ForwardingStore, IndexFields, Store, StoreConflict
 
 __all__ = ["DemoReport", "main_demo", "run_demo"]
 
@@ -191,12 +181,6 @@ _PLANS = (
     ("slow", 0.05),
 )
 
-_FAILURES = {
-    "fail_transient": ("transient_connection", "none"),
-    "fail_validation": ("validation", "none"),
-    "fail_unknown": ("timeout", "unknown"),
-}
-
 
 def _pick_plan(rng: random.Random) -> str:
     roll = rng.random()
@@ -207,19 +191,56 @@ def _pick_plan(rng: random.Random) -> str:
     return "complete"
 
 
+#: Ticks each plan's handler runs before it ends.
+_RUN_TICKS = {"slow": 12}
+_DEFINITIONS = ("send-invoice", "charge-card", "sync-ledger")
+
+
+class _CountingStore(ForwardingStore):
+    """Counts the writes that lost a compare-and-swap (nothing of them was written)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.conflicts = 0
+        self._lock = threading.Lock()
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        try:
+            return super().write(key, document, index, expected_version, audit)
+        except StoreConflict:
+            with self._lock:
+                self.conflicts += 1
+            raise
+
+
 @dataclass
-class _Worker:
+class _Attempt:
+    """A handler call the plan holds: which plan, and the tick it ends at."""
+
+    plan: str
+    ends_at: int
+
+
+@dataclass
+class _DemoWorker:
+    """One slot of the fleet: the runtime worker in it now, and what its plan says."""
+
     index: int
     base: str
     tenant: str
-    authority: Authority
+    executor: ManualExecutor
+    worker: Worker
     generation: int = 0
-    claim: Claim | None = None
-    plan: str = "complete"
-    steps: int = 0
     down_until: int = 0
-    prepared: Prepared | None = None
-    claimed_now: bool = False
+    stalled_until: int = 0
+    attempts: dict[str, _Attempt] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -230,7 +251,6 @@ class _Worker:
 class _Operator:
     authority: Authority
     intents: list[tuple[str, str]] = field(default_factory=list)
-    prepared: list[tuple[str, Prepared]] = field(default_factory=list)
 
 
 class _Crew:
@@ -257,22 +277,13 @@ class _Crew:
             else:
                 self.done.put(None)
 
-    def _wait(self, count: int) -> None:
-        failures = [exc for exc in (self.done.get() for _ in range(count)) if exc is not None]
-        if failures:
-            raise failures[0]
-
-    def parallel(self, tasks: Sequence[tuple[int, Callable[[], None]]]) -> None:
-        """Run the tasks on their threads at once; return when all are done."""
-        for index, task in tasks:
-            self.inboxes[index].put(task)
-        self._wait(len(tasks))
-
     def in_turn(self, tasks: Sequence[tuple[int, Callable[[], None]]]) -> None:
         """Run the tasks on their threads one after another, in the order given."""
         for index, task in tasks:
             self.inboxes[index].put(task)
-            self._wait(1)
+            failure = self.done.get()
+            if failure is not None:
+                raise failure
 
     def stop(self) -> None:
         for inbox in self.inboxes:
@@ -281,180 +292,163 @@ class _Crew:
             thread.join()
 
 
+def _handler(plan: str, job: Job) -> Any:
+    """Every definition's handler: what the attempt's plan says (a cancelled one just stops)."""
+    if job.cancel_requested:
+        return None
+    if plan == "slow":
+        job.checkpoint({"stage": "rendered"})
+    if plan == "fail_transient":
+        raise Retry(kind="transient_connection", message="transient_connection in the demo")
+    if plan == "fail_validation":
+        raise Fail(kind="validation", effect="none", message="validation in the demo")
+    if plan == "fail_unknown":
+        raise Fail(kind="timeout", effect="unknown", message="timeout in the demo")
+    return {"ok": True, "attempt": job.attempt}
+
+
 class _Run:
-    """One demo run: the coordinator's state and the phases of a tick."""
+    """One demo run: the coordinator's state and the steps of a tick."""
 
     def __init__(self, store: Store, seed: int, workloads: int, workers: int) -> None:
         self.rng = random.Random(seed)
         secret = bytes(self.rng.randrange(256) for _ in range(32))
         self.signer = GrantSigner("demo-key", secret)
-        verifier = GrantVerifier({"demo-key": secret})
+        self.verifier = GrantVerifier({"demo-key": secret})
         self.spec = default_spec()
-        self.store = store
-        self.now = START_MS
+        self.store = _CountingStore(store)
+        self.clock = ManualClock(START_MS)
         self.report = DemoReport(workloads=workloads, threads=workers + 2)
-        self.fleet = [
-            _Worker(
-                index=i,
-                base=f"{TENANTS[i % len(TENANTS)]}-worker-{i // len(TENANTS) + 1}",
-                tenant=TENANTS[i % len(TENANTS)],
-                authority=Authority(store, grants=verifier),
-            )
-            for i in range(workers)
-        ]
-        self.operator = _Operator(Authority(store, grants=verifier))
-        self.sweeper = Authority(store, grants=verifier)
+        self.app = App()
+        for definition in _DEFINITIONS:
+            self.app.handler(definition, needs=CAPABILITIES)(self._planned)
+        self.plans: dict[tuple[str, int], str] = {}
+        self.fleet = [self._slot(i) for i in range(workers)]
+        self.operator = _Operator(Authority(self.store, grants=self.verifier))
+        self.sweeper = Sweeper(
+            Authority(self.store, grants=self.verifier), clock=self.clock, poll_ms=TICK_MS
+        )
+        self.admin = Authority(self.store, grants=self.verifier)
         self.ids: list[str] = []
         self.dead_letters: list[str] = []
-        self.lock = threading.Lock()
         self.tick = 0
         self.at_rest = 0
 
+    # -- the fleet ----------------------------------------------------------------------
+
+    def _planned(self, job: Job) -> Any:
+        plan = self.plans.get((job.workload_id, job.fence.token), "complete")
+        return _handler(plan, job)
+
+    def _new_worker(self, name: str, tenant: str, executor: ManualExecutor) -> Worker:
+        return Worker(
+            Authority(self.store, grants=self.verifier),
+            self.app,
+            tenant=tenant,
+            application=APPLICATION,
+            worker_id=name,
+            lease_ms=LEASE_MS,
+            clock=self.clock,
+            executor=executor,
+            poll_ms=TICK_MS,
+        )
+
+    def _slot(self, index: int) -> _DemoWorker:
+        tenant = TENANTS[index % len(TENANTS)]
+        base = f"{tenant}-worker-{index // len(TENANTS) + 1}"
+        executor = ManualExecutor()
+        return _DemoWorker(index, base, tenant, executor, self._new_worker(base, tenant, executor))
+
     def refused(self, exc: WorkloadError) -> None:
-        with self.lock:
-            self.report.refusals[exc.code] += 1
-            if exc.code == codes.CONFLICT:
-                self.report.conflicts += 1
+        self.report.refusals[exc.code] += 1
 
     # -- admission ----------------------------------------------------------------------
 
     def admit(self, count: int) -> None:
-        authority = self.sweeper
         for index in range(count):
             tenant = TENANTS[index % len(TENANTS)]
             parent = self.ids[-2] if index % 12 == 11 and len(self.ids) >= 2 else None
             request = _request(self.rng, self.signer, tenant, index, parent)
-            self.ids.append(authority.admit(request, self.now).workload.workload_id)
+            self.ids.append(self.admin.admit(request, self.clock.now()).workload.workload_id)
 
-    # -- phase 1: prepare ---------------------------------------------------------------
+    # -- a worker's step -----------------------------------------------------------------
 
-    def _worker_command(self, worker: _Worker, workload: Workload) -> Command:
-        """The worker's next call: its plan's next step, or confirming a requested cancel."""
-        claim = worker.claim
-        assert claim is not None
-        wid, fence = claim.workload_id, claim.fence
-        if workload.state == "CANCELLATION_REQUESTED":
-            return ConfirmCancelCommand(workload_id=wid, fence=fence)
-        step, plan = worker.steps, worker.plan
-        if step == 1:
-            return StartCommand(workload_id=wid, fence=fence)
-        if step == 2:
-            return ExecutionContextCommand(workload_id=wid, fence=fence)
-        if step == 3:
-            return CheckpointCommand(workload_id=wid, fence=fence, state={"stage": "prepared"})
-        if plan == "slow" and step < 12:
-            if step % 3 == 0:
-                return CheckpointCommand(workload_id=wid, fence=fence, state={"stage": step})
-            return HeartbeatCommand(workload_id=wid, fence=fence, extend_ms=LEASE_MS)
-        if step == 4 and plan != "stall":
-            return HeartbeatCommand(workload_id=wid, fence=fence, extend_ms=LEASE_MS)
-        if plan in _FAILURES:
-            kind, effect = _FAILURES[plan]
-            return FailCommand(
-                workload_id=wid, fence=fence, kind=kind, error=f"{kind} in the demo", effect=effect
-            )
-        return CompleteCommand(
-            workload_id=wid,
-            fence=fence,
-            result_id=f"result-{wid}-{fence.token}",
-            output={"ok": True, "attempt": fence.token},
-        )
-
-    def prepare_worker(self, worker: _Worker) -> None:
-        worker.prepared = None
-        claim = worker.claim
-        if claim is None or worker.claimed_now or worker.down_until > self.tick:
+    def step_worker(self, slot: _DemoWorker) -> None:
+        """End the handlers whose plan says so, then let the runtime worker do what is due."""
+        if slot.down_until > self.tick or slot.stalled_until > self.tick:
             return
-        worker.steps += 1
-        if worker.plan == "crash" and worker.steps == 2:
-            return  # the coordinator retires it after this phase
-        if worker.plan == "stall" and 3 <= worker.steps < 3 + STALL_TICKS:
-            return  # alive but stuck: no heartbeat, so the lease runs out
-        try:
-            workload = worker.authority.get(claim.workload_id)
-            command = self._worker_command(worker, workload)
-            worker.prepared = worker.authority.prepare(command, self.now)
-        except WorkloadError as exc:
-            self.refused(exc)
-            self._drop(worker)
+        runtime = slot.worker
+        for job in list(runtime.held):
+            attempt = slot.attempts.get(job.workload_id)
+            pending = [i for i, call in enumerate(slot.executor.pending) if call[2][1] is job]
+            if attempt is None or not pending:
+                continue
+            if attempt.ends_at <= self.tick or job.cancel_requested or job.lost:
+                slot.executor.run(pending[0])
+        lost_before = runtime.counts.get("lost", 0)
+        runtime.step()
+        if slot.attempts and runtime.counts.get("lost", 0) > lost_before:
+            stalled = [a for a in slot.attempts.values() if a.plan == "stall"]
+            self.report.lease_losses += min(len(stalled), runtime.counts["lost"] - lost_before)
+        held = {job.workload_id: job for job in runtime.held}
+        for workload_id in [w for w in slot.attempts if w not in held]:
+            del slot.attempts[workload_id]
+        for workload_id, job in held.items():
+            if workload_id not in slot.attempts:
+                plan = _pick_plan(self.rng)
+                self.plans[(workload_id, job.fence.token)] = plan
+                slot.attempts[workload_id] = _Attempt(plan, self.tick + _RUN_TICKS.get(plan, 3))
+                if plan == "stall":
+                    slot.stalled_until = self.tick + 3 + STALL_TICKS
+                if plan == "crash":
+                    # The process dies holding its claim; a fresh one takes its place later.
+                    self.report.crashes += 1
+                    slot.generation += 1
+                    slot.down_until = self.tick + RESTART_TICKS
+                    slot.executor = ManualExecutor()
+                    slot.attempts = {}
+                    slot.worker = self._retire(runtime, slot)
+                    return
 
-    def prepare_operator(self) -> None:
+    def _retire(self, old: Worker, slot: _DemoWorker) -> Worker:
+        self._fold(old)
+        return self._new_worker(slot.name, slot.tenant, slot.executor)
+
+    def _fold(self, worker: Worker) -> None:
+        for name in ("refused",):
+            if worker.counts.get(name):
+                self.report.refusals["refused by the authority"] += worker.counts[name]
+
+    # -- the operator and the sweeper ------------------------------------------------------
+
+    def operate(self) -> None:
         op = self.operator
-        op.prepared = []
         for action, target in op.intents:
-            command: Command
-            if action == "retry":
-                reason = "re-armed by the demo operator"
-                command = RetryCommand(workload_id=target, actor="operator-1", reason=reason)
-            elif action == "timeout":
-                command = TimeoutCommand(workload_id=target, actor="operator-1")
-            else:
-                command = CancelCommand(workload_id=target, actor="operator-1")
+            now = self.clock.now()
             try:
-                op.prepared.append((action, op.authority.prepare(command, self.now)))
-            except WorkloadError as exc:
-                self.refused(exc)
-        op.intents = []
-
-    # -- phase 2: commit ------------------------------------------------------------------
-
-    def _drop(self, worker: _Worker) -> None:
-        if worker.plan == "stall" and worker.steps >= 3 + STALL_TICKS:
-            with self.lock:
-                self.report.lease_losses += 1
-        worker.claim = None
-        worker.prepared = None
-
-    def commit_worker(self, worker: _Worker) -> None:
-        prepared, worker.prepared = worker.prepared, None
-        if prepared is None:
-            return
-        command_finishes = prepared.operation in ("complete", "fail", "confirm_cancel")
-        try:
-            prepared.commit()
-        except WorkloadError as exc:
-            self.refused(exc)
-            if exc.code == codes.CONFLICT:
-                worker.steps -= 1  # decided on an old version: try the same step again
-                return
-            self._drop(worker)
-            return
-        if command_finishes:
-            worker.claim = None
-
-    def commit_operator(self) -> None:
-        for action, prepared in self.operator.prepared:
-            try:
-                prepared.commit()
+                if action == "retry":
+                    op.authority.retry(target, "operator-1", now, "re-armed by the demo operator")
+                elif action == "timeout":
+                    op.authority.timeout(target, "operator-1", now)
+                else:
+                    op.authority.cancel(target, "operator-1", now)
             except WorkloadError as exc:
                 self.refused(exc)
                 continue
-            with self.lock:
-                self.report.operator[action] += 1
-        self.operator.prepared = []
-
-    # -- phase 3: claim -------------------------------------------------------------------
-
-    def claim(self, worker: _Worker) -> None:
-        got = worker.authority.claim_next(
-            worker.tenant, APPLICATION, worker.name, CAPABILITIES, self.now, LEASE_MS
-        )
-        if got is not None:
-            worker.claim = got
-            worker.steps = 0
-            worker.claimed_now = True
-
-    # -- phase 4: sweep -------------------------------------------------------------------
+            self.report.operator[action] += 1
+        op.intents = []
 
     def sweep(self) -> None:
-        self.report.recoveries += len(self.sweeper.recover_expired(self.now))
-        self.sweeper.enforce_deadlines(self.now)
+        before = self.sweeper.counts.get("recovered", 0)
+        self.sweeper.step()
+        self.report.recoveries += self.sweeper.counts.get("recovered", 0) - before
 
     def survey(self) -> None:
         """Cancel orphans, note the dead letters and how many workloads are at rest (terminal)."""
-        current = {w.workload_id: w for t in TENANTS for w in self.sweeper.list(t, APPLICATION)}
+        current = {w.workload_id: w for t in TENANTS for w in self.admin.list(t, APPLICATION)}
+        now = self.clock.now()
         for workload in sorted(current.values(), key=lambda w: w.workload_id):
-            if workload.state != "READY":
+            if workload.state not in self.spec.roles.queued:
                 continue
             for dependency in workload.dependencies:
                 parent = current.get(dependency.workload_id)
@@ -464,7 +458,7 @@ class _Run:
                     and parent.state != dependency.required_state
                 ):
                     try:
-                        self.sweeper.cancel(workload.workload_id, "orphan-sweeper", self.now)
+                        self.admin.cancel(workload.workload_id, "orphan-sweeper", now)
                     except WorkloadError as exc:
                         self.refused(exc)
                     break
@@ -474,7 +468,7 @@ class _Run:
     # -- the coordinator ------------------------------------------------------------------
 
     def plan_operator(self) -> None:
-        held = sorted(w.claim.workload_id for w in self.fleet if w.claim is not None)
+        held = sorted(job.workload_id for slot in self.fleet for job in slot.worker.held)
         roll = self.rng.random()
         if roll < 0.03 and held:
             self.operator.intents.append(("cancel", self.rng.choice(held)))
@@ -486,33 +480,18 @@ class _Run:
             self.operator.intents.append(("retry", self.rng.choice(self.dead_letters)))
 
     def tick_once(self, crew: _Crew) -> None:
-        self.now += TICK_MS
+        self.clock.advance(TICK_MS)
         self.plan_operator()
-        for worker in self.fleet:
-            worker.claimed_now = False
         operator_index = len(self.fleet)
-        crew.parallel(
-            [(w.index, partial(self.prepare_worker, w)) for w in self.fleet]
-            + [(operator_index, self.prepare_operator)]
-        )
-        for worker in self.fleet:
-            if worker.plan == "crash" and worker.steps == 2 and worker.claim is not None:
-                # The process died holding its claim; a fresh one takes its place later.
-                self.report.crashes += 1
-                worker.claim = None
-                worker.generation += 1
-                worker.down_until = self.tick + RESTART_TICKS
         workers: list[tuple[int, Callable[[], None]]] = [
-            (w.index, partial(self.commit_worker, w)) for w in self.fleet
+            (slot.index, partial(self.step_worker, slot)) for slot in self.fleet
         ]
-        operator: list[tuple[int, Callable[[], None]]] = [(operator_index, self.commit_operator)]
+        operator: list[tuple[int, Callable[[], None]]] = [(operator_index, self.operate)]
         crew.in_turn(workers + operator if self.tick % 2 == 0 else operator + workers)
-        idle = [w for w in self.fleet if w.claim is None and w.down_until <= self.tick]
-        crew.in_turn([(w.index, partial(self.claim, w)) for w in idle])
-        for worker in self.fleet:
-            if worker.claimed_now:
-                worker.plan = _pick_plan(self.rng)
         crew.in_turn([(operator_index + 1, self.sweep)])
+
+    def idle(self) -> bool:
+        return all(not slot.worker.held for slot in self.fleet)
 
     def run(self, max_ticks: int, progress: Callable[[int, int], None] | None) -> None:
         crew = _Crew(len(self.fleet) + 2)
@@ -525,17 +504,20 @@ class _Run:
                     crew.in_turn([(len(self.fleet) + 1, self.survey)])
                     if progress is not None:
                         progress(self.at_rest, self.tick)
-                    if self.at_rest == self.report.workloads and all(
-                        w.claim is None for w in self.fleet
-                    ):
+                    if self.at_rest == self.report.workloads and self.idle():
                         break
         finally:
             crew.stop()
+        for slot in self.fleet:
+            self._fold(slot.worker)
+        self.report.conflicts = self.store.conflicts
+        if self.store.conflicts:
+            self.report.refusals[codes.CONFLICT] += self.store.conflicts
 
     def tally(self) -> None:
         report = self.report
         for tenant in TENANTS:
-            for workload in self.sweeper.list(tenant, APPLICATION):
+            for workload in self.admin.list(tenant, APPLICATION):
                 history = workload.execution_history
                 report.outcomes[workload.state] += 1
                 report.attempts += workload.attempt_count
@@ -656,13 +638,12 @@ def main_demo(
     """
     from workwarden.storage.urls import open_store
 
+    directory = Path(tempfile.mkdtemp(prefix="workwarden-demo-"))
     if store_url is None:
-        directory = Path(tempfile.mkdtemp(prefix="workwarden-demo-"))
-        url = f"sqlite:///{directory / 'demo.sqlite3'}?synchronous=NORMAL"
+        url = f"sqlite://{(directory / 'demo.sqlite3').as_posix()}?synchronous=NORMAL"
     else:
-        directory = Path(tempfile.mkdtemp(prefix="workwarden-demo-"))
         url = store_url
-    store = open_store(url)
+    store = open_store(url, mode="create")
     try:
         report = run_demo(
             store=store,

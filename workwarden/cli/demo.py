@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from workwarden.cli import positive_int
+
 __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
+    from workwarden.cli import output_directory
     from workwarden.demo import main_demo
 
+    if args.out_dir is not None:
+        # Refused before any work is admitted, not after the run.
+        output_directory(args.out_dir, "diagram directory")
     return main_demo(args.store, args.seed, args.workloads, args.workers, args.out_dir)
 
 
@@ -20,21 +26,20 @@ def register(subparsers: Any) -> None:
         "demo",
         help="run a fleet of worker threads against an embedded store",
         description=(
-            "Admit a few hundred workloads for two tenants, run worker threads that crash, "
-            "lose leases and fail against them on a simulated clock, with an operator who "
-            "cancels, times out and re-arms; then check every committed history against the "
-            "spec and write the diagram with each edge's observed count. The same --seed "
-            "gives the same summary."
+            "Admit a few hundred workloads for two tenants, run a fleet of runtime workers "
+            "(workwarden.runtime, each on a thread) whose handlers crash, stall past their "
+            "lease and fail, on a simulated clock, with an operator who cancels, times out "
+            "and re-arms and a sweeper; then check every committed history against the spec "
+            "and write the diagram with each edge's observed count. The same --seed gives "
+            "the same summary."
         ),
     )
     parser.add_argument(
         "--store", default=None, help="store URL (default: a fresh temporary SQLite file)"
     )
-    parser.add_argument("--seed", type=int, default=7, help="the run's random seed (default 7)")
-    parser.add_argument(
-        "--workloads", type=int, default=300, help="workloads to admit (default 300)"
-    )
-    parser.add_argument("--workers", type=int, default=6, help="worker threads (default 6)")
+    parser.add_argument("--seed", type=int, default=7, help="the run's random seed")
+    parser.add_argument("--workloads", type=positive_int, default=300, help="workloads to admit")
+    parser.add_argument("--workers", type=positive_int, default=6, help="worker threads")
     parser.add_argument(
         "--out-dir",
         default=None,

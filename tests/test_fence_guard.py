@@ -1,0 +1,519 @@
+"""The fence carried downstream: `workwarden.fence` on real SQLite and PostgreSQL databases.
+
+A resource that checks the fencing token with its write refuses a worker whose
+claim has been superseded, whatever order the two transactions run in: the
+lower token never writes after the higher one, and a write refused leaves the
+database as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import pg
+from support import authority as make_authority
+from support import request
+from workwarden.fence import (
+    FENCE_HEADER,
+    FenceChecker,
+    FencedCall,
+    MemoryFenceRecord,
+    SqlFenceRecord,
+    ensure_fence_table,
+    format_fence_header,
+    guard,
+    parse_fence_header,
+)
+from workwarden.statemachine import WorkloadError
+from workwarden.statemachine.ids import claim_id_for
+from workwarden.statemachine.models import Fence
+from workwarden.storage import MemoryStore
+
+WORKLOAD = "workload_a905c442ee731da96617b295"
+
+Connect = Callable[[], Any]
+
+
+def fence(token: int, worker: str = "worker-a", workload: str = WORKLOAD) -> Fence:
+    """The fence the authority hands `worker` for its claim of `workload` under `token`."""
+    return Fence(claim_id=claim_id_for(workload, token, worker), worker_id=worker, token=token)
+
+
+class Database:
+    """One of the user's own databases, with a `notes` table the fenced writes go to."""
+
+    def __init__(self, kind: str, connect: Connect) -> None:
+        self.kind = kind
+        self.connect = connect
+        self.mark = "?" if kind == "sqlite" else "%s"
+        with self.transaction() as conn:
+            conn.execute("CREATE TABLE notes (id TEXT PRIMARY KEY, token INTEGER NOT NULL)")
+
+    def transaction(self, conn: Any = None) -> Any:
+        """A transaction on `conn` (a new connection when None), committed when the block ends."""
+        return _Transaction(self, conn)
+
+    def write(self, conn: Any, note_id: str, token: int) -> None:
+        """The fenced write itself: the note holds the token of the last writer."""
+        m = self.mark
+        conn.execute(
+            f"INSERT INTO notes VALUES ({m}, {m})"
+            " ON CONFLICT (id) DO UPDATE SET token = excluded.token",
+            (note_id, token),
+        )
+
+    def rows(self, table: str) -> list[tuple[Any, ...]]:
+        """Every row of `table`, sorted, as committed."""
+        conn = self.connect()
+        try:
+            return sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {table}").fetchall())
+        finally:
+            conn.close()
+
+    def has_fence_table(self) -> bool:
+        conn = self.connect()
+        try:
+            if self.kind == "sqlite":
+                sql = "SELECT count(*) FROM sqlite_master WHERE name = 'workwarden_fences'"
+            else:
+                sql = "SELECT count(*) FROM pg_class WHERE relname = 'workwarden_fences'"
+            row = conn.execute(sql).fetchone()
+            return bool(row[0])
+        finally:
+            conn.close()
+
+
+class _Transaction:
+    def __init__(self, db: Database, conn: Any) -> None:
+        self.db = db
+        self.own = conn is None
+        self.conn = db.connect() if conn is None else conn
+
+    def __enter__(self) -> Any:
+        if self.db.kind == "postgres":
+            self._tx = self.conn.transaction()
+            self._tx.__enter__()
+        return self.conn
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self.db.kind == "postgres":
+                self._tx.__exit__(*exc)
+            elif exc[0] is None:
+                self.conn.commit()
+            else:
+                self.conn.rollback()
+        finally:
+            if self.own:
+                self.conn.close()
+
+
+def _sqlite(tmp_path: Path) -> Iterator[Database]:
+    path = tmp_path / "user.sqlite"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(path, timeout=30, check_same_thread=False)
+
+    with contextlib.closing(connect()) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+    yield Database("sqlite", connect)
+
+
+def _postgres() -> Iterator[Database]:
+    with pg.postgres_database(schema=False) as dsn:
+
+        def connect() -> psycopg.Connection[Any]:
+            return psycopg.connect(dsn, autocommit=True)
+
+        yield Database("postgres", connect)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """An empty database of the user's, on each backend in turn."""
+    if request.param == "sqlite":
+        yield from _sqlite(tmp_path)
+    else:
+        yield from _postgres()
+
+
+def fenced_write(db: Database, f: Fence, note: str = "n", **where: Any) -> None:
+    """One transaction: the guard, then the write it protects."""
+    with db.transaction() as conn:
+        guard(conn, f, where.pop("workload", WORKLOAD), **where)
+        db.write(conn, note, f.token)
+
+
+def refused(call: Callable[[], Any]) -> WorkloadError:
+    with pytest.raises(WorkloadError) as caught:
+        call()
+    return caught.value
+
+
+# --- the rule ------------------------------------------------------------------
+
+
+def test_a_higher_token_supersedes_and_a_lower_one_is_refused_with_nothing_written(
+    db: Database,
+) -> None:
+    fenced_write(db, fence(1))
+    fenced_write(db, fence(3))
+    assert db.rows("notes") == [("n", 3)]
+    before = db.rows("workwarden_fences")
+
+    error = refused(lambda: fenced_write(db, fence(2)))
+
+    assert error.code == "WORKLOAD_STALE_FENCE"
+    assert error.error_class == "attempt_over"
+    assert error.details == {
+        "workload_id": WORKLOAD,
+        "resource": None,
+        "presented_token": 2,
+        "presented_claim_id": fence(2).claim_id,
+        "highest_token": 3,
+        "highest_claim_id": fence(3).claim_id,
+    }
+    assert db.rows("notes") == [("n", 3)]
+    assert db.rows("workwarden_fences") == before
+
+
+def test_the_same_claim_may_write_again(db: Database) -> None:
+    fenced_write(db, fence(2), "first")
+    fenced_write(db, fence(2), "second")
+    assert db.rows("notes") == [("first", 2), ("second", 2)]
+    assert db.rows("workwarden_fences") == [(WORKLOAD, "", 2, fence(2).claim_id, "worker-a")]
+
+
+def test_the_same_token_from_another_claim_is_refused(db: Database) -> None:
+    fenced_write(db, fence(2, "worker-a"))
+    error = refused(lambda: fenced_write(db, fence(2, "worker-b"), "other"))
+    assert error.code == "WORKLOAD_STALE_FENCE"
+    assert error.details is not None
+    assert error.details["highest_claim_id"] == fence(2, "worker-a").claim_id
+    assert db.rows("notes") == [("n", 2)]
+
+
+def test_resources_and_workloads_keep_separate_records(db: Database) -> None:
+    other = "workload_000000000000000000000000"
+    fenced_write(db, fence(5), "whole")
+    fenced_write(db, fence(7), "inv", resource="invoices")
+    # A lower token than the workload's record, on a resource that has not seen it.
+    fenced_write(db, fence(6), "mail", resource="mail")
+    # Another workload's tokens count on their own.
+    fenced_write(db, fence(1, workload=other), "o", workload=other)
+
+    assert refused(lambda: fenced_write(db, fence(6), "inv", resource="invoices")).code == (
+        "WORKLOAD_STALE_FENCE"
+    )
+    assert refused(lambda: fenced_write(db, fence(4), "whole")).code == "WORKLOAD_STALE_FENCE"
+    assert [row[:3] for row in db.rows("workwarden_fences")] == [
+        (other, "", 1),
+        (WORKLOAD, "", 5),
+        (WORKLOAD, "invoices", 7),
+        (WORKLOAD, "mail", 6),
+    ]
+
+
+def test_a_refusal_rolls_back_the_whole_transaction(db: Database) -> None:
+    fenced_write(db, fence(2))
+
+    def written_then_guarded() -> None:
+        with db.transaction() as conn:
+            db.write(conn, "written-before-the-guard", 1)
+            guard(conn, fence(1), WORKLOAD)
+
+    assert refused(written_then_guarded).code == "WORKLOAD_STALE_FENCE"
+    assert db.rows("notes") == [("n", 2)]
+
+
+# --- concurrent transactions ------------------------------------------------------
+
+
+def _hold_then_race(db: Database, first: Fence, second: Fence, *, commit_first: bool) -> Any:
+    """`first` guards and writes in an open transaction; `second` starts while it is open.
+
+    Returns what the second transaction ended with: None, or the error it raised.
+    """
+    outcome: dict[str, Any] = {}
+    with db.transaction() as conn:
+        ensure_fence_table(conn)
+    holder = db.connect()
+    tx = db.transaction(holder)
+    conn = tx.__enter__()
+    guard(conn, first, WORKLOAD)
+    db.write(conn, "n", first.token)
+
+    def second_writer() -> None:
+        try:
+            fenced_write(db, second)
+        except WorkloadError as exc:
+            outcome["error"] = exc
+        else:
+            outcome["error"] = None
+
+    thread = threading.Thread(target=second_writer)
+    thread.start()
+    # The second transaction waits on the first's lock on the record.
+    thread.join(0.3)
+    assert thread.is_alive(), "the second transaction went ahead of the first's lock"
+    if commit_first:
+        tx.__exit__(None, None, None)
+    else:
+        tx.__exit__(RuntimeError, RuntimeError("abandoned"), None)
+    holder.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    return outcome["error"]
+
+
+def test_a_lower_token_waiting_on_a_higher_one_is_refused_once_it_commits(db: Database) -> None:
+    error = _hold_then_race(db, fence(2, "worker-b"), fence(1), commit_first=True)
+    assert isinstance(error, WorkloadError)
+    assert error.code == "WORKLOAD_STALE_FENCE"
+    assert db.rows("notes") == [("n", 2)]
+
+
+def test_a_higher_token_waiting_on_a_lower_one_writes_after_it(db: Database) -> None:
+    error = _hold_then_race(db, fence(1), fence(2, "worker-b"), commit_first=True)
+    assert error is None
+    assert db.rows("notes") == [("n", 2)]
+    # And the lower one, coming back, is refused.
+    assert refused(lambda: fenced_write(db, fence(1))).code == "WORKLOAD_STALE_FENCE"
+    assert db.rows("notes") == [("n", 2)]
+
+
+def test_a_lower_token_goes_ahead_when_the_higher_one_rolls_back(db: Database) -> None:
+    error = _hold_then_race(db, fence(2, "worker-b"), fence(1), commit_first=False)
+    assert error is None
+    assert db.rows("notes") == [("n", 1)]
+
+
+def test_racing_writers_commit_in_increasing_token_order(db: Database) -> None:
+    """Twelve writers, tokens shuffled, all at once: the committed writes only ever go up."""
+    with db.transaction() as conn:
+        conn.execute("CREATE TABLE log (token INTEGER PRIMARY KEY)")
+        ensure_fence_table(conn)
+    tokens = list(range(1, 13))
+    random.Random(5).shuffle(tokens)
+    start = threading.Barrier(len(tokens))
+    order: list[int] = []
+    refusals: list[str] = []
+    lock = threading.Lock()
+
+    def writer(token: int) -> None:
+        conn = db.connect()
+        start.wait()
+        try:
+            with db.transaction(conn) as tx:
+                guard(tx, fence(token, f"w{token}"), WORKLOAD)
+                tx.execute(f"INSERT INTO log VALUES ({db.mark})", (token,))
+                # Recorded while the record's lock is held: the commit order.
+                with lock:
+                    order.append(token)
+        except WorkloadError as exc:
+            refusals.append(exc.code)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in tokens]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    committed = [row[0] for row in db.rows("log")]
+    assert set(refusals) <= {"WORKLOAD_STALE_FENCE"}
+    assert len(refusals) + len(committed) == len(tokens)
+    assert order == sorted(order)
+    assert committed == sorted(order)
+    assert 12 in committed
+    assert db.rows("workwarden_fences")[0][2] == 12
+
+
+# --- what the guard refuses as input ---------------------------------------------------
+
+
+def test_bad_input_is_refused_and_nothing_is_written(db: Database) -> None:
+    conn = db.connect()
+    try:
+        cases: list[tuple[Callable[[], Any], str]] = [
+            (lambda: guard(conn, "token-1", WORKLOAD), "fence"),  # type: ignore[arg-type]
+            (lambda: guard(conn, {"claim_id": "c", "worker_id": "w"}, WORKLOAD), "fence.token"),
+            (lambda: guard(conn, fence(1), ""), "workload_id"),
+            (lambda: guard(conn, fence(1), WORKLOAD, resource=""), "resource"),
+            (lambda: guard(conn, fence(1), WORKLOAD, resource="a\nb"), "resource"),
+            (lambda: guard(conn, fence(0), WORKLOAD), "fence.token"),
+            (lambda: guard(conn, fence(1), "workload_other"), "fence.claim_id"),
+            (lambda: guard(object(), fence(1), WORKLOAD), "conn"),  # type: ignore[arg-type]
+        ]
+        for call, field in cases:
+            error = refused(call)
+            assert error.code == "WORKLOAD_INVALID", field
+            assert error.details is not None
+            assert error.details["errors"][0]["field"] == field
+    finally:
+        conn.close()
+    assert not db.has_fence_table()
+
+
+def test_a_connection_without_a_transaction_is_refused(db: Database, tmp_path: Path) -> None:
+    if db.kind == "sqlite":
+        conn: Any = sqlite3.connect(tmp_path / "user.sqlite", isolation_level=None)
+    else:
+        conn = db.connect()  # autocommit, outside conn.transaction()
+    try:
+        error = refused(lambda: guard(conn, fence(1), WORKLOAD))
+    finally:
+        conn.close()
+    assert error.code == "WORKLOAD_INVALID"
+    assert not db.has_fence_table()
+
+
+def test_the_table_is_made_once_and_the_schema_is_as_documented(db: Database) -> None:
+    conn = db.connect()
+    try:
+        with db.transaction(conn):
+            ensure_fence_table(conn)
+        with db.transaction(conn):
+            ensure_fence_table(conn)
+            guard(conn, fence(9, "w"), WORKLOAD, resource="r")
+    finally:
+        conn.close()
+    assert db.rows("workwarden_fences") == [(WORKLOAD, "r", 9, fence(9, "w").claim_id, "w")]
+
+
+# --- the HTTP header ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("worker", ["worker-a", "w;1 %x", "wörker/é", "a" * 256])
+def test_the_header_round_trips(worker: str) -> None:
+    f = fence(41, worker)
+    value = format_fence_header(WORKLOAD, f)
+    assert value.isascii()
+    assert value.count(";") == 3
+    assert parse_fence_header(value) == FencedCall(WORKLOAD, f)
+    assert parse_fence_header(f"  {value}\t".encode()) == FencedCall(WORKLOAD, f)
+
+
+def test_the_header_format_is_as_documented() -> None:
+    f = fence(7, "w;x")
+    assert format_fence_header(WORKLOAD, f) == f"{WORKLOAD};{f.claim_id};w%3Bx;7"
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        (None, FENCE_HEADER),
+        ("", FENCE_HEADER),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a", FENCE_HEADER),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a;1;x", FENCE_HEADER),
+        (f"{WORKLOAD};{fence(1).claim_id};worker a;1", "fence.worker_id"),
+        (f"{WORKLOAD};{fence(1).claim_id};%FF;1", "fence.worker_id"),
+        (f"{WORKLOAD};{fence(1).claim_id};%0A;1", "fence.worker_id"),
+        (f"{WORKLOAD};;worker-a;1", "fence.claim_id"),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a;01", "fence.token"),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a;-1", "fence.token"),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a;0", "fence.token"),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a;9007199254740992", "fence.token"),
+        (f"{WORKLOAD};{fence(1).claim_id};worker-a;2", "fence.claim_id"),
+        (b"\xff", FENCE_HEADER),
+        ("x" * 9000, FENCE_HEADER),
+    ],
+)
+def test_a_malformed_header_is_refused(value: Any, field: str) -> None:
+    error = refused(lambda: parse_fence_header(value))
+    assert error.code == "WORKLOAD_INVALID"
+    assert error.details is not None
+    assert error.details["errors"][0]["field"] == field
+
+
+def test_the_checker_refuses_a_superseded_header() -> None:
+    checker = FenceChecker()
+    assert checker.check(format_fence_header(WORKLOAD, fence(1))).fence == fence(1)
+    assert checker.check(format_fence_header(WORKLOAD, fence(2, "b"))).fence.token == 2
+    for stale in (fence(1), fence(2, "c")):
+        error = refused(lambda s=stale: checker.check(format_fence_header(WORKLOAD, s)))
+        assert error.code == "WORKLOAD_STALE_FENCE"
+    # A resource of its own has seen nothing yet.
+    assert checker.check(format_fence_header(WORKLOAD, fence(1)), resource="r").fence == fence(1)
+
+
+def test_the_memory_record_is_safe_between_threads() -> None:
+    record = MemoryFenceRecord()
+    accepted: list[int] = []
+    refusals: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def sender(tokens: list[int]) -> None:
+        start.wait()
+        for token in tokens:
+            try:
+                record.advance(WORKLOAD, fence(token, f"w{token}"))
+            except WorkloadError as exc:
+                refusals.append(exc.code)
+            else:
+                with lock:
+                    accepted.append(token)
+
+    tokens = list(range(1, 801))
+    random.Random(3).shuffle(tokens)
+    threads = [threading.Thread(target=sender, args=(tokens[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(refusals) == {"WORKLOAD_STALE_FENCE"}
+    assert len(refusals) + len(accepted) == len(tokens)
+    # Accepted in the order the lock admitted them: strictly increasing, ending at the highest.
+    assert accepted == sorted(set(accepted))
+    assert accepted[-1] == 800
+
+
+def test_the_checker_over_the_receivers_database(db: Database) -> None:
+    conn = db.connect()
+    try:
+        checker = FenceChecker(SqlFenceRecord(conn))
+        with db.transaction(conn):
+            call = checker.check(format_fence_header(WORKLOAD, fence(3)))
+            db.write(conn, "n", call.fence.token)
+
+        def stale_call() -> None:
+            with db.transaction(conn):
+                stale = checker.check(format_fence_header(WORKLOAD, fence(2)))
+                db.write(conn, "n", stale.fence.token)
+
+        error = refused(stale_call)
+    finally:
+        conn.close()
+    assert error.code == "WORKLOAD_STALE_FENCE"
+    assert db.rows("notes") == [("n", 3)]
+
+
+# --- with the authority's own fences -------------------------------------------------------------
+
+
+def test_a_worker_whose_lease_was_recovered_cannot_write_downstream(tmp_path: Path) -> None:
+    """The authority's fences, end to end: a claim recovered and taken over loses its write."""
+    authority = make_authority(MemoryStore())
+    workload = authority.admit(request(), 10_000).workload.workload_id
+    first = authority.claim(workload, "worker-a", ["email:send"], 10_000, 1_000)
+    assert authority.recover_expired(11_000) == [workload]
+    second = authority.claim(workload, "worker-b", ["email:send"], 11_000, 1_000)
+    assert second.fencing_token > first.fencing_token
+
+    db = next(_sqlite(tmp_path))
+    with db.transaction() as conn:
+        guard(conn, second.fence, workload)
+        db.write(conn, workload, second.fencing_token)
+    error = refused(lambda: fenced_write(db, first.fence, workload, workload=workload))
+    assert error.code == "WORKLOAD_STALE_FENCE"
+    assert db.rows("notes") == [(workload, second.fencing_token)]

@@ -1,0 +1,162 @@
+"""`workwarden worker` and `workwarden sweeper` as real processes on a SQLite file.
+
+The app is a module written into the test's directory and named with
+`--app MODULE:ATTR`, as a user's would be; work is admitted through an
+authority on the same file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from support import CAPS, SIGNER, authority, grant_for, request
+from workwarden.storage import SQLiteStore
+
+APP = textwrap.dedent(
+    """
+    import time
+    from workwarden import App
+
+    app = App()
+
+    @app.handler("send", needs=("email:send",))
+    def send(job):
+        time.sleep(job.input.get("sleep", 0))
+        return {"sent": job.input["id"]}
+    """
+)
+
+
+def _admit(path: Path, count: int, sleep: float = 0.0) -> list[str]:
+    store = SQLiteStore(path)
+    try:
+        auth = authority(store)
+        now = int(time.time() * 1000)
+        grant = SIGNER.sign(grant_for(expires_at=now + 3_600_000))
+        return [
+            auth.admit(
+                request(
+                    idempotency_key=f"k{i}",
+                    input={"id": i, "sleep": sleep},
+                    authorization_snapshot=grant,
+                    capability_snapshot=CAPS,
+                ),
+                now,
+            ).workload.workload_id
+            for i in range(count)
+        ]
+    finally:
+        store.close()
+
+
+def _states(path: Path) -> list[str]:
+    store = SQLiteStore(path)
+    try:
+        return sorted(w.state for w in authority(store).list("t", "app"))
+    finally:
+        store.close()
+
+
+def _worker(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    (tmp_path / "tasks.py").write_text(APP, encoding="utf-8")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workwarden",
+            "worker",
+            "--store",
+            f"sqlite:///{tmp_path / 'store.db'}",
+            "--app",
+            "tasks:app",
+            "--tenant",
+            "t",
+            "--application",
+            "app",
+            *extra,
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+
+
+def _events(stderr: str, name: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.split(" ", 1)[0] == name]
+
+
+def test_a_worker_process_runs_every_workload_to_success_and_exits_when_idle(
+    tmp_path: Path,
+) -> None:
+    _admit(tmp_path / "store.db", 6)
+    worker = _worker(tmp_path, "--until-idle", "--concurrency", "3")
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    assert _states(tmp_path / "store.db") == ["SUCCEEDED"] * 6
+    claimed = _events(stderr, "claimed")
+    assert len(claimed) == 6
+    assert all("attempt=1" in line and "token=" in line for line in claimed)
+    assert len(_events(stderr, "completed")) == 6
+    assert _events(stderr, "stopped")
+
+
+def test_sigterm_lets_the_running_handler_finish_then_exits_zero(tmp_path: Path) -> None:
+    _admit(tmp_path / "store.db", 1, sleep=1.5)
+    worker = _worker(tmp_path, "--lease-ms", "1000")
+    deadline = time.monotonic() + 30
+    while _states(tmp_path / "store.db") != ["RUNNING"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    assert _states(tmp_path / "store.db") == ["SUCCEEDED"]
+    assert _events(stderr, "stopping")
+    assert _events(stderr, "completed")
+
+
+def test_a_second_signal_exits_at_once_with_the_signals_status(tmp_path: Path) -> None:
+    _admit(tmp_path / "store.db", 1, sleep=30)
+    worker = _worker(tmp_path)
+    deadline = time.monotonic() + 30
+    while _states(tmp_path / "store.db") != ["RUNNING"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    worker.send_signal(signal.SIGINT)
+    worker.communicate(timeout=30)
+    assert worker.returncode == 130
+
+
+def test_a_sweeper_process_recovers_a_lease_a_killed_worker_left(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    [wid] = _admit(path, 1, sleep=30)
+    worker = _worker(tmp_path, "--lease-ms", "500")
+    deadline = time.monotonic() + 30
+    while _states(path) != ["RUNNING"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.kill()
+    worker.wait(timeout=30)
+    sweeper = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workwarden",
+            "sweeper",
+            "--store",
+            f"sqlite:///{path}",
+            "--until-idle",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sweeper.returncode == 0, sweeper.stderr
+    assert any(wid in line for line in _events(sweeper.stderr, "recovered"))
+    assert _states(path) == ["READY"]

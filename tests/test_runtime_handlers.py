@@ -1,0 +1,232 @@
+"""Handlers: what a handler returns or raises is what the worker reports.
+
+Driven step by step on a simulated clock with handlers run inline, so each
+test reads as the sequence of calls the worker makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from support import CAPS, authority, request
+from workwarden import App, Fail, Job, Retry, Worker
+from workwarden.runtime import ManualClock, result_id_for
+from workwarden.runtime.testing import InlineExecutor
+from workwarden.statemachine import Authority, RetryPolicy
+from workwarden.storage import MemoryStore
+
+T0 = 10_000
+
+
+def _setup(
+    app: App, *inputs: Any, **changes: Any
+) -> tuple[Authority, Worker, list[str], ManualClock]:
+    store = MemoryStore()
+    auth = authority(store)
+    clock = ManualClock(T0)
+    ids = [
+        auth.admit(
+            request(idempotency_key=f"k{i}", input=value, **changes), T0
+        ).workload.workload_id
+        for i, value in enumerate(inputs)
+    ]
+    worker = Worker(
+        auth,
+        app,
+        tenant="t",
+        application="app",
+        worker_id="w1",
+        clock=clock,
+        executor=InlineExecutor(),
+        lease_ms=3_000,
+    )
+    return auth, worker, ids, clock
+
+
+def _retrying(*kinds: str) -> RetryPolicy:
+    return RetryPolicy(max_attempts=3, initial_delay_ms=100, max_delay_ms=1_000, retry_on=kinds)
+
+
+def test_a_returned_value_completes_under_the_result_id_of_the_fence() -> None:
+    app = App()
+    seen: list[Job] = []
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> dict[str, Any]:
+        seen.append(job)
+        return {"sent": job.input["id"], "attempt": job.attempt}
+
+    auth, worker, [wid], _ = _setup(app, {"id": 7})
+    worker.step()
+    workload = auth.get(wid)
+    assert workload.state == "SUCCEEDED"
+    assert workload.result is not None
+    assert workload.result.output == {"sent": 7, "attempt": 1}
+    assert workload.result.result_id == result_id_for(seen[0].fence)
+    assert seen[0].workload_id == wid
+    assert seen[0].definition_id == "send"
+    assert worker.counts["completed"] == 1
+
+
+def test_the_result_id_is_the_same_for_the_same_fence_and_differs_between_attempts() -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        return None
+
+    _, worker, _, _ = _setup(app, {"id": 1})
+    claim_fence = worker.authority.claim_next("t", "app", "w1", CAPS, T0, 1_000)
+    assert claim_fence is not None
+    fence = claim_fence.fence
+    assert result_id_for(fence) == result_id_for(fence.model_copy())
+    assert result_id_for(fence) != result_id_for(
+        fence.model_copy(update={"token": fence.token + 1})
+    )
+
+
+def test_retry_reports_a_failure_with_no_effect_that_the_policy_retries() -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> str:
+        if job.attempt == 1:
+            raise Retry(kind="transient_connection", after_ms=250)
+        return "second time lucky"
+
+    auth, worker, [wid], clock = _setup(
+        app, {"id": 1}, retry_policy=_retrying("transient_connection")
+    )
+    worker.step()
+    workload = auth.get(wid)
+    assert workload.state == "READY"
+    assert workload.attempts[-1].error is not None
+    assert "after 250 ms" in workload.attempts[-1].error
+    assert worker.counts["retried"] == 1
+    clock.advance(1_000)
+    worker.step()
+    assert auth.get(wid).state == "SUCCEEDED"
+
+
+def test_fail_reports_its_kind_and_effect_and_a_kind_not_retried_dead_letters() -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise Fail(kind="validation", effect="none", message="the invoice has no lines")
+
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("transient_connection"))
+    worker.step()
+    workload = auth.get(wid)
+    assert workload.state == "DEAD_LETTER"
+    assert workload.attempts[-1].error == "the invoice has no lines"
+    assert worker.counts["failed"] == 1
+
+
+@pytest.mark.parametrize(("checkpoint", "effect_unknown"), [(False, False), (True, True)])
+def test_another_exception_is_the_apps_failure_kind_unknown_once_checkpointed(
+    checkpoint: bool, effect_unknown: bool
+) -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        if checkpoint:
+            job.checkpoint({"rendered": True})
+        raise RuntimeError("the printer caught fire")
+
+    # `worker_failure` is what a failure of unknown effect is retried under;
+    # retrying only `timeout` makes the effect decide the outcome.
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("worker_failure"))
+    worker.step()
+    workload = auth.get(wid)
+    assert workload.attempts[-1].error == "RuntimeError: the printer caught fire"
+    failures = [e for e in workload.execution_history if e.to == "FAILED"]
+    assert failures
+    assert failures[-1].evidence.get("effect", "none") == ("unknown" if effect_unknown else "none")
+    assert workload.state == "READY"
+
+
+def test_an_exception_after_the_configured_point_has_an_unknown_effect() -> None:
+    app = App(failure_kind="worker_failure", unknown_after_ms=0)
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise RuntimeError("late")
+
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("timeout"))
+    worker.step()
+    # Effect unknown and `worker_failure` not retried: the policy dead-letters it.
+    assert auth.get(wid).state == "DEAD_LETTER"
+
+
+def test_an_async_handler_runs_and_its_value_completes() -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    async def send(job: Job) -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"id": job.input["id"]}
+
+    auth, worker, [wid], _ = _setup(app, {"id": 3})
+    worker.step()
+    result = auth.get(wid).result
+    assert result is not None
+    assert result.output == {"id": 3}
+
+
+def test_checkpoints_of_earlier_attempts_reach_the_next_attempt_oldest_first() -> None:
+    app = App()
+    seen: list[list[Any]] = []
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        seen.append(job.checkpoints)
+        job.checkpoint({"attempt": job.attempt})
+        if job.attempt == 1:
+            raise Retry(kind="transient_connection")
+
+    _, worker, _, clock = _setup(app, {"id": 1}, retry_policy=_retrying("transient_connection"))
+    worker.step()
+    clock.advance(1_000)
+    worker.step()
+    assert seen == [[], [{"attempt": 1}]]
+
+
+def test_the_worker_offers_the_union_of_the_definitions_needs_and_claims_only_what_it_handles() -> (
+    None
+):
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> str:
+        return "sent"
+
+    @app.handler("print", needs=("printer",))
+    def print_(job: Job) -> str:
+        return "printed"
+
+    assert app.capabilities == tuple(sorted({*CAPS, "printer"}))
+    store = MemoryStore()
+    auth = authority(store)
+    other = auth.admit(
+        request(idempotency_key="other", definition_id="archive", priority=9), T0
+    ).workload.workload_id
+    mine = auth.admit(request(idempotency_key="mine"), T0).workload.workload_id
+    worker = Worker(
+        auth, app, tenant="t", application="app", clock=ManualClock(T0), executor=InlineExecutor()
+    )
+    worker.step()
+    assert auth.get(mine).state == "SUCCEEDED"
+    assert auth.get(other).state == "READY", "a definition without a handler is never claimed"
+    assert worker.idle
+
+
+def test_registering_a_definition_twice_is_refused() -> None:
+    app = App()
+    app.handler("send")(lambda job: None)
+    with pytest.raises(ValueError, match="already has a handler"):
+        app.handler("send")(lambda job: None)

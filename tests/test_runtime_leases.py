@@ -1,0 +1,164 @@
+"""Heartbeats, lost leases and cancellation: the worker keeps its lease with no handler code.
+
+The step-driven tests hold the handler (a `ManualExecutor`) while a
+simulated clock moves, so each heartbeat happens at an exact instant; one
+test runs real threads on the wall clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from support import CAPS, SIGNER, authority, grant_for, request
+from workwarden import App, Job, Sweeper, Worker
+from workwarden.runtime import ManualClock
+from workwarden.runtime.testing import ManualExecutor
+from workwarden.statemachine import Authority
+from workwarden.storage import MemoryStore
+
+T0 = 10_000
+LEASE = 3_000
+
+
+def _app(log: list[Job], outcome: Any = "done") -> App:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> Any:
+        log.append(job)
+        return outcome
+
+    return app
+
+
+def _worker(auth: Authority, app: App, clock: ManualClock, executor: ManualExecutor) -> Worker:
+    return Worker(
+        auth,
+        app,
+        tenant="t",
+        application="app",
+        worker_id="w1",
+        clock=clock,
+        executor=executor,
+        lease_ms=LEASE,
+    )
+
+
+def test_heartbeats_extend_the_lease_every_third_of_it_while_the_handler_runs() -> None:
+    auth = authority(MemoryStore())
+    wid = auth.admit(request(), T0).workload.workload_id
+    clock, executor, log = ManualClock(T0), ManualExecutor(), []
+    worker = _worker(auth, _app(log), clock, executor)
+    due = worker.step()
+    assert due == T0 + LEASE // 3, "the first heartbeat is due a third of the lease in"
+    for _ in range(6):
+        clock.instant = due
+        due = worker.step()
+        claim = auth.get(wid).current_claim
+        assert claim is not None
+        assert claim.expires_at == clock.instant + LEASE
+    assert worker.counts["heartbeats"] == 6
+    # Far past the first lease: a sweep recovers nothing.
+    assert Sweeper(auth, clock=clock).step()
+    assert auth.get(wid).state in ("RUNNING",)
+    executor.run_all()
+    worker.step()
+    assert auth.get(wid).state == "SUCCEEDED"
+
+
+def test_a_lost_lease_sets_job_lost_and_nothing_is_reported_for_it() -> None:
+    auth = authority(MemoryStore())
+    wid = auth.admit(request(), T0).workload.workload_id
+    clock, executor, log = ManualClock(T0), ManualExecutor(), []
+    worker = _worker(auth, _app(log), clock, executor)
+    worker.step()
+    # The worker stalls (no step) past its lease; the sweeper recovers the work.
+    clock.advance(LEASE + 1)
+    assert auth.recover_expired(clock.now()) == [wid]
+    worker.step()
+    assert log == []
+    assert worker.held[0].lost
+    lost = worker.held[0]
+    executor.run_all()
+    worker.step()
+    assert "completed" not in worker.counts, "a lost attempt's outcome is never reported"
+    # Its slot is free again: the worker claimed the recovered work afresh.
+    [again] = worker.held
+    assert again is not lost
+    assert again.attempt == 2
+    executor.run_all()
+    worker.step()
+    workload = auth.get(wid)
+    assert workload.result is not None
+    assert workload.result.attempt_id == workload.attempts[1].attempt_id
+    assert workload.attempts[0].result_hash is None
+    assert worker.counts["lost"] == 1
+    assert worker.counts["completed"] == 1
+
+
+def test_a_refused_heartbeat_stops_the_extensions() -> None:
+    auth = authority(MemoryStore())
+    wid = auth.admit(request(), T0).workload.workload_id
+    clock, executor = ManualClock(T0), ManualExecutor()
+    worker = _worker(auth, _app([]), clock, executor)
+    worker.step()
+    clock.advance(LEASE + 1)
+    auth.recover_expired(clock.now())
+    # Another worker claims it under a new token.
+    other = auth.claim_next("t", "app", "w2", CAPS, clock.now(), LEASE)
+    assert other is not None
+    worker.step()
+    job = worker.held[0]
+    assert job.lost
+    beats = worker.counts.get("heartbeats", 0)
+    for _ in range(3):
+        clock.advance(LEASE // 3)
+        worker.step()
+    assert worker.counts.get("heartbeats", 0) == beats
+    claim = auth.get(wid).current_claim
+    assert claim is not None
+    assert claim.worker_id == "w2"
+
+
+def test_cancellation_is_seen_within_one_heartbeat_and_ends_cancelled() -> None:
+    auth = authority(MemoryStore())
+    wid = auth.admit(request(), T0).workload.workload_id
+    clock, executor, log = ManualClock(T0), ManualExecutor(), []
+    worker = _worker(auth, _app(log), clock, executor)
+    worker.step()
+    assert auth.cancel(wid, "operator-1", clock.advance(10)) == "CANCELLATION_REQUESTED"
+    job_view = worker.held[0]
+    assert not job_view.cancel_requested
+    clock.advance(LEASE // 3)
+    worker.step()
+    assert job_view.cancel_requested, "seen on the first heartbeat after the request"
+    executor.run_all()
+    worker.step()
+    assert auth.get(wid).state == "CANCELLED"
+    assert worker.counts["cancelled"] == 1
+
+
+def test_on_real_threads_a_handler_longer_than_its_lease_keeps_it() -> None:
+    auth = authority(MemoryStore())
+    now = int(time.time() * 1000)
+    grant = SIGNER.sign(grant_for(expires_at=now + 3_600_000))
+    wid = auth.admit(request(authorization_snapshot=grant), now).workload.workload_id
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> str:
+        time.sleep(1.2)
+        return "slow but alive"
+
+    sweeper = Sweeper(auth, poll_ms=50)
+    sweeping = threading.Thread(target=sweeper.run, kwargs={"handle_signals": False})
+    sweeping.start()
+    try:
+        Worker(auth, app, tenant="t", application="app", lease_ms=400).run_until_idle()
+    finally:
+        sweeper.stop()
+        sweeping.join()
+    assert auth.get(wid).state == "SUCCEEDED"
+    assert sweeper.counts.get("recovered", 0) == 0

@@ -1,0 +1,154 @@
+"""`workwarden worker` and `workwarden sweeper`: the runtime as processes.
+
+`worker` imports an `App` (`--app MODULE:ATTR`, the module found with the
+current directory on `sys.path`), claims the work of one tenant and
+application and runs its handlers until SIGTERM or SIGINT (or, with
+`--until-idle`, until nothing is left to do). `sweeper` recovers expired
+leases and enforces deadlines at the instants they fall. Both log one event
+a line on standard error, `name key=value ...` (logger `workwarden.runtime`).
+
+Signals: the first SIGTERM or SIGINT stops claiming and lets running
+handlers finish within `--grace-s`, then the command exits 0; a second
+signal exits at once, with status 143 (SIGTERM) or 130 (SIGINT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Any
+
+from workwarden.cli import STORE_HELP, opened_store, positive_int, positive_seconds
+from workwarden.runtime import App, Sweeper, Worker
+from workwarden.statemachine import Authority, GrantVerifier
+from workwarden.statemachine import errors as codes
+from workwarden.statemachine.errors import WorkloadError
+
+__all__ = ["load_app", "register"]
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    runtime = logging.getLogger("workwarden.runtime")
+    runtime.handlers[:] = [handler]
+    runtime.setLevel(logging.INFO)
+    runtime.propagate = False
+
+
+def load_app(target: str) -> App:
+    """The `App` named by `MODULE:ATTR`, imported with the current directory on `sys.path`."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise WorkloadError(codes.INVALID, f"--app {target}: write MODULE:ATTR, e.g. tasks:app")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise WorkloadError(codes.INVALID, f"--app {target}: cannot import: {exc}") from None
+    app = vars(module).get(attr)
+    if not isinstance(app, App):
+        found = "nothing" if app is None else type(app).__name__
+        raise WorkloadError(
+            codes.INVALID, f"--app {target}: {attr} is {found}, not a workwarden App"
+        )
+    return app
+
+
+def _authority(store: Any) -> Authority:
+    # Workers and sweepers admit nothing: no grant signature is ever checked here.
+    return Authority(store, grants=GrantVerifier.without_signatures())
+
+
+def _worker(args: argparse.Namespace) -> int:
+    _configure_logging()
+    app = load_app(args.app)
+    with opened_store(args.store, "write") as store:
+        worker = Worker(
+            _authority(store),
+            app,
+            tenant=args.tenant,
+            application=args.application,
+            worker_id=args.worker_id,
+            concurrency=args.concurrency,
+            lease_ms=args.lease_ms,
+            grace_s=args.grace_s,
+        )
+        if args.until_idle:
+            worker.run_until_idle()
+        else:
+            worker.run()
+    return 0
+
+
+def _sweeper(args: argparse.Namespace) -> int:
+    _configure_logging()
+    with opened_store(args.store, "write") as store:
+        sweeper = Sweeper(_authority(store), tenant=args.tenant, application=args.application)
+        if args.until_idle:
+            sweeper.run_until_idle()
+        else:
+            sweeper.run()
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the `worker` and `sweeper` commands."""
+    worker: argparse.ArgumentParser = subparsers.add_parser(
+        "worker",
+        help="claim work and run an app's handlers on it",
+        description=(
+            "Claim the work of one tenant and application and run the handlers of an App "
+            "on it: heartbeats, cancellation, retries and store failures are handled; see "
+            "docs/worker.md. SIGTERM or SIGINT stops gracefully; a second one exits at once."
+        ),
+    )
+    worker.add_argument("--store", metavar="URL", help=STORE_HELP)
+    worker.add_argument(
+        "--app", required=True, metavar="MODULE:ATTR", help="the App, e.g. tasks:app"
+    )
+    worker.add_argument("--tenant", required=True, help="the tenant whose work to claim")
+    worker.add_argument("--application", required=True, help="the application whose work to claim")
+    worker.add_argument(
+        "--concurrency", type=positive_int, default=1, help="handlers running at once"
+    )
+    worker.add_argument(
+        "--lease-ms", type=positive_int, default=30_000, help="the lease of each claim, in ms"
+    )
+    worker.add_argument(
+        "--worker-id", default=None, help="the worker's id (default host-pid-random)"
+    )
+    worker.add_argument(
+        "--grace-s",
+        type=positive_seconds,
+        default=30.0,
+        help="how long running handlers may finish after a stop signal, in seconds",
+    )
+    worker.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit once nothing is claimable, held or eligible within a lease",
+    )
+    worker.set_defaults(handler=_worker)
+
+    sweeper: argparse.ArgumentParser = subparsers.add_parser(
+        "sweeper",
+        help="recover expired leases and enforce deadlines as they fall",
+        description=(
+            "Recover expired leases and enforce fallen deadlines at the instants they are "
+            "due (the store says when), for the whole store or one tenant and/or application. "
+            "Several sweepers on one store are safe."
+        ),
+    )
+    sweeper.add_argument("--store", metavar="URL", help=STORE_HELP)
+    sweeper.add_argument("--tenant", default=None, help="only this tenant's work")
+    sweeper.add_argument("--application", default=None, help="only this application's work")
+    sweeper.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit once nothing falls due within 30 s",
+    )
+    sweeper.set_defaults(handler=_sweeper)
