@@ -1,0 +1,409 @@
+"""The HTTP API of `workwarden serve`, driven over real HTTP against a real process.
+
+Every refusal is a problem document with its catalogue code, its class and
+the status `docs/service.md` documents; an unauthenticated or wrong-role call
+is refused and writes nothing; `HttpAuthority` answers exactly what the
+library answers; `/metrics` counts what the store holds.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from support import KEY_ID, SECRET, request
+from workwarden.service.auth import issue_token
+from workwarden.service.problems import status_for
+from workwarden.service.testing import RunningService, running_service
+from workwarden.statemachine import Authority, GrantSigner, GrantVerifier
+from workwarden.statemachine.catalogue import shipped_classes
+from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.models import Fence
+from workwarden.storage import MemoryStore
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
+CAPS = ["email:send"]
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[RunningService]:
+    with running_service(grant_keys={KEY_ID: SECRET}) as running:
+        yield running
+
+
+@pytest.fixture
+def fresh(service: RunningService) -> RunningService:
+    """The service with an empty store, verifying the fixture key's grants."""
+    reply = httpx.post(
+        service.url + "/v1/test/reset",
+        json={"store": [], "grant_keys": {KEY_ID: SECRET.hex()}},
+        headers={"Authorization": "Bearer " + service.token("operator")},
+    )
+    assert reply.status_code == 200, reply.text
+    return service
+
+
+def _store(service: RunningService) -> Any:
+    reply = httpx.get(
+        service.url + "/v1/test/store",
+        headers={"Authorization": "Bearer " + service.token("operator")},
+    )
+    assert reply.status_code == 200
+    return reply.json()
+
+
+def _post(
+    service: RunningService, op: str, body: Any, token: str | None, now: int = 20_000
+) -> httpx.Response:
+    headers = {"X-Workwarden-Now": str(now)}
+    if token is not None:
+        headers["Authorization"] = "Bearer " + token
+    return httpx.post(f"{service.url}/v1/{op}", json=body, headers=headers)
+
+
+def _documented_statuses() -> dict[str, int]:
+    rows = re.findall(r"^\| `([A-Z_]+)` \| `?([a-z_]+)`? \| (\d{3}) \|", DOCS.read_text(), re.M)
+    return {code: int(status) for code, _, status in rows}
+
+
+def _assert_problem(reply: httpx.Response, code: str) -> dict[str, Any]:
+    assert reply.headers["content-type"].startswith("application/problem+json"), reply.text
+    body: dict[str, Any] = reply.json()
+    assert body["code"] == code, body
+    assert body["class"] == shipped_classes()[code]
+    assert reply.status_code == body["status"] == status_for(code) == _documented_statuses()[code]
+    return body
+
+
+def test_every_catalogue_code_has_the_status_the_docs_table_gives() -> None:
+    documented = _documented_statuses()
+    classes = shipped_classes()
+    assert set(documented) == set(classes)
+    for code in classes:
+        assert documented[code] == status_for(code), code
+    table = re.findall(r"^\| `([A-Z_]+)` \| `?([a-z_]+)`? \|", DOCS.read_text(), re.M)
+    assert dict(table) == classes
+
+
+def test_refusals_over_http_carry_their_code_class_and_documented_status(
+    fresh: RunningService,
+) -> None:
+    worker = fresh.token("worker", "w1")
+    operator = fresh.token("operator", "alice")
+    admitted = _post(fresh, "admit", request().model_dump(mode="json"), worker, 10_000)
+    assert admitted.status_code == 200, admitted.text
+    wid = admitted.json()["workload"]["workload_id"]
+
+    _assert_problem(_post(fresh, "start", {}, worker), "WORKLOAD_INVALID")
+    _assert_problem(
+        httpx.get(f"{fresh.url}/v1/workloads/nope", headers={"Authorization": f"Bearer {worker}"}),
+        "WORKLOAD_NOT_FOUND",
+    )
+    _assert_problem(_post(fresh, "admit", {}, None), "WORKLOAD_UNAUTHORIZED")
+    reused = request(input={"id": 2}).model_dump(mode="json")
+    _assert_problem(_post(fresh, "admit", reused, worker), "IDEMPOTENCY_KEY_REUSED")
+    claim = {"workload_id": wid, "worker_id": "w1", "lease_ms": 5_000}
+    _assert_problem(
+        _post(fresh, "claim", {**claim, "capabilities": []}, worker), "WORKLOAD_CAPABILITY_DENIED"
+    )
+    held = _post(fresh, "claim", {**claim, "capabilities": CAPS}, worker, 20_000)
+    assert held.status_code == 200, held.text
+    fence = {"claim_id": held.json()["claim_id"], "worker_id": "w1", "token": 1}
+    _assert_problem(
+        _post(
+            fresh,
+            "claim",
+            {**claim, "capabilities": CAPS, "worker_id": "w2"},
+            fresh.token("worker"),
+        ),
+        "WORKLOAD_NOT_READY",
+    )
+    _assert_problem(
+        _post(fresh, "start", {"workload_id": wid, "fence": {**fence, "token": 7}}, worker),
+        "WORKLOAD_STALE_FENCE",
+    )
+    _assert_problem(
+        _post(fresh, "retry", {"workload_id": wid, "actor": "alice"}, operator),
+        "WORKLOAD_TRANSITION_DENIED",
+    )
+    assert _post(fresh, "start", {"workload_id": wid, "fence": fence}, worker, 21_000).is_success
+    _assert_problem(
+        _post(
+            fresh,
+            "checkpoint",
+            {"workload_id": wid, "fence": fence, "state": {"password": "hunter2"}},
+            worker,
+            22_000,
+        ),
+        "WORKLOAD_SECRET_REJECTED",
+    )
+    _assert_problem(
+        _post(
+            fresh,
+            "heartbeat",
+            {"workload_id": wid, "fence": fence, "extend_ms": 10},
+            worker,
+            99_000,
+        ),
+        "WORKLOAD_LEASE_EXPIRED",
+    )
+    later = request(idempotency_key="later", not_before=50_000).model_dump(mode="json")
+    later_id = _post(fresh, "admit", later, worker, 30_000).json()["workload"]["workload_id"]
+    _assert_problem(
+        _post(
+            fresh,
+            "claim",
+            {"workload_id": later_id, "worker_id": "w1", "lease_ms": 5, "capabilities": CAPS},
+            worker,
+            31_000,
+        ),
+        "WORKLOAD_NOT_YET_ELIGIBLE",
+    )
+    missing = _post(fresh, "no-such-operation", {}, worker)
+    assert missing.status_code == 404
+    assert missing.json()["code"] == "WORKLOAD_NOT_FOUND"
+
+
+def _refusals() -> list[tuple[str, Callable[[RunningService], tuple[str, Any, str | None]]]]:
+    other = GrantSigner("other", bytes(range(100, 132)))
+
+    def expired(s: RunningService) -> str:
+        signer = GrantSigner("serve-test", s.token_secret)
+        return issue_token(signer, "w1", "worker", 1_000, 1_000)
+
+    def forged(s: RunningService) -> str:
+        return issue_token(other, "*", "operator", 1_000, 2**40)
+
+    def claim(worker: str) -> dict[str, Any]:
+        return {"workload_id": "-", "worker_id": worker, "lease_ms": 10, "capabilities": CAPS}
+
+    return [
+        ("no token", lambda s: ("admit", request().model_dump(mode="json"), None)),
+        ("not a token", lambda s: ("admit", request().model_dump(mode="json"), "wwt1.garbage")),
+        ("another key", lambda s: ("retry", {"workload_id": "x", "actor": "a"}, forged(s))),
+        ("expired", lambda s: ("claim", claim("w1"), expired(s))),
+        (
+            "worker calls retry",
+            lambda s: ("retry", {"workload_id": "x", "actor": "w1"}, s.token("worker", "w1")),
+        ),
+        ("operator claims", lambda s: ("claim", claim("alice"), s.token("operator", "alice"))),
+        (
+            "operator confirms",
+            lambda s: (
+                "confirm_cancel",
+                {"workload_id": "x", "fence": {"claim_id": "c", "worker_id": "alice", "token": 1}},
+                s.token("operator", "alice"),
+            ),
+        ),
+        ("worker as another", lambda s: ("claim", claim("w2"), s.token("worker", "w1"))),
+        (
+            "operator as another",
+            lambda s: (
+                "cancel",
+                {"workload_id": "x", "actor": "bob"},
+                s.token("operator", "alice"),
+            ),
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("case", "make"), _refusals(), ids=[case for case, _ in _refusals()])
+def test_an_unauthenticated_or_wrong_role_call_is_refused_and_writes_nothing(
+    fresh: RunningService, case: str, make: Callable[[RunningService], tuple[str, Any, str | None]]
+) -> None:
+    seeded = _post(fresh, "admit", request().model_dump(mode="json"), fresh.token("worker"), 10_000)
+    assert seeded.is_success
+    before = _store(fresh)
+    op, body, token = make(fresh)
+    if "workload_id" in body:
+        body["workload_id"] = seeded.json()["workload"]["workload_id"]
+    problem = _assert_problem(_post(fresh, op, body, token, 20_000), "WORKLOAD_UNAUTHORIZED")
+    assert problem["details"]["reason"] in {
+        "missing_token",
+        "invalid_token",
+        "expired_token",
+        "wrong_actor_class",
+        "subject_mismatch",
+    }
+    assert _store(fresh) == before
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    try:
+        reply = call()
+    except WorkloadError as exc:
+        return ("refused", exc.code, exc.details if exc.code != "WORKLOAD_INVALID" else None)
+    if isinstance(reply, list):
+        return [r.model_dump(mode="json") if hasattr(r, "model_dump") else r for r in reply]
+    return reply.model_dump(mode="json") if hasattr(reply, "model_dump") else reply
+
+
+def _script(authority: Any) -> list[Any]:
+    """One life of a workload and a few refusals, through `authority`."""
+    out: list[Any] = []
+    run = out.append
+    admitted = authority.admit(request(), 10_000)
+    run(admitted.model_dump(mode="json"))
+    wid = admitted.workload.workload_id
+    run(_outcome(lambda: authority.admit(request(), 10_500)))
+    run(_outcome(lambda: authority.claim_next("t", "app", "w1", ["other"], 11_000, 5_000)))
+    claim = authority.claim_next("t", "app", "w1", CAPS, 11_000, 5_000)
+    run(claim.model_dump(mode="json"))
+    fence = claim.fence
+    run(_outcome(lambda: authority.start(wid, fence, 12_000)))
+    run(_outcome(lambda: authority.start(wid, fence, 12_100)))
+    run(_outcome(lambda: authority.heartbeat(wid, fence, 13_000, 9_000)))
+    run(_outcome(lambda: authority.checkpoint(wid, fence, {"step": 1}, 14_000, sequence=1)))
+    run(_outcome(lambda: authority.execution_context(wid, fence, 14_500, ["secret://vault/x"])))
+    run(_outcome(lambda: authority.execution_context(wid, fence, 14_500, ["plain"])))
+    run(
+        _outcome(lambda: authority.start(wid, Fence(claim_id="c", worker_id="w1", token=9), 15_000))
+    )
+    run(_outcome(lambda: authority.complete(wid, fence, "r1", {"ok": True}, 16_000)))
+    run(_outcome(lambda: authority.complete(wid, fence, "r1", {"ok": True}, 16_500)))
+    run(_outcome(lambda: authority.fail(wid, fence, "timeout", "late", 17_000)))
+    run(_outcome(lambda: authority.retry(wid, "alice", 17_500, "again")))
+    run(_outcome(lambda: authority.cancel(wid, "alice", 18_000)))
+    run(_outcome(lambda: authority.timeout(wid, "alice", 18_000)))
+    run(_outcome(lambda: authority.operate(wid, "pause", "alice", 18_000)))
+    second = authority.admit(request(idempotency_key="two"), 19_000).workload.workload_id
+    held = authority.claim(second, "w1", CAPS, 19_000, 100)
+    run(_outcome(lambda: authority.recover_expired(19_050)))
+    run(_outcome(lambda: authority.recover_expired(19_100, tenant="t")))
+    run(_outcome(lambda: authority.fail(second, held.fence, "validation", "bad input", 19_200)))
+    run(_outcome(lambda: authority.enforce_deadlines(20_000)))
+    run(_outcome(lambda: authority.get(wid)))
+    run(_outcome(lambda: authority.get(wid, tenant="other")))
+    run(_outcome(lambda: authority.list("t", "app")))
+    run(_outcome(lambda: authority.claim(wid, "", CAPS, 1, 1)))
+    return out
+
+
+def test_the_client_answers_and_refuses_exactly_as_the_library(fresh: RunningService) -> None:
+    library = Authority(MemoryStore(), grants=GrantVerifier({KEY_ID: SECRET}))
+    with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as client:
+        assert _script(client) == _script(library)
+
+
+def test_the_openapi_document_names_every_operation_and_its_models(fresh: RunningService) -> None:
+    document = httpx.get(fresh.url + "/openapi.json").json()
+    operations = {
+        "admit", "claim", "claim_next", "start", "heartbeat", "execution_context", "checkpoint",
+        "complete", "fail", "cancel", "confirm_cancel", "timeout", "retry", "operate",
+        "recover_expired", "enforce_deadlines",
+    }  # fmt: skip
+    assert {f"/v1/{op}" for op in operations} <= set(document["paths"])
+    assert "/v1/workloads/{workload_id}" in document["paths"]
+    start = document["paths"]["/v1/start"]["post"]
+    assert start["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/StartCommand"
+    )
+    schemas = document["components"]["schemas"]
+    assert {"CreateWorkload", "AdmitReply", "ClaimReply", "Workload", "Problem"} <= set(schemas)
+
+
+def _samples(text: str) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def test_metrics_parse_and_count_what_the_store_holds(fresh: RunningService) -> None:
+    before = _samples(httpx.get(fresh.url + "/metrics").text)
+    with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as client:
+        for n in range(4):
+            client.admit(request(idempotency_key=f"k{n}"), 10_000 + n)
+        client.admit(request(idempotency_key="other", tenant_id="t2"), 10_010)
+        first = client.claim_next("t", "app", "w1", CAPS, 11_000, 60_000, request_id="c1")
+        second = client.claim_next("t", "app", "w1", CAPS, 11_000, 60_000, request_id="c2")
+        lost = client.claim_next("t", "app", "w1", CAPS, 11_000, 100, request_id="c3")
+        assert first
+        assert second
+        assert lost
+        client.start(first.workload_id, first.fence, 12_000)
+        client.start(second.workload_id, second.fence, 12_500)
+        client.complete(first.workload_id, first.fence, "r1", {"ok": 1}, 14_000)
+        client.complete(first.workload_id, first.fence, "r1", {"ok": 1}, 14_100)  # a replay
+        client.fail(second.workload_id, second.fence, "validation", "bad input", 15_000)
+        assert client.recover_expired(16_000) == [lost.workload_id]
+        with pytest.raises(WorkloadError):
+            client.start(second.workload_id, second.fence, 16_500)
+
+    samples = _samples(httpx.get(fresh.url + "/metrics").text)
+    stored = Counter(
+        (d["document"]["tenant_id"], d["document"]["application_id"], d["document"]["state"])
+        for d in _store(fresh)
+    )
+    gauge = {
+        (s.labels["tenant"], s.labels["application"], s.labels["state"]): s.value
+        for s in samples["workwarden_workloads"]
+    }
+    assert gauge == stored
+
+    def value(taken: dict[str, list[Any]], name: str, **labels: str) -> float:
+        return sum(s.value for s in taken.get(name, []) if s.labels.items() >= labels.items())
+
+    def grew(name: str, **labels: str) -> float:
+        return value(samples, name, **labels) - value(before, name, **labels)
+
+    assert grew("workwarden_claims_total") == 3
+    assert grew("workwarden_completions_total") == 1
+    assert grew("workwarden_failures_total", kind="validation") == 1
+    assert grew("workwarden_recoveries_total") == 1
+    assert grew("workwarden_admission_to_start_seconds_count") == 2
+    assert grew("workwarden_claim_to_complete_seconds_count") == 1
+    assert grew("workwarden_claim_to_complete_seconds_sum") == pytest.approx(3.0)
+
+
+def test_serve_refuses_what_it_cannot_serve_with_one_coded_line(tmp_path: Path) -> None:
+    keys = tmp_path / "tokens.json"
+    keys.write_text('{"k": "' + SECRET.hex() + '"}')
+    base = [sys.executable, "-m", "workwarden", "serve", "--token-keys", str(keys)]
+    db = tmp_path / "work.db"
+    cases = [
+        ([], "WORKWARDEN_USAGE", 2),  # neither --grant-keys nor --no-grant-signatures
+        (["--no-grant-signatures", "--store", f"sqlite:///{db}", "--create", "--allow-reset"],
+         "WORKWARDEN_USAGE", 2),
+        (["--no-grant-signatures", "--store", "bogus://x"], "WORKLOAD_STORE_URL_INVALID", 1),
+        (["--issue-token", "root:x"], "WORKLOAD_INVALID", 1),
+    ]  # fmt: skip
+    for extra, code, status in cases:
+        run = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=60)
+        assert run.returncode == status, run.stderr
+        assert run.stderr.splitlines()[0].startswith(f"{code}: "), run.stderr
+        assert "Traceback" not in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.json"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        run = subprocess.run(
+            [*base, "--no-grant-signatures", "--store", "memory:", "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert run.returncode == 2
+    assert run.stderr.startswith("WORKWARDEN_USAGE: serve: cannot listen on")
+
+
+def test_sigterm_stops_the_service_gracefully() -> None:
+    with running_service() as service:
+        assert httpx.get(service.url + "/healthz").json()["ok"] is True
+        service.process.send_signal(signal.SIGTERM)
+        # uvicorn shuts down, then ends with the signal it caught, as a program should.
+        assert service.process.wait(timeout=10) in (0, -signal.SIGTERM)
+        assert "Traceback" not in service.stderr()

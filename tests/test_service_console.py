@@ -1,0 +1,189 @@
+"""The operator console of a running `workwarden serve`, in a real headless Chromium.
+
+Playwright drives Debian's Chromium (`/usr/bin/chromium`; Playwright's own
+browser download is never used). The overview counts what was admitted and
+claimed; a workload page shows the history and the diagram; an operator signs
+in and re-arms a dead letter from the console, which moves it back to READY
+and lands in the audit log under the operator's name. Each page is saved as a
+screenshot: into `docs/images/console-*.png` when `WORKWARDEN_SCREENSHOTS=1`,
+else into the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from support import CAPS, KEY_ID, SECRET, SIGNER, request
+from workwarden.service.state import wall_clock_ms
+from workwarden.service.testing import RunningService, running_service
+from workwarden.statemachine import Grant, Subject
+
+CHROMIUM = "/usr/bin/chromium"
+IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    if os.environ.get("WORKWARDEN_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        return IMAGES
+    return tmp_path
+
+
+def _request(key: str, tenant: str, application: str) -> object:
+    grant = Grant(
+        id="g",
+        issuer=Subject(kind="human", id="h"),
+        subject=Subject(kind="agent", id="a1"),
+        tenant_id=tenant,
+        application_id=application,
+        capabilities=("workload:execute",),
+        issued_at=0,
+        expires_at=2**53 - 1,
+    )
+    return request(
+        idempotency_key=key,
+        tenant_id=tenant,
+        application_id=application,
+        authorization_snapshot=SIGNER.sign(grant),
+    )
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[tuple[RunningService, dict[str, str]]]:
+    report = tmp_path / "check.json"
+    subprocess.run(
+        [
+            sys.executable, "-m", "workwarden", "check", "--single", "--workers", "1",
+            "--max-attempts", "1", "--rearms", "0", "--operator-actions", "0",
+            "--json", str(report),
+        ],
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    assert report.exists()
+    with running_service(grant_keys={KEY_ID: SECRET}, check_report=str(report)) as service:
+        now = wall_clock_ms()
+        ids: dict[str, str] = {}
+        with service.client(service.token("worker", "w1")) as client:
+            for n in range(3):
+                client.admit(_request(f"mail-{n}", "acme", "mail"), now)  # type: ignore[arg-type]
+            for n in range(2):
+                client.admit(_request(f"bill-{n}", "acme", "billing"), now)  # type: ignore[arg-type]
+            running = client.claim_next(
+                "acme", "mail", "w1", CAPS, now + 1, 600_000, request_id="r"
+            )
+            doomed = client.claim_next("acme", "mail", "w1", CAPS, now + 1, 600_000, request_id="d")
+            assert running is not None
+            assert doomed is not None
+            client.start(running.workload_id, running.fence, now + 2)
+            client.checkpoint(running.workload_id, running.fence, {"step": 1}, now + 3)
+            client.start(doomed.workload_id, doomed.fence, now + 2)
+            client.fail(doomed.workload_id, doomed.fence, "validation", "bad address", now + 4)
+            ids = {"running": running.workload_id, "dead": doomed.workload_id}
+        yield service, ids
+
+
+def _cell(page: Page, tenant: str, application: str, state: str) -> str:
+    row = page.locator(f'#counts tr[data-tenant="{tenant}"][data-application="{application}"]')
+    return row.locator(f'td[data-state="{state}"]').inner_text().strip()
+
+
+def test_the_console_shows_counts_history_and_diagram_and_rearms_a_dead_letter(
+    browser: Browser, console: tuple[RunningService, dict[str, str]], shots: Path
+) -> None:
+    service, ids = console
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+
+    page.goto(service.url + "/console/")
+    assert _cell(page, "acme", "mail", "READY") == "1"
+    assert _cell(page, "acme", "mail", "CHECKPOINTED") == "1"
+    assert _cell(page, "acme", "mail", "DEAD_LETTER") == "1"
+    assert _cell(page, "acme", "billing", "READY") == "2"
+    assert _cell(page, "acme", "billing", "CLAIMED") == "0"
+    assert page.locator("#total").inner_text() == "5"
+    assert page.locator("meta[http-equiv=refresh]").count() == 1
+    page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
+
+    page.goto(service.url + "/console/workloads?tenant=acme&application=billing")
+    assert page.locator("#workloads tbody tr").count() == 2
+    page.screenshot(path=str(shots / "console-workloads.png"), full_page=True)
+
+    page.goto(f"{service.url}/console/workloads/{quote(ids['running'], safe='')}")
+    assert page.locator("#state").inner_text() == "CHECKPOINTED"
+    history = page.locator("#history li")
+    with service.client() as client:
+        events = client.get(ids["running"]).execution_history
+    assert history.count() == len(events) == 4  # admitted, claimed, started, checkpointed
+    for item, event in zip(history.all(), events, strict=True):
+        assert f"{event.sequence}. {event.from_state} → {event.to}" in item.inner_text()
+    assert "READY → CLAIMED" in history.nth(1).inner_text()
+    assert page.locator("#diagram svg").count() == 1
+    assert page.locator("#diagram svg g.edge").count() > 10
+    page.screenshot(path=str(shots / "console-workload.png"), full_page=True)
+
+    page.goto(service.url + "/console/dead-letters")
+    row = page.locator(f'#dead-letters tr[data-workload="{ids["dead"]}"]')
+    assert row.count() == 1
+    assert row.locator("button").count() == 0  # read-only until an operator signs in
+
+    page.goto(service.url + "/console/login")
+    page.fill("#token", service.token("worker", "w1"))
+    page.click("#sign-in")
+    assert "worker's" in page.locator("#message").inner_text()
+    page.fill("#token", service.token("operator", "alice"))
+    page.click("#sign-in")
+    assert page.locator("#operator").inner_text() == "alice"
+
+    page.goto(service.url + "/console/dead-letters")
+    row = page.locator(f'#dead-letters tr[data-workload="{ids["dead"]}"]')
+    page.screenshot(path=str(shots / "console-dead-letters.png"), full_page=True)
+    row.locator("input[name=reason]").fill("address fixed")
+    row.locator("button").click()
+    page.wait_for_url("**/console/workloads/**")
+    assert page.locator("#state").inner_text() == "READY"
+    assert "re-armed by alice" in page.locator("#message").inner_text()
+
+    with service.client() as client:
+        assert client.get(ids["dead"]).state == "READY"
+    page.goto(service.url + "/console/audit")
+    rearm = page.locator('#audit tr[data-operation="retry"][data-actor="alice"]')
+    assert rearm.count() == 1
+    assert ids["dead"] in rearm.inner_text()
+    page.screenshot(path=str(shots / "console-audit.png"), full_page=True)
+
+    page.goto(service.url + "/console/check")
+    assert page.locator("#verdict").inner_text() == "no violation"
+    page.screenshot(path=str(shots / "console-check.png"), full_page=True)
+    page.close()
+
+
+def test_a_rearm_without_an_operators_token_is_refused_and_changes_nothing(
+    browser: Browser, console: tuple[RunningService, dict[str, str]]
+) -> None:
+    service, ids = console
+    page = browser.new_page()
+    reply = page.request.post(
+        f"{service.url}/console/workloads/{quote(ids['dead'], safe='')}/retry",
+        form={"reason": "sneaky"},
+    )
+    assert reply.status == 403
+    with service.client() as client:
+        assert client.get(ids["dead"]).state == "DEAD_LETTER"
+    page.close()

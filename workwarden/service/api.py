@@ -1,0 +1,304 @@
+"""The HTTP JSON API: one endpoint per `Authority` operation, under `/v1`.
+
+Every request body is a model of `workwarden.statemachine` (a command of
+`commands.py`, `CreateWorkload` for an admission) and every reply the model
+the authority answers with, so `/openapi.json` is generated from them. Each
+call's instant is the service's clock (or the test clock's
+`X-Workwarden-Now`), never a field of the body. Each call needs a bearer
+token whose actor class the spec's operations table allows
+(`workwarden.service.auth`); a refusal is a problem document
+(`workwarden.service.problems`). `docs/service.md` lists the endpoints.
+"""
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from workwarden.service.auth import Caller
+from workwarden.service.state import Service
+from workwarden.statemachine import errors
+from workwarden.statemachine.commands import (
+    AdmitReply,
+    CancelCommand,
+    CheckpointCommand,
+    ClaimCommand,
+    ClaimNextCommand,
+    CompleteCommand,
+    ConfirmCancelCommand,
+    ExecutionContextCommand,
+    FailCommand,
+    HeartbeatCommand,
+    OperatorCommand,
+    RetryCommand,
+    StartCommand,
+    StateReply,
+    TimeoutCommand,
+)
+from workwarden.statemachine.conformance.runner import ReferenceImplementation
+from workwarden.statemachine.models import (
+    Attempt,
+    Checkpoint,
+    Claim,
+    ClaimReply,
+    CreateWorkload,
+    ExecutionContext,
+    Name,
+    Result,
+    Workload,
+)
+
+__all__ = ["SweepRequest", "api_router"]
+
+# Reads the header without refusing: a missing or malformed one is the
+# service's own coded refusal (`WORKLOAD_UNAUTHORIZED`), not FastAPI's.
+_BEARER = HTTPBearer(auto_error=False, description="a token of `workwarden serve --issue-token`")
+
+
+class SweepRequest(BaseModel):
+    """The scope of a sweep: a tenant and/or application, or every workload (both omitted)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: Name | None = None
+    application: Name | None = None
+
+
+async def _caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> Caller:
+    service: Service = request.app.state.service
+    return service.caller(None if credentials is None else "Bearer " + credentials.credentials)
+
+
+async def _now(request: Request) -> int:
+    service: Service = request.app.state.service
+    return service.now(request.headers)
+
+
+Authed = Annotated[Caller, Depends(_caller)]
+"""The authenticated caller of a route (`WORKLOAD_UNAUTHORIZED` before the body is read)."""
+
+Now = Annotated[int, Depends(_now)]
+"""The instant a route's call is decided at."""
+
+
+def _json(value: Any) -> Response:
+    if isinstance(value, BaseModel):
+        text = value.model_dump_json(by_alias=True)
+    elif isinstance(value, list):
+        text = json.dumps(
+            [
+                v.model_dump(mode="json", by_alias=True) if isinstance(v, BaseModel) else v
+                for v in value
+            ]
+        )
+    else:
+        text = json.dumps(value)
+    return Response(text, media_type="application/json")
+
+
+def api_router(service: Service) -> APIRouter:
+    """The `/v1` routes over `service`."""
+    router = APIRouter(prefix="/v1", tags=["authority"])
+
+    def run(command: Any, at: int) -> Any:
+        return service.authority.execute(command, at)
+
+    @router.post("/admit", response_model=AdmitReply, summary="Admit a workload")
+    async def admit(body: CreateWorkload, who: Authed, at: Now) -> Response:
+        """`Authority.admit`: admit the request, or answer the original admission of its key."""
+        return _json(service.call("admit", who, lambda: service.authority.admit(body, at)))
+
+    @router.post("/claim", response_model=ClaimReply, summary="Claim READY work by id")
+    async def claim(body: ClaimCommand, who: Authed, at: Now) -> Response:
+        """`Authority.claim`: a lease until now + lease_ms under a new fencing token."""
+        return _json(service.call("claim", who, lambda: run(body, at), acting_as=body.worker_id))
+
+    @router.post(
+        "/claim_next", response_model=ClaimReply | None, summary="Claim the best claimable work"
+    )
+    async def claim_next(body: ClaimNextCommand, who: Authed, at: Now) -> Response:
+        """`Authority.claim_next`: the claim, or `null` when nothing is claimable."""
+
+        def go() -> ClaimReply | None:
+            return service.authority.claim_next(
+                body.tenant_id,
+                body.application_id,
+                body.worker_id,
+                body.capabilities,
+                at,
+                body.lease_ms,
+                request_id=body.request_id,
+            )
+
+        return _json(service.call("claim_next", who, go, acting_as=body.worker_id))
+
+    def fenced(op: str, reply: type[BaseModel], summary: str, model: type[BaseModel]) -> None:
+        async def endpoint(body: Any, who: Authed, at: Now) -> Response:
+            kind = getattr(body, "kind", None)
+            return _json(
+                service.call(
+                    op, who, lambda: run(body, at), acting_as=body.fence.worker_id, kind=kind
+                )
+            )
+
+        endpoint.__annotations__ = {"body": model, "who": Authed, "at": Now, "return": Response}
+        endpoint.__doc__ = f"`Authority.{op}`: {summary.lower()}, through the fence."
+        endpoint.__name__ = op
+        router.post(f"/{op}", response_model=reply, summary=summary)(endpoint)
+
+    fenced("start", Attempt, "Start the claimed attempt", StartCommand)
+    fenced("heartbeat", Claim, "Extend the lease", HeartbeatCommand)
+    fenced(
+        "execution_context",
+        ExecutionContext,
+        "Read the execution context",
+        ExecutionContextCommand,
+    )
+    fenced("checkpoint", Checkpoint, "Record a checkpoint", CheckpointCommand)
+    fenced("complete", Result, "Record the result", CompleteCommand)
+    fenced("fail", StateReply, "Report a failure", FailCommand)
+    fenced("confirm_cancel", StateReply, "Confirm a requested cancellation", ConfirmCancelCommand)
+
+    def operator(op: str, summary: str, model: type[BaseModel]) -> None:
+        async def endpoint(body: Any, who: Authed, at: Now) -> Response:
+            name = body.operation if isinstance(body, OperatorCommand) else op
+            return _json(service.call(name, who, lambda: run(body, at), acting_as=body.actor))
+
+        endpoint.__annotations__ = {"body": model, "who": Authed, "at": Now, "return": Response}
+        endpoint.__doc__ = f"`Authority.{op}`: {summary.lower()}; the actor is the token's subject."
+        endpoint.__name__ = op
+        router.post(f"/{op}", response_model=StateReply, summary=summary)(endpoint)
+
+    operator("cancel", "Cancel, or request cancellation", CancelCommand)
+    operator("timeout", "Time the workload out", TimeoutCommand)
+    operator("retry", "Re-arm failed, timed-out or dead-lettered work", RetryCommand)
+    operator("operate", "Take an operation the spec adds (effect move)", OperatorCommand)
+
+    @router.post("/recover_expired", response_model=list[str], summary="Recover expired leases")
+    async def recover_expired(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
+        """`Authority.recover_expired`: the ids of the workloads recovered."""
+        scope = body or SweepRequest()
+        return _json(
+            service.call(
+                "recover_expired",
+                who,
+                lambda: service.authority.recover_expired(
+                    at, tenant=scope.tenant, application=scope.application
+                ),
+            )
+        )
+
+    @router.post("/enforce_deadlines", response_model=list[str], summary="Enforce fallen deadlines")
+    async def enforce_deadlines(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
+        """`Authority.enforce_deadlines`: the ids of the workloads timed out."""
+        scope = body or SweepRequest()
+        return _json(
+            service.call(
+                "enforce_deadlines",
+                who,
+                lambda: service.authority.enforce_deadlines(
+                    at, tenant=scope.tenant, application=scope.application
+                ),
+            )
+        )
+
+    @router.post("/execute", summary="Decide any command, told apart by its op")
+    async def execute(body: dict[str, Any], who: Authed, at: Now) -> Response:
+        """`Authority.execute`: any command of the core (the JSON of a command model, with `op`).
+
+        The typed endpoints above are the API; this one takes a command as
+        the conformance protocol carries it, and refuses a malformed one
+        with `WORKLOAD_INVALID`.
+        """
+        op = body.get("op")
+        name = op if isinstance(op, str) else "-"
+        if isinstance(body.get("operation"), str) and op == "operator":
+            name = body["operation"]
+        actor = body.get("actor")
+        fence = body.get("fence")
+        if isinstance(fence, dict) and isinstance(fence.get("worker_id"), str):
+            actor = fence["worker_id"]
+        elif isinstance(body.get("worker_id"), str):
+            actor = body["worker_id"]
+        return _json(
+            service.call(
+                name,
+                who,
+                lambda: run(body, at),
+                acting_as=actor if isinstance(actor, str) else None,
+            )
+        )
+
+    @router.get("/workloads/{workload_id:path}", response_model=Workload, summary="Read one")
+    async def get(
+        workload_id: str,
+        who: Authed,
+        tenant: Annotated[str | None, Query()] = None,
+        application: Annotated[str | None, Query()] = None,
+    ) -> Response:
+        """`Authority.get`: the committed workload (scoped: another scope's is not found)."""
+        return _json(
+            service.call(
+                "get",
+                who,
+                lambda: service.authority.get(workload_id, tenant=tenant, application=application),
+            )
+        )
+
+    @router.get("/workloads", response_model=list[Workload], summary="List a scope's workloads")
+    async def list_(
+        who: Authed,
+        tenant: Annotated[str, Query()],
+        application: Annotated[str, Query()],
+    ) -> Response:
+        """`Authority.list`: every workload of a tenant and application."""
+        return _json(service.call("list", who, lambda: service.authority.list(tenant, application)))
+
+    if service.config.allow_reset:
+        _test_routes(router, service)
+    return router
+
+
+def _test_routes(router: APIRouter, service: Service) -> None:
+    @router.post("/test/reset", tags=["test"], summary="Empty the store (serve --allow-reset)")
+    async def reset(body: dict[str, Any], who: Authed) -> Response:
+        """Start a fresh memory store holding `store`, verifying grants with `grant_keys`.
+
+        The conformance protocol's `reset` request, less its `type`. Served
+        only by `workwarden serve --allow-reset` over a memory store, and
+        only to operators.
+        """
+        _operator(who)
+        reference = ReferenceImplementation(service.spec)
+        answer = reference.handle({**body, "type": "reset"})
+        if "error" in answer:
+            raise errors.WorkloadError(errors.INVALID, answer["error"]["message"])
+        keys = {str(k): bytes.fromhex(v) for k, v in dict(body.get("grant_keys") or {}).items()}
+        service.use(reference.store, keys or None)
+        return _json(None)
+
+    @router.get("/test/store", tags=["test"], summary="Every document (serve --allow-reset)")
+    async def store(who: Authed) -> Response:
+        """Every document with its key and version, as the conformance protocol's `store`."""
+        _operator(who)
+        return _json(
+            [
+                {"key": d.key, "version": d.version, "document": json.loads(d.document)}
+                for d in service.store.scan()
+            ]
+        )
+
+
+def _operator(caller: Caller) -> None:
+    if caller.actor_class != "operator":
+        raise errors.WorkloadError(
+            errors.UNAUTHORIZED,
+            "the test routes are an operator's",
+            {"reason": "wrong_actor_class", "actor_class": caller.actor_class},
+        )

@@ -1,0 +1,422 @@
+"""`HttpAuthority`: the authority's worker and operator calls, over the service's HTTP API.
+
+It has `Authority`'s method names and signatures (`admit`, `claim`,
+`claim_next`, `start`, `heartbeat`, `execution_context`, `checkpoint`,
+`complete`, `fail`, `confirm_cancel`, `cancel`, `timeout`, `retry`,
+`operate`, `recover_expired`, `enforce_deadlines`, `get`, `list`) and returns
+the same models, so anything written against an `Authority` (the worker
+runtime's `Worker(authority, app)`) runs over HTTP with a token instead of
+database credentials. A refusal is raised as the `WorkloadError` the
+service's problem document carries: the same code, message and details.
+Arguments are checked here first, with the command models, so a malformed
+call is `WORKLOAD_INVALID` without a round trip.
+
+Where the service could not be reached (nothing was sent) the call raises
+`WORKLOAD_STORAGE_FAILURE`; where the request was sent and no reply came
+back (a timeout, a broken connection) `WORKLOAD_OUTCOME_UNKNOWN`: call again
+with the same arguments, as with a store whose reply was lost.
+
+`now` is sent in the `X-Workwarden-Now` header; a service decides at its
+own clock unless it runs with `--test-clock`. Give one token, or several
+(a worker's and an operator's): each call sends the one whose actor class
+the spec's operations table names for it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from workwarden.service.auth import peek_actor_class
+from workwarden.service.state import NOW_HEADER
+from workwarden.statemachine import errors, inputs
+from workwarden.statemachine.commands import (
+    AdmitReply,
+    CancelCommand,
+    CheckpointCommand,
+    ClaimCommand,
+    ClaimNextCommand,
+    CompleteCommand,
+    ConfirmCancelCommand,
+    ExecutionContextCommand,
+    FailCommand,
+    HeartbeatCommand,
+    OperatorCommand,
+    RetryCommand,
+    StartCommand,
+    StateReply,
+    TimeoutCommand,
+)
+from workwarden.statemachine.models import (
+    Attempt,
+    Checkpoint,
+    Claim,
+    ClaimReply,
+    CreateWorkload,
+    ExecutionContext,
+    Fence,
+    Result,
+    Workload,
+)
+from workwarden.statemachine.spec import Spec, default_spec
+
+__all__ = ["HttpAuthority", "raise_problem"]
+
+_T = TypeVar("_T")
+_IDS: TypeAdapter[builtins.list[str]] = TypeAdapter(builtins.list[str])
+_WORKLOADS: TypeAdapter[builtins.list[Workload]] = TypeAdapter(builtins.list[Workload])
+
+
+def raise_problem(response: httpx.Response) -> None:
+    """Raise the `WorkloadError` a problem response carries (nothing for a success)."""
+    if response.is_success:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping) and isinstance(body.get("code"), str):
+        details = body.get("details")
+        raise errors.WorkloadError(
+            body["code"],
+            str(body.get("detail", "")),
+            details if isinstance(details, Mapping) else None,
+        )
+    raise errors.WorkloadError(
+        errors.STORAGE_FAILURE,
+        f"the service answered HTTP {response.status_code} without a problem document",
+        {"status": response.status_code},
+    )
+
+
+class HttpAuthority:
+    """The authority behind `base_url`, called with `token` (see the module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | Sequence[str],
+        *,
+        spec: Spec | None = None,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        tokens = [token] if isinstance(token, str) else list(token)
+        if not tokens:
+            raise errors.bad_argument("tokens", "HttpAuthority needs at least one token")
+        self.spec = spec if spec is not None else default_spec()
+        self._tokens: dict[str, str] = {peek_actor_class(t): t for t in reversed(tokens)}
+        self._default = tokens[0]
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> HttpAuthority:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the wire ------------------------------------------------------------
+
+    def _token(self, operation: str, actor_class: str | None) -> str:
+        if actor_class is None:
+            row = self.spec.operations.get(operation)
+            actor_class = row.spec.actor if row is not None else None
+        return self._tokens.get(actor_class, self._default) if actor_class else self._default
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        *,
+        body: Any = None,
+        now: int | None = None,
+        params: Mapping[str, str] | None = None,
+        actor_class: str | None = None,
+    ) -> Any:
+        """Send one call; its reply as JSON data, or raise the refusal.
+
+        The token sent is the one of `actor_class`, by default the class the
+        spec names for `operation` (the first token when it names none).
+        """
+        headers = {"Authorization": f"Bearer {self._token(operation, actor_class)}"}
+        if now is not None:
+            headers[NOW_HEADER] = str(now)
+        try:
+            response = self._http.request(method, path, json=body, headers=headers, params=params)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise errors.WorkloadError(
+                errors.STORAGE_FAILURE, f"the service could not be reached: {exc}"
+            ) from None
+        except httpx.TransportError as exc:
+            raise errors.WorkloadError(
+                errors.OUTCOME_UNKNOWN,
+                f"the call was sent and no reply came back ({type(exc).__name__}); call again"
+                " with the same arguments",
+            ) from None
+        raise_problem(response)
+        return response.json()
+
+    def _post(self, operation: str, command: BaseModel, now: int, reply: type[_T]) -> _T:
+        data = self.request(
+            "POST",
+            f"/v1/{operation}",
+            operation,
+            body=command.model_dump(mode="json", by_alias=True),
+            now=now,
+        )
+        return TypeAdapter(reply).validate_python(data)
+
+    # -- admission and the worker's calls -------------------------------------
+
+    def admit(self, request: CreateWorkload | Mapping[str, Any], now: int) -> AdmitReply:
+        """`Authority.admit` over HTTP."""
+        return self._post("admit", inputs.as_request(request), now, AdmitReply)
+
+    def claim(
+        self,
+        workload_id: str,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+        *,
+        request_id: str | None = None,
+    ) -> ClaimReply:
+        """`Authority.claim` over HTTP."""
+        command = inputs.build(
+            ClaimCommand,
+            workload_id=workload_id,
+            worker_id=worker_id,
+            capabilities=inputs.as_names(capabilities),
+            lease_ms=lease_ms,
+            request_id=request_id,
+        )
+        return self._post("claim", command, now, ClaimReply)
+
+    def claim_next(
+        self,
+        tenant: str,
+        application: str,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+        *,
+        request_id: str | None = None,
+    ) -> ClaimReply | None:
+        """`Authority.claim_next` over HTTP: the claim, or None when nothing is claimable."""
+        command = inputs.build(
+            ClaimNextCommand,
+            tenant_id=tenant,
+            application_id=application,
+            worker_id=worker_id,
+            capabilities=inputs.as_names(capabilities),
+            lease_ms=lease_ms,
+            request_id=request_id,
+        )
+        return self._post("claim_next", command, now, ClaimReply | None)  # type: ignore[arg-type]
+
+    def start(self, workload_id: str, fence: Fence, now: int) -> Attempt:
+        """`Authority.start` over HTTP."""
+        command = inputs.build(StartCommand, workload_id=workload_id, fence=fence)
+        return self._post("start", command, now, Attempt)
+
+    def heartbeat(self, workload_id: str, fence: Fence, now: int, extend_ms: int) -> Claim:
+        """`Authority.heartbeat` over HTTP."""
+        command = inputs.build(
+            HeartbeatCommand, workload_id=workload_id, fence=fence, extend_ms=extend_ms
+        )
+        return self._post("heartbeat", command, now, Claim)
+
+    def execution_context(
+        self, workload_id: str, fence: Fence, now: int, secret_references: Iterable[str] = ()
+    ) -> ExecutionContext:
+        """`Authority.execution_context` over HTTP."""
+        command = inputs.build(
+            ExecutionContextCommand,
+            workload_id=workload_id,
+            fence=fence,
+            secret_references=inputs.as_names(secret_references),
+        )
+        return self._post("execution_context", command, now, ExecutionContext)
+
+    def checkpoint(
+        self,
+        workload_id: str,
+        fence: Fence,
+        state: Any,
+        now: int,
+        *,
+        sequence: int | None = None,
+    ) -> Checkpoint:
+        """`Authority.checkpoint` over HTTP."""
+        command = inputs.build(
+            CheckpointCommand, workload_id=workload_id, fence=fence, state=state, sequence=sequence
+        )
+        return self._post("checkpoint", command, now, Checkpoint)
+
+    def complete(
+        self,
+        workload_id: str,
+        fence: Fence,
+        result_id: str,
+        output: Any,
+        now: int,
+        *,
+        artifacts: Iterable[str] = (),
+        schema_version: int = 1,
+    ) -> Result:
+        """`Authority.complete` over HTTP."""
+        command = inputs.build(
+            CompleteCommand,
+            workload_id=workload_id,
+            fence=fence,
+            result_id=result_id,
+            output=output,
+            artifacts=inputs.as_names(artifacts),
+            schema_version=schema_version,
+        )
+        return self._post("complete", command, now, Result)
+
+    def fail(
+        self,
+        workload_id: str,
+        fence: Fence,
+        kind: str,
+        error: str,
+        now: int,
+        *,
+        effect: str | None = None,
+    ) -> str:
+        """`Authority.fail` over HTTP: the state the failure policy decided."""
+        command = inputs.build(
+            FailCommand,
+            workload_id=workload_id,
+            fence=fence,
+            kind=kind,
+            error=error,
+            effect=effect,
+        )
+        return self._post("fail", command, now, StateReply).state
+
+    def confirm_cancel(self, workload_id: str, fence: Fence, now: int) -> str:
+        """`Authority.confirm_cancel` over HTTP."""
+        command = inputs.build(ConfirmCancelCommand, workload_id=workload_id, fence=fence)
+        return self._post("confirm_cancel", command, now, StateReply).state
+
+    # -- operators ------------------------------------------------------------------
+
+    def cancel(
+        self, workload_id: str, actor: str, now: int, *, request_id: str | None = None
+    ) -> str:
+        """`Authority.cancel` over HTTP (`actor` must be the operator token's subject)."""
+        command = inputs.build(
+            CancelCommand, workload_id=workload_id, actor=actor, request_id=request_id
+        )
+        return self._post("cancel", command, now, StateReply).state
+
+    def timeout(
+        self, workload_id: str, actor: str, now: int, *, request_id: str | None = None
+    ) -> str:
+        """`Authority.timeout` over HTTP."""
+        command = inputs.build(
+            TimeoutCommand, workload_id=workload_id, actor=actor, request_id=request_id
+        )
+        return self._post("timeout", command, now, StateReply).state
+
+    def retry(
+        self,
+        workload_id: str,
+        actor: str,
+        now: int,
+        reason: str | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> str:
+        """`Authority.retry` over HTTP."""
+        command = inputs.build(
+            RetryCommand,
+            workload_id=workload_id,
+            actor=actor,
+            reason=reason,
+            request_id=request_id,
+        )
+        return self._post("retry", command, now, StateReply).state
+
+    def operate(
+        self,
+        workload_id: str,
+        operation: str,
+        actor: str,
+        now: int,
+        reason: str | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> str:
+        """`Authority.operate` over HTTP."""
+        command = inputs.build(
+            OperatorCommand,
+            operation=operation,
+            workload_id=workload_id,
+            actor=actor,
+            reason=reason,
+            request_id=request_id,
+        )
+        data = self.request(
+            "POST",
+            "/v1/operate",
+            operation,
+            body=command.model_dump(mode="json", by_alias=True),
+            now=now,
+        )
+        return StateReply.model_validate(data).state
+
+    # -- sweeps and reads ---------------------------------------------------------------
+
+    def _sweep(
+        self, operation: str, now: int, tenant: str | None, application: str | None
+    ) -> builtins.list[str]:
+        body = {"tenant": tenant, "application": application}
+        return _IDS.validate_python(
+            self.request("POST", f"/v1/{operation}", operation, body=body, now=now)
+        )
+
+    def recover_expired(
+        self, now: int, *, tenant: str | None = None, application: str | None = None
+    ) -> builtins.list[str]:
+        """`Authority.recover_expired` over HTTP: the ids recovered."""
+        return self._sweep("recover_expired", now, tenant, application)
+
+    def enforce_deadlines(
+        self, now: int, *, tenant: str | None = None, application: str | None = None
+    ) -> builtins.list[str]:
+        """`Authority.enforce_deadlines` over HTTP: the ids timed out."""
+        return self._sweep("enforce_deadlines", now, tenant, application)
+
+    def get(
+        self, workload_id: str, *, tenant: str | None = None, application: str | None = None
+    ) -> Workload:
+        """`Authority.get` over HTTP."""
+        params = {k: v for k, v in (("tenant", tenant), ("application", application)) if v}
+        key = inputs.as_name(workload_id, "workload_id")
+        data = self.request("GET", f"/v1/workloads/{quote(key, safe='')}", "get", params=params)
+        return Workload.model_validate(data)
+
+    def list(self, tenant: str, application: str) -> builtins.list[Workload]:
+        """`Authority.list` over HTTP."""
+        data = self.request(
+            "GET", "/v1/workloads", "list", params={"tenant": tenant, "application": application}
+        )
+        return _WORKLOADS.validate_python(data)

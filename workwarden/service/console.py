@@ -1,0 +1,317 @@
+"""The operator console: server-rendered pages over the service's store, under `/console`.
+
+Pages (Jinja2 templates shipped in `workwarden/service/templates/`, no
+JavaScript; each refreshes itself with `<meta http-equiv="refresh">`):
+
+- `/console/`: workloads by state per tenant and application, the age of the
+  oldest queued workload, recoveries and timeouts in the last hour;
+- `/console/workloads`: every workload, filtered by tenant, application and state;
+- `/console/workloads/{id}`: one workload, its history as a timeline, its
+  audit records, and the legal-transition diagram with its path drawn
+  (`workwarden.statemachine.diagram`, as `workwarden diagram --history`; needs
+  Graphviz's `dot`);
+- `/console/dead-letters`: the workloads at rest in a state an operator's
+  `retry` leaves (read from the table), each with a re-arm form;
+- `/console/audit`: the latest audit records;
+- `/console/check`: the checker's report given with `serve --check-report FILE`;
+- `/console/login`: an operator signs in with their token (kept in an
+  HTTP-only, same-site cookie); `/console/logout` forgets it.
+
+Reading needs no credentials. An operator action (the re-arm) needs an
+operator's token, in the cookie or an `Authorization` header; it goes
+through `Service.call` like an API call, with the token's subject as the
+actor, so the authority's audit log records who did it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Request
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from workwarden.service.auth import ANY_SUBJECT, Caller
+from workwarden.service.state import Service
+from workwarden.statemachine import errors
+from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
+from workwarden.statemachine.models import Workload
+
+__all__ = ["COOKIE", "REFRESH_S", "console_router", "rearmable_states"]
+
+#: The cookie the console keeps an operator's token in.
+COOKIE = "workwarden_token"
+
+#: How often the pages refresh themselves, in seconds.
+REFRESH_S = 10
+
+_HOUR_MS = 3_600_000
+_AUDIT_PAGE = 200
+
+
+def rearmable_states(service: Service) -> list[str]:
+    """The terminal states an operator's `retry` leaves (dead letters in the shipped spec)."""
+    spec = service.spec
+    return [
+        name
+        for name, state in spec.data.states.items()
+        if state.kind == "terminal" and spec.edges_for(name, "retry")
+    ]
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    at = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return f"{at.strftime('%Y-%m-%d %H:%M:%S')}.{ms % 1000:03d}Z"
+
+
+def _age(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = max(ms, 0) // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
+class _Pages:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.env = Environment(
+            loader=PackageLoader("workwarden.service", "templates"),
+            autoescape=select_autoescape(["html"]),
+        )
+        self.env.filters["when"] = _when
+        self.env.filters["age"] = _age
+        self.env.filters["url"] = lambda text: quote(str(text), safe="")
+
+    def operator(self, request: Request) -> Caller | None:
+        """The operator signed in (cookie or header), or None when read-only."""
+        token = request.headers.get("authorization")
+        if token is None and request.cookies.get(COOKIE):
+            token = "Bearer " + request.cookies[COOKIE]
+        if token is None:
+            return None
+        try:
+            caller = self.service.caller(token)
+        except errors.WorkloadError:
+            return None
+        return caller if caller.actor_class == "operator" else None
+
+    def page(self, request: Request, name: str, status: int = 200, **values: Any) -> Response:
+        template = self.env.get_template(name)
+        html = template.render(
+            operator=self.operator(request),
+            refresh=REFRESH_S,
+            spec_name=self.service.spec.data.spec.name,
+            now=self.service.wall_now(),
+            **values,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def workloads(self) -> list[Workload]:
+        return [Workload.model_validate_json(doc.document) for doc in self.service.store.scan()]
+
+
+def console_router(service: Service) -> APIRouter:
+    """The `/console` routes over `service`."""
+    router = APIRouter(prefix="/console", include_in_schema=False)
+    pages = _Pages(service)
+    states = list(service.spec.data.states)
+
+    @router.get("/")
+    async def overview(request: Request) -> Response:
+        now = service.wall_now()
+        counts: Counter[tuple[str, str, str]] = Counter()
+        oldest: dict[tuple[str, str], int] = {}
+        queued = service.spec.roles.queued
+        for doc in service.store.scan():
+            index = doc.index
+            counts[(index.tenant, index.application, index.state)] += 1
+            if index.state in queued:
+                scope = (index.tenant, index.application)
+                oldest[scope] = min(oldest.get(scope, index.created_at), index.created_at)
+        scopes = sorted({(t, a) for t, a, _ in counts})
+        rows = [
+            {
+                "tenant": t,
+                "application": a,
+                "counts": [counts[(t, a, s)] for s in states],
+                "total": sum(counts[(t, a, s)] for s in states),
+                "oldest_queued": now - oldest[(t, a)] if (t, a) in oldest else None,
+            }
+            for t, a in scopes
+        ]
+        since = now - _HOUR_MS
+        hour = Counter(
+            record.operation for record in service.store.audit_log() if record.at >= since
+        )
+        return pages.page(
+            request,
+            "overview.html",
+            states=states,
+            rows=rows,
+            totals=[sum(counts[(t, a, s)] for t, a in scopes) for s in states],
+            recoveries=hour["recover_expired"],
+            timeouts=hour["enforce_deadlines"] + hour["timeout"],
+        )
+
+    @router.get("/workloads")
+    async def workloads(
+        request: Request,
+        tenant: str = "",
+        application: str = "",
+        state: str = "",
+    ) -> Response:
+        chosen = [
+            w
+            for w in pages.workloads()
+            if (not tenant or w.tenant_id == tenant)
+            and (not application or w.application_id == application)
+            and (not state or w.state == state)
+        ]
+        chosen.sort(key=lambda w: (w.tenant_id, w.application_id, -w.priority, w.created_at))
+        return pages.page(
+            request,
+            "workloads.html",
+            workloads=chosen,
+            states=states,
+            filters={"tenant": tenant, "application": application, "state": state},
+        )
+
+    @router.get("/workloads/{workload_id:path}")
+    async def workload(request: Request, workload_id: str) -> Response:
+        doc = service.store.read(workload_id)
+        if doc is None:
+            return pages.page(request, "missing.html", status=404, workload_id=workload_id)
+        w = Workload.model_validate_json(doc.document)
+        history = list(w.execution_history)
+        try:
+            dot = diagram_dot(service.spec, history=history, name=w.workload_id)
+            svg = render(dot, "svg").decode("utf-8")
+            diagram_error = None
+        except DiagramError as exc:
+            svg, diagram_error = None, f"{exc.code}: {exc.message}"
+        audit = [r for r in service.store.audit_log() if r.key == w.workload_id]
+        return pages.page(
+            request,
+            "workload.html",
+            w=w,
+            version=doc.version,
+            history=history,
+            svg=svg[svg.find("<svg") :] if svg else None,
+            diagram_error=diagram_error,
+            audit=audit,
+            rearmable=w.state in rearmable_states(service),
+            document=json.dumps(json.loads(doc.document), indent=2, sort_keys=True),
+            message=request.query_params.get("message"),
+        )
+
+    @router.get("/dead-letters")
+    async def dead_letters(request: Request) -> Response:
+        held = set(rearmable_states(service))
+        chosen = sorted(
+            (w for w in pages.workloads() if w.state in held),
+            key=lambda w: (w.updated_at, w.workload_id),
+        )
+        return pages.page(request, "dead_letters.html", workloads=chosen, rearm_states=sorted(held))
+
+    @router.post("/workloads/{workload_id:path}/retry")
+    async def rearm(request: Request, workload_id: str) -> Response:
+        form = _form(await request.body())
+        caller = pages.operator(request)
+        if caller is None:
+            return pages.page(
+                request,
+                "login.html",
+                status=403,
+                message="Re-arming needs an operator's token: sign in first.",
+                next=f"/console/workloads/{quote(workload_id, safe='')}",
+            )
+        actor = caller.subject if caller.subject != ANY_SUBJECT else "console"
+        reason = form.get("reason") or None
+        try:
+            state = service.call(
+                "retry",
+                caller,
+                lambda: service.authority.retry(workload_id, actor, service.wall_now(), reason),
+                acting_as=actor,
+            )
+            message = f"re-armed by {actor}: now {state}"
+        except errors.WorkloadError as exc:
+            message = f"refused: {exc.code}: {exc.message}"
+        target = f"/console/workloads/{quote(workload_id, safe='')}?message={quote(message)}"
+        return RedirectResponse(target, status_code=303)
+
+    @router.get("/audit")
+    async def audit(request: Request) -> Response:
+        records = list(service.store.audit_log())[-_AUDIT_PAGE:]
+        records.reverse()
+        return pages.page(request, "audit.html", records=records)
+
+    @router.get("/check")
+    async def check(request: Request) -> Response:
+        path = service.config.check_report
+        report: Mapping[str, Any] | None = None
+        problem = None
+        if path is None:
+            problem = "No report: start the service with --check-report FILE."
+        else:
+            try:
+                report = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                problem = f"The report {path} cannot be read: {exc}"
+        return pages.page(request, "check.html", report=report, problem=problem, path=path)
+
+    @router.get("/login")
+    async def login_form(request: Request) -> Response:
+        target = request.query_params.get("next", "/console/")
+        if not target.startswith("/console/"):
+            target = "/console/"
+        return pages.page(request, "login.html", message=None, next=target)
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        form = _form(await request.body())
+        token = form.get("token", "").strip()
+        target = form.get("next") or "/console/"
+        if not target.startswith("/console/"):
+            target = "/console/"
+        try:
+            caller = service.caller("Bearer " + token)
+        except errors.WorkloadError as exc:
+            return pages.page(request, "login.html", status=403, message=exc.message, next=target)
+        if caller.actor_class != "operator":
+            return pages.page(
+                request,
+                "login.html",
+                status=403,
+                message="That token is a worker's; the console takes an operator's.",
+                next=target,
+            )
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    @router.post("/logout")
+    async def logout() -> Response:
+        response = RedirectResponse("/console/", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    return router
+
+
+def _form(body: bytes) -> dict[str, str]:
+    """An `application/x-www-form-urlencoded` body: the first value of each field."""
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {name: values[0] for name, values in fields.items()}

@@ -1,0 +1,193 @@
+"""What a running service holds: the spec, the store, the authority, the clock and the metrics.
+
+`Service.call` is the one way an API or console call reaches the authority:
+it checks the caller's actor class against the spec's operations table
+(`workwarden.service.auth.authorize`), runs the call, and counts what the
+store was written with into the metrics. The store is wrapped to see each
+write (`ObservedStore`), so a replay, which writes nothing, is never counted
+as a claim or a completion.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from workwarden.service.auth import Caller, TokenVerifier, authorize
+from workwarden.service.metrics import Metrics, registry
+from workwarden.statemachine import errors
+from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.grants import GrantVerifier
+from workwarden.statemachine.spec import Spec, default_spec
+from workwarden.storage.base import AuditRecord, IndexFields, Store
+from workwarden.storage.forwarding import ForwardingStore
+
+__all__ = ["NOW_HEADER", "ObservedStore", "Service", "ServiceConfig", "wall_clock_ms"]
+
+#: The request header giving the call's instant, honoured only with a test clock.
+NOW_HEADER = "X-Workwarden-Now"
+
+_T = TypeVar("_T")
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, from this machine's clock."""
+    return time.time_ns() // 1_000_000
+
+
+class ObservedStore(ForwardingStore):
+    """A store that keeps the audit record and document of each write it passed on."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.writes: list[tuple[AuditRecord, str, IndexFields]] = []
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        """Write through to the wrapped store, then remember what was written."""
+        version = super().write(key, document, index, expected_version, audit)
+        self.writes.append((audit, document, index))
+        return version
+
+
+@dataclass
+class ServiceConfig:
+    """How to build the service.
+
+    `store`: the store it serves. `token_keys`: key id -> secret, the keys
+    bearer tokens are signed with. `grant_keys`: the keys admissions' grants
+    are verified with (None: signatures are not checked, said explicitly).
+    `check_report`: a `workwarden check --json` report the console shows.
+    `allow_reset`: serve `/v1/test/reset` and `/v1/test/store` (memory
+    stores only). `test_clock`: take each call's instant from the
+    `X-Workwarden-Now` header when it has one.
+    """
+
+    store: Store
+    token_keys: Mapping[str, bytes]
+    grant_keys: Mapping[str, bytes] | None = None
+    spec: Spec | None = None
+    check_report: str | None = None
+    allow_reset: bool = False
+    test_clock: bool = False
+    clock: Callable[[], int] = wall_clock_ms
+
+
+@dataclass
+class Service:
+    """The running service's state (see the module docstring)."""
+
+    config: ServiceConfig
+    spec: Spec = field(init=False)
+    store: ObservedStore = field(init=False)
+    authority: Authority = field(init=False)
+    tokens: TokenVerifier = field(init=False)
+    metrics: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spec = self.config.spec if self.config.spec is not None else default_spec()
+        self.tokens = TokenVerifier(self.config.token_keys)
+        self.metrics = registry(lambda: self.store)
+        self.use(self.config.store, self.config.grant_keys)
+
+    def use(self, store: Store, grant_keys: Mapping[str, bytes] | None) -> None:
+        """Serve `store` with a new authority verifying grants with `grant_keys`."""
+        grants = GrantVerifier(grant_keys) if grant_keys else GrantVerifier.without_signatures()
+        self.store = ObservedStore(store)
+        self.authority = Authority(self.store, grants=grants, spec=self.spec)
+
+    # -- time -----------------------------------------------------------------
+
+    def wall_now(self) -> int:
+        """The service's own clock (tokens are always checked against it)."""
+        return self.config.clock()
+
+    def now(self, headers: Mapping[str, str]) -> int:
+        """The instant a call is decided at: the test clock's header if enabled, else the clock."""
+        if self.config.test_clock:
+            given = headers.get(NOW_HEADER)
+            if given is not None:
+                try:
+                    return int(given)
+                except ValueError:
+                    raise errors.invalid(
+                        NOW_HEADER, "must be whole milliseconds since the epoch"
+                    ) from None
+        return self.wall_now()
+
+    def caller(self, authorization: str | None) -> Caller:
+        """The caller an `Authorization` header names (`WORKLOAD_UNAUTHORIZED` otherwise)."""
+        return self.tokens.verify(authorization, self.wall_now())
+
+    # -- calls ------------------------------------------------------------------
+
+    def call(
+        self,
+        operation: str,
+        caller: Caller,
+        run: Callable[[], _T],
+        *,
+        acting_as: str | None = None,
+        kind: str | None = None,
+    ) -> _T:
+        """Run `run` for `caller` if its class may call `operation`; count what it wrote."""
+        authorize(self.spec, operation, caller, acting_as)
+        self.store.writes.clear()
+        try:
+            reply = run()
+        except errors.WorkloadError as exc:
+            if exc.code == errors.CONFLICT:
+                self.metrics.conflicts.inc()
+            elif exc.code == errors.TIMED_OUT:
+                self.metrics.deadline_timeouts.inc()
+            raise
+        finally:
+            self._count(self.store.writes, kind)
+        if operation == "recover_expired" and isinstance(reply, Sequence):
+            self.metrics.recoveries.inc(len(reply))
+        elif operation == "enforce_deadlines" and isinstance(reply, Sequence):
+            self.metrics.deadline_timeouts.inc(len(reply))
+        return reply
+
+    def _count(
+        self, writes: Sequence[tuple[AuditRecord, str, IndexFields]], kind: str | None
+    ) -> None:
+        metrics = self.metrics
+        for audit, document, index in writes:
+            operation = audit.operation
+            if operation in ("claim", "claim_next") and index.state in self.spec.roles.claimed:
+                metrics.claims.inc()
+            elif operation == "start":
+                doc = json.loads(document)
+                attempts = doc.get("attempts") or []
+                started = attempts[-1].get("started_at") if attempts else None
+                if isinstance(started, int):
+                    metrics.admission_to_start.observe((started - doc["created_at"]) / 1000)
+            elif operation == "complete":
+                doc = json.loads(document)
+                if doc.get("result") is None:
+                    continue
+                metrics.completions.inc()
+                claimed = self._claimed_at(doc)
+                if claimed is not None:
+                    elapsed = doc["result"]["created_at"] - claimed
+                    metrics.claim_to_complete.observe(elapsed / 1000)
+            elif operation == "fail" and kind is not None:
+                metrics.failures.labels(kind=kind).inc()
+
+    def _claimed_at(self, doc: Mapping[str, Any]) -> int | None:
+        claimed = self.spec.roles.claimed
+        for event in reversed(doc.get("execution_history") or []):
+            if event.get("to") in claimed and event.get("from") not in claimed:
+                at = event.get("at")
+                return at if isinstance(at, int) else None
+        return None
