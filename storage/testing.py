@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
+from workwarden.statemachine.errors import bad_argument
 from workwarden.storage.base import (
     AuditRecord,
     CandidateCursor,
@@ -909,12 +910,14 @@ def run_store_conformance(
     Returns the names of the checks that passed. Raises `ConformanceFailure`
     naming each check that failed (an assertion it made, or anything it
     raised), after running them all. An unknown name in `checks` is a
-    `ValueError`.
+    `WORKLOAD_INVALID` (an `InvalidArgument`, also a `ValueError`).
     """
     selected = CHECK_NAMES if checks is None else tuple(checks)
     unknown = [name for name in selected if name not in CHECK_NAMES]
     if unknown:
-        raise ValueError(f"unknown conformance check(s) {unknown}; known: {list(CHECK_NAMES)}")
+        raise bad_argument(
+            "checks", f"unknown conformance check(s) {unknown}; known: {list(CHECK_NAMES)}"
+        )
     registry = dict(_CHECKS)
     passed: list[str] = []
     failures: dict[str, str] = {}

@@ -12,6 +12,7 @@ is `11_000` here.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from workwarden.statemachine import (
@@ -26,7 +27,16 @@ from workwarden.statemachine import (
 )
 from workwarden.statemachine.conformance.scenarios import request as fixture_request
 from workwarden.statemachine.index import index_fields
-from workwarden.storage import AuditRecord, Store
+from workwarden.storage import (
+    AuditRecord,
+    ForwardingStore,
+    IndexFields,
+    Store,
+    StoredDocument,
+    StoreFailure,
+    StoreOutcomeUnknown,
+)
+from workwarden.storage.base import CandidateCursor
 
 KEY_ID = "k"
 SECRET = bytes(range(32))
@@ -93,3 +103,61 @@ def overwrite(store: Store, authority: Authority, workload_id: str, **changes: A
         digest=digest,
     )
     store.write(workload_id, document, index_fields(authority.spec, workload), doc.version, audit)
+
+
+class SwitchedStore(ForwardingStore):
+    """A store behind a switch: `down` (every read, write and query fails, counted in
+    `refused`), or `lose_next_reply` (the next write commits, then its reply is lost)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.down = False
+        self.lose_next_reply = False
+        self.refused = 0
+
+    def _check(self) -> None:
+        if self.down:
+            self.refused += 1
+            raise StoreFailure("the store is down")
+
+    def read(self, key: str) -> StoredDocument | None:
+        self._check()
+        return super().read(key)
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        self._check()
+        version = super().write(key, document, index, expected_version, audit)
+        if self.lose_next_reply:
+            self.lose_next_reply = False
+            raise StoreOutcomeUnknown("the reply was lost after the commit")
+        return version
+
+    def claim_candidates(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        after: CandidateCursor | None = None,
+    ) -> Sequence[StoredDocument]:
+        self._check()
+        return super().claim_candidates(tenant, application, now, limit, after)
+
+    def expired_leases(
+        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
+    ) -> Sequence[str]:
+        self._check()
+        return super().expired_leases(now, limit, tenant, application)
+
+    def deadlines_due(
+        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
+    ) -> Sequence[str]:
+        self._check()
+        return super().deadlines_due(now, limit, tenant, application)

@@ -20,7 +20,6 @@ a requested cancellation is seen; a stopped worker claims nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import note, settings
@@ -33,21 +32,15 @@ from hypothesis.stateful import (
     rule,
 )
 
+from support import SwitchedStore as SwitchedBase
 from workwarden import App, Fail, Job, Retry, Sweeper, Worker
 from workwarden.runtime import ManualClock, result_id_for
 from workwarden.runtime.testing import ManualExecutor
 from workwarden.statemachine import Authority, Fence, Workload, WorkloadError, default_spec
 from workwarden.statemachine.properties.invariants import check_store
 from workwarden.storage import (
-    AuditRecord,
-    ForwardingStore,
-    IndexFields,
     MemoryStore,
-    StoredDocument,
-    StoreFailure,
-    StoreOutcomeUnknown,
 )
-from workwarden.storage.base import CandidateCursor
 from workwarden.testing.support import (
     AGENTS,
     APPLICATION,
@@ -72,59 +65,11 @@ OUTCOMES = (
 )
 
 
-class SwitchedStore(ForwardingStore):
-    """The recording store behind a switch: down (every call fails), or losing one reply."""
+class SwitchedStore(SwitchedBase):
+    """The recording store behind the switch (`tests/support.py`)."""
 
     def __init__(self, inner: RecordingStore) -> None:
         super().__init__(inner)
-        self.down = False
-        self.lose_next_reply = False
-
-    def _check(self) -> None:
-        if self.down:
-            raise StoreFailure("the store is down")
-
-    def read(self, key: str) -> StoredDocument | None:
-        self._check()
-        return super().read(key)
-
-    def write(
-        self,
-        key: str,
-        document: str,
-        index: IndexFields,
-        expected_version: int | None,
-        audit: AuditRecord,
-    ) -> int:
-        self._check()
-        version = super().write(key, document, index, expected_version, audit)
-        if self.lose_next_reply:
-            self.lose_next_reply = False
-            raise StoreOutcomeUnknown("the reply was lost after the commit")
-        return version
-
-    def claim_candidates(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        after: CandidateCursor | None = None,
-    ) -> Sequence[StoredDocument]:
-        self._check()
-        return super().claim_candidates(tenant, application, now, limit, after)
-
-    def expired_leases(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        self._check()
-        return super().expired_leases(now, limit, tenant, application)
-
-    def deadlines_due(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        self._check()
-        return super().deadlines_due(now, limit, tenant, application)
 
 
 class WorkerMachine(RuleBasedStateMachine):

@@ -8,78 +8,23 @@ would. The worker is driven step by step on a simulated clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
-from support import CAPS, authority, request
+from support import CAPS, SwitchedStore, authority, request
 from workwarden import App, Job, Sweeper, Worker
 from workwarden.runtime import ManualClock
 from workwarden.runtime.testing import InlineExecutor, ManualExecutor
 from workwarden.storage import (
     AuditRecord,
-    ForwardingStore,
-    IndexFields,
     MemoryStore,
-    StoredDocument,
-    StoreFailure,
-    StoreOutcomeUnknown,
 )
-from workwarden.storage.base import CandidateCursor
 
 T0 = 10_000
 
 
-class FlakyStore(ForwardingStore):
-    """A memory store that can be switched off, or lose the reply of its next write."""
+class FlakyStore(SwitchedStore):
+    """A memory store behind the switch (`tests/support.py`)."""
 
     def __init__(self) -> None:
         super().__init__(MemoryStore())
-        self.down = False
-        self.lose_next_reply = False
-        self.refused = 0
-
-    def _check(self) -> None:
-        if self.down:
-            self.refused += 1
-            raise StoreFailure("the store is down")
-
-    def read(self, key: str) -> StoredDocument | None:
-        self._check()
-        return super().read(key)
-
-    def write(
-        self,
-        key: str,
-        document: str,
-        index: IndexFields,
-        expected_version: int | None,
-        audit: AuditRecord,
-    ) -> int:
-        self._check()
-        version = super().write(key, document, index, expected_version, audit)
-        if self.lose_next_reply:
-            self.lose_next_reply = False
-            raise StoreOutcomeUnknown("the connection broke after the commit")
-        return version
-
-    def claim_candidates(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        after: CandidateCursor | None = None,
-    ) -> Sequence[StoredDocument]:
-        self._check()
-        return super().claim_candidates(tenant, application, now, limit, after)
-
-    def expired_leases(
-        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
-    ) -> Sequence[str]:
-        self._check()
-        return super().expired_leases(now, limit, tenant, application)
-
-    def scan(self) -> Iterator[StoredDocument]:
-        return super().scan()
 
 
 def _app() -> App:

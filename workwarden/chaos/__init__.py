@@ -318,7 +318,9 @@ def _non_terminal(store: Store, terminal: frozenset[str]) -> int:
 def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
     """Run the chaos test described by `config`; returns the report (also printed to `out`)."""
     if config.workloads < 1 or config.workers < 1:
-        raise ValueError("a chaos run needs at least one workload and one worker")
+        raise codes.bad_argument(
+            "workloads", "a chaos run needs at least one workload and one worker"
+        )
     report = ChaosReport(config=config)
     spec = default_spec()
     rng = random.Random(config.seed)
@@ -326,7 +328,9 @@ def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
         store = open_store(config.url, mode="create")
         try:
             if next(iter(store.scan()), None) is not None:
-                raise ValueError("a chaos run needs an empty store; this one holds workloads")
+                raise codes.bad_argument(
+                    "url", "a chaos run needs an empty store; this one holds workloads"
+                )
             started = time.perf_counter()
             start_ms = wall_ms()
             planned = plan_workloads(config.workloads, config.seed, start_ms, config.seconds)

@@ -18,12 +18,16 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from workwarden.runtime.clock import Backoff, Clock, WallClock, event
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.storage.base import DueInstants, StoreError
+
+if TYPE_CHECKING:
+    from workwarden.service.client import HttpAuthority
 
 __all__ = ["Sweeper"]
 
@@ -34,7 +38,8 @@ class Sweeper:
     Options: `clock` (default the wall clock, in ms); `poll_ms` (default
     1 s), the longest it sleeps; `idle_horizon_ms` (default 30 s): how far
     ahead `run_until_idle` looks for something due; `backoff_base_ms` and
-    `backoff_cap_ms`, the backoff after a store failure. Counts of what it
+    `backoff_cap_ms`, the backoff after a store failure. `authority` may be
+    an `HttpAuthority`: it is then swept every `poll_ms`. Counts of what it
     did are in `counts` (`recovered`, `timed_out`, `store_error`, `sweeps`).
 
     Thread-safety: `run()` and `step()` belong to one thread; `stop()` may
@@ -43,7 +48,7 @@ class Sweeper:
 
     def __init__(
         self,
-        authority: Authority,
+        authority: Authority | HttpAuthority,
         *,
         tenant: str | None = None,
         application: str | None = None,
@@ -108,7 +113,7 @@ class Sweeper:
         return self._due_at
 
     def _next_instant(self, now: int) -> int | None:
-        store = self.authority.store
+        store = self.authority.store if isinstance(self.authority, Authority) else None
         if not isinstance(store, DueInstants):
             return None
         found = store.next_instants(now, self.tenant, self.application)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from workwarden.runtime.clock import Backoff, Clock, WallClock, event
 from workwarden.runtime.handlers import App, Fail, HandlerSpec, Job, Retry, result_id_for
@@ -50,6 +50,9 @@ from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.models import Checkpoint, ClaimReply, Fence
 from workwarden.storage.base import DueInstants, StoreError, WakeUps, WorkSignal
+
+if TYPE_CHECKING:
+    from workwarden.service.client import HttpAuthority
 
 __all__ = ["ThreadExecutor", "Worker", "default_worker_id"]
 
@@ -134,6 +137,12 @@ class _Held:
 class Worker:
     """Claims work of one tenant and application, and runs `app`'s handlers on it.
 
+    `authority` is an `Authority` over a store, or an `HttpAuthority` (the
+    service's HTTP API, with a worker's token): over HTTP there is no store
+    to ask for wake-ups or the next eligible instant, so an idle worker looks
+    again every `poll_ms`, and candidates are not narrowed to the app's
+    definitions (a claim of one it has no handler for is reported failed).
+
     Options:
 
     - `worker_id`: the id the authority records (default `host-pid-random`).
@@ -158,7 +167,7 @@ class Worker:
 
     def __init__(
         self,
-        authority: Authority,
+        authority: Authority | HttpAuthority,
         app: App,
         *,
         tenant: str,
@@ -202,15 +211,18 @@ class Worker:
         self.grace_s = grace_s
         self.backoff_base_ms = backoff_base_ms
         self.backoff_cap_ms = backoff_cap_ms
-        self.store = authority.store
+        #: The store's capabilities (wake-ups, due instants); None over HTTP.
+        self.store = authority.store if isinstance(authority, Authority) else None
         self.wake_ups = isinstance(self.store, WakeUps)
         self.poll_ms = poll_ms if poll_ms is not None else (5_000 if self.wake_ups else 1_000)
-        self.authority = Authority(
-            HandledOnly(authority.store, app.definitions),
-            grants=authority.grants,
-            spec=authority.spec,
-            remember=authority.remember,
-        )
+        self.authority: Authority | HttpAuthority = authority
+        if isinstance(authority, Authority):
+            self.authority = Authority(
+                HandledOnly(authority.store, app.definitions),
+                grants=authority.grants,
+                spec=authority.spec,
+                remember=authority.remember,
+            )
         self._spec = authority.spec
         self._held: list[_Held] = []
         self._claim_at = 0

@@ -19,24 +19,52 @@ process (the worker runtime) can expose its own the same way
 
 The counters count calls made through this process since it started; the
 gauge reads the whole store (`Store.scan`) at every scrape.
+
+A worker or sweeper process (`workwarden worker|sweeper --metrics-port N`)
+serves `runtime_registry(counts)` instead: one counter
+`workwarden_runtime_<name>_total` for each of `RUNTIME_COUNTS` (claimed,
+completed, retried, failed, lost, cancelled, recovered, timed_out,
+store_error), read from the runtime's `counts` at each scrape.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from workwarden.storage.base import Store
 
-__all__ = ["DURATION_BUCKETS", "Metrics", "StoreCollector", "registry"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "RUNTIME_COUNTS",
+    "Metrics",
+    "RuntimeCollector",
+    "StoreCollector",
+    "registry",
+    "runtime_registry",
+    "serve_runtime_metrics",
+]
 
 #: Histogram buckets, in seconds: from 5 ms to an hour.
 DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+#: The runtime's counts served as counters by a worker or sweeper process.
+RUNTIME_COUNTS = (
+    "claimed",
+    "completed",
+    "retried",
+    "failed",
+    "lost",
+    "cancelled",
+    "recovered",
+    "timed_out",
+    "store_error",
+)
 
 
 class StoreCollector(Collector):
@@ -124,3 +152,36 @@ def registry(store: Callable[[], Store] | None = None) -> Metrics:
             registry=reg,
         ),
     )
+
+
+class RuntimeCollector(Collector):
+    """`workwarden_runtime_<name>_total` for each of `RUNTIME_COUNTS`, read at each scrape."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        """One counter per count (0 for a count not reached yet)."""
+        counts = dict(self._counts())
+        for name in RUNTIME_COUNTS:
+            yield CounterMetricFamily(
+                f"workwarden_runtime_{name}",
+                f"Runtime events {name} in this process since it started.",
+                value=counts.get(name, 0),
+            )
+
+
+def runtime_registry(counts: Callable[[], Mapping[str, int]]) -> CollectorRegistry:
+    """A new registry of the runtime's counters; `counts` is called at each scrape."""
+    reg = CollectorRegistry(auto_describe=True)
+    reg.register(RuntimeCollector(counts))
+    return reg
+
+
+def serve_runtime_metrics(
+    port: int, counts: Callable[[], Mapping[str, int]], host: str = "0.0.0.0"
+) -> CollectorRegistry:
+    """Serve `runtime_registry(counts)` on `host:port` (a daemon thread); the registry."""
+    reg = runtime_registry(counts)
+    start_http_server(port, addr=host, registry=reg)
+    return reg
