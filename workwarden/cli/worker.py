@@ -7,6 +7,11 @@ application and runs its handlers until SIGTERM or SIGINT (or, with
 leases and enforces deadlines at the instants they fall. Both log one event
 a line on standard error, `name key=value ...` (logger `workwarden.runtime`).
 
+Remote mode: `--warden URL --token TOKEN` (or `$WORKWARDEN_TOKEN`) instead of
+`--store` runs over the service's HTTP API (`HttpAuthority`), with a token
+and no database credentials. `--metrics-port N` serves the process's counts
+to Prometheus on that port (`workwarden.service.metrics.runtime_registry`).
+
 Signals: the first SIGTERM or SIGINT stops claiming and lets running
 handlers finish within `--grace-s`, then the command exits 0; a second
 signal exits at once, with status 143 (SIGTERM) or 130 (SIGINT).
@@ -15,9 +20,12 @@ signal exits at once, with status 143 (SIGTERM) or 130 (SIGINT).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from workwarden.cli import STORE_HELP, opened_store, positive_int, positive_seconds
@@ -26,7 +34,11 @@ from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
 
-__all__ = ["load_app", "register"]
+__all__ = ["TOKEN_VARIABLE", "load_app", "register"]
+
+#: Where `--warden` reads its bearer token when `--token` is not given.
+TOKEN_VARIABLE = "WORKWARDEN_TOKEN"
+_EXTRA = "pip install 'workwarden[service]'"
 
 
 def _configure_logging() -> None:
@@ -63,12 +75,66 @@ def _authority(store: Any) -> Authority:
     return Authority(store, grants=GrantVerifier.without_signatures())
 
 
+def _usage(message: str) -> WorkloadError:
+    return WorkloadError("WORKWARDEN_USAGE", message)
+
+
+def _remote(command: str, args: argparse.Namespace) -> tuple[str, str] | None:
+    """`(URL, token)` of `--warden`, None for `--store`; a usage error unless exactly one."""
+    if args.warden is None:
+        if args.token is not None:
+            raise _usage(f"{command}: --token goes with --warden URL")
+        return None
+    if args.store is not None:
+        raise _usage(f"{command}: give --store URL or --warden URL, not both")
+    if not args.warden.startswith(("http://", "https://")):
+        raise _usage(f"{command}: --warden {args.warden}: give an http:// or https:// URL")
+    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE, "")
+    if not token:
+        raise _usage(f"{command}: --warden needs --token TOKEN (or ${TOKEN_VARIABLE})")
+    return args.warden, token
+
+
+@contextlib.contextmanager
+def _opened_authority(command: str, args: argparse.Namespace) -> Iterator[Any]:
+    """The authority over `--store`, or over HTTP with `--warden`."""
+    remote = _remote(command, args)
+    if remote is None:
+        with opened_store(args.store, "write") as store:
+            yield _authority(store)
+        return
+    try:
+        from workwarden.service.client import HttpAuthority
+    except ImportError as exc:
+        raise WorkloadError(
+            codes.EXTRA_MISSING, f"--warden needs the service extra ({exc.name}): {_EXTRA}"
+        ) from None
+    with HttpAuthority(*remote) as authority:
+        yield authority
+
+
+def _serve_metrics(port: int | None, counts: Callable[[], Mapping[str, int]]) -> None:
+    if port is None:
+        return
+    try:
+        from workwarden.service.metrics import serve_runtime_metrics
+    except ImportError as exc:
+        raise WorkloadError(
+            codes.EXTRA_MISSING, f"--metrics-port needs prometheus_client ({exc.name}): {_EXTRA}"
+        ) from None
+    try:
+        serve_runtime_metrics(port, counts)
+    except OSError as exc:
+        raise _usage(f"--metrics-port {port}: cannot listen: {exc.strerror or exc}") from None
+
+
 def _worker(args: argparse.Namespace) -> int:
     _configure_logging()
+    _remote("worker", args)
     app = load_app(args.app)
-    with opened_store(args.store, "write") as store:
+    with _opened_authority("worker", args) as authority:
         worker = Worker(
-            _authority(store),
+            authority,
             app,
             tenant=args.tenant,
             application=args.application,
@@ -77,6 +143,7 @@ def _worker(args: argparse.Namespace) -> int:
             lease_ms=args.lease_ms,
             grace_s=args.grace_s,
         )
+        _serve_metrics(args.metrics_port, lambda: worker.counts)
         if args.until_idle:
             worker.run_until_idle()
         else:
@@ -86,13 +153,38 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _sweeper(args: argparse.Namespace) -> int:
     _configure_logging()
-    with opened_store(args.store, "write") as store:
-        sweeper = Sweeper(_authority(store), tenant=args.tenant, application=args.application)
+    with _opened_authority("sweeper", args) as authority:
+        sweeper = Sweeper(authority, tenant=args.tenant, application=args.application)
+        _serve_metrics(args.metrics_port, lambda: sweeper.counts)
         if args.until_idle:
             sweeper.run_until_idle()
         else:
             sweeper.run()
     return 0
+
+
+def _remote_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--warden",
+        metavar="URL",
+        default=None,
+        help="run over the HTTP API of `workwarden serve` at URL instead of --store",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"the worker's bearer token for --warden (default: ${TOKEN_VARIABLE})",
+    )
+
+
+def _metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="serve the process's counts to Prometheus on port N (default: none)",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -107,6 +199,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     worker.add_argument("--store", metavar="URL", help=STORE_HELP)
+    _remote_options(worker)
     worker.add_argument(
         "--app", required=True, metavar="MODULE:ATTR", help="the App, e.g. tasks:app"
     )
@@ -132,6 +225,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="exit once nothing is claimable, held or eligible within a lease",
     )
+    _metrics_option(worker)
     worker.set_defaults(handler=_worker)
 
     sweeper: argparse.ArgumentParser = subparsers.add_parser(
@@ -144,6 +238,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     sweeper.add_argument("--store", metavar="URL", help=STORE_HELP)
+    _remote_options(sweeper)
     sweeper.add_argument("--tenant", default=None, help="only this tenant's work")
     sweeper.add_argument("--application", default=None, help="only this application's work")
     sweeper.add_argument(
@@ -151,4 +246,5 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="exit once nothing falls due within 30 s",
     )
+    _metrics_option(sweeper)
     sweeper.set_defaults(handler=_sweeper)
