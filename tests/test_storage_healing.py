@@ -469,6 +469,106 @@ def test_an_operator_call_whose_answer_is_lost_is_answered_again_without_a_secon
     assert [r.request_id for r in writes_of(proxied, operation)] == ["op-lost-1"]
 
 
+def _stored(store: PostgresStore) -> tuple[Any, ...]:
+    """Every document and the length of the audit log: what a repeat must leave as it was."""
+    return tuple((d.key, d.version, d.document) for d in store.scan()), len(store.audit_log())
+
+
+def _started(warden: Authority, workload_id: str) -> Any:
+    claim = warden.claim(workload_id, "w1", CAPS, 11_000, 10_000)
+    warden.start(workload_id, claim.fence, 11_100)
+    return claim.fence
+
+
+def _lost_call_cases() -> dict[str, tuple[bytes, Any]]:
+    """Call name -> (a marker only its write sends, set-up returning the call to repeat)."""
+
+    def claim(warden: Authority, wid: str) -> Any:
+        return lambda: warden.claim(wid, "w1", CAPS, 11_000, 10_000, request_id="lost-claim")
+
+    def start(warden: Authority, wid: str) -> Any:
+        fence = warden.claim(wid, "w1", CAPS, 11_000, 10_000).fence
+        return lambda: warden.start(wid, fence, 11_100)
+
+    def checkpoint(warden: Authority, wid: str) -> Any:
+        fence = _started(warden, wid)
+        return lambda: warden.checkpoint(wid, fence, {"at": "lost-ckpt"}, 11_200, sequence=1)
+
+    def complete(warden: Authority, wid: str) -> Any:
+        fence = _started(warden, wid)
+        return lambda: warden.complete(wid, fence, "result-lost", {"sent": True}, 11_200)
+
+    def fail(warden: Authority, wid: str) -> Any:
+        fence = _started(warden, wid)
+        return lambda: warden.fail(wid, fence, "transient_connection", "lost-fail", 11_200)
+
+    def confirm_cancel(warden: Authority, wid: str) -> Any:
+        fence = _started(warden, wid)
+        warden.cancel(wid, "ops", 11_200)
+        return lambda: warden.confirm_cancel(wid, fence, 11_300)
+
+    def retry(warden: Authority, wid: str) -> Any:
+        fence = _started(warden, wid)
+        warden.fail(wid, fence, "validation", "bad input", 11_200, effect="none")
+        return lambda: warden.retry(
+            wid, "ops", 11_300, reason="fixed-lost", request_id="lost-retry"
+        )
+
+    return {
+        "claim": (b"lost-claim", claim),
+        "start": (b"start", start),
+        "checkpoint": (b"lost-ckpt", checkpoint),
+        "complete": (b"result-lost", complete),
+        "fail": (b"lost-fail", fail),
+        "confirm_cancel": (b"confirm_cancel", confirm_cancel),
+        "retry": (b"fixed-lost", retry),  # its request id is read first
+    }
+
+
+LOST_CALLS = _lost_call_cases()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("call", sorted(LOST_CALLS))
+def test_a_call_whose_answer_the_connection_lost_ends_as_if_called_once(
+    proxy: FaultProxy, proxied: PostgresStore, call: str
+) -> None:
+    # The proxy cuts the connection after the server committed and answered,
+    # before the client reads the answer: the caller sees OUTCOME_UNKNOWN and
+    # calls again with the same arguments.
+    marker, set_up = LOST_CALLS[call]
+    warden, first, _ = two_ready(proxied)
+    repeat = set_up(warden, first)
+    proxy.drop_reply(marker)
+
+    with pytest.raises(WorkloadError) as lost:
+        repeat()
+    assert lost.value.code == errors.OUTCOME_UNKNOWN
+    assert proxy.fired == 1
+    committed = _stored(proxied)
+    workload = warden.get(first)
+
+    answer = repeat()
+
+    assert _stored(proxied) == committed  # nothing more written, no second audit record
+    after = warden.get(first)
+    assert (after.state, after.execution_history, after.attempts) == (
+        workload.state,
+        workload.execution_history,
+        workload.attempts,
+    )
+    if call in ("fail", "confirm_cancel", "retry"):
+        assert answer == after.state
+    elif call == "claim":
+        assert answer == after.current_claim
+    elif call == "start":
+        assert answer == after.attempts[-1]
+    elif call == "checkpoint":
+        assert answer.sequence == 1
+    else:
+        assert answer.result_id == "result-lost"
+
+
 # -- SQLite -----------------------------------------------------------------------------
 
 
