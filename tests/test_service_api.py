@@ -404,6 +404,6 @@ def test_sigterm_stops_the_service_gracefully() -> None:
     with running_service() as service:
         assert httpx.get(service.url + "/healthz").json()["ok"] is True
         service.process.send_signal(signal.SIGTERM)
-        # uvicorn shuts down, then ends with the signal it caught, as a program should.
-        assert service.process.wait(timeout=10) in (0, -signal.SIGTERM)
+        # uvicorn shuts down; the command then exits 0, as a worker's clean stop does.
+        assert service.process.wait(timeout=10) == 0
         assert "Traceback" not in service.stderr()

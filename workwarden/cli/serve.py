@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 from typing import Any
@@ -181,12 +182,21 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(f"workwarden serving on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
+    # under the handler it found: this one turns it into exit status 0, as the
+    # worker's clean shutdown is (and ends at once a SIGTERM before uvicorn
+    # has started listening for signals).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         uvicorn.Server(config).run(sockets=[listener])
     finally:
         listener.close()
         store.close()
     return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _listen(host: str, port: int) -> socket.socket:
