@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "AuditRecord",
@@ -30,6 +30,7 @@ __all__ = [
     "StoredDocument",
     "WakeUps",
     "WorkSignal",
+    "document_from_row",
 ]
 
 
@@ -90,6 +91,33 @@ class StoredDocument:
     version: int
     document: str
     index: IndexFields
+
+
+def document_from_row(row: Sequence[Any]) -> StoredDocument:
+    """A `StoredDocument` from a row of the SQL stores' document columns.
+
+    The columns, in order: key, version, document, then tenant, application,
+    state, priority, created_at, eligible_at, lease_expires_at,
+    next_deadline_at, result_id and claim_worker (SQLite and PostgreSQL select
+    them alike).
+    """
+    return StoredDocument(
+        key=row[0],
+        version=row[1],
+        document=row[2],
+        index=IndexFields(
+            tenant=row[3],
+            application=row[4],
+            state=row[5],
+            priority=row[6],
+            created_at=row[7],
+            eligible_at=row[8],
+            lease_expires_at=row[9],
+            next_deadline_at=row[10],
+            result_id=row[11],
+            claim_worker=row[12],
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

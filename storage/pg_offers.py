@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from workwarden.storage.base import StoredDocument, StoreFailure
+from workwarden.storage.base import document_from_row as _document
 from workwarden.storage.pg_connections import (
     READ_TRIES,
     _answers,
@@ -22,7 +23,6 @@ from workwarden.storage.pg_connections import (
     _Connection,
 )
 from workwarden.storage.pg_extra import extra_missing
-from workwarden.storage.pg_schema import _document
 
 try:
     import psycopg

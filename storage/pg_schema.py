@@ -6,14 +6,17 @@ tables and indexes (`_SCHEMA`, created or brought up to `SCHEMA_VERSION` by
 write (each write one data-modifying CTE: the compare-and-swap of the
 document and the insert of its audit record; those that leave work
 claimable also notify `WORK_CHANNEL`), and the decoding of the rows they
-return (`_document`, `_audit`). Nothing here connects to a server.
+return (`_audit`; documents by `storage.base.document_from_row`). Nothing here connects to a server.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from workwarden.storage.base import AuditRecord, IndexFields, StoredDocument, StoreFailure
+from workwarden.storage.base import (
+    AuditRecord,
+    StoreFailure,
+)
 from workwarden.storage.pg_extra import extra_missing
 
 try:
@@ -265,26 +268,6 @@ _FIND_REQUEST = f"""
     FROM workwarden_audit WHERE request_id IS NOT NULL AND request_id = %s
     ORDER BY sequence LIMIT 1
 """
-
-
-def _document(row: TupleRow) -> StoredDocument:
-    return StoredDocument(
-        key=row[0],
-        version=row[1],
-        document=row[2],
-        index=IndexFields(
-            tenant=row[3],
-            application=row[4],
-            state=row[5],
-            priority=row[6],
-            created_at=row[7],
-            eligible_at=row[8],
-            lease_expires_at=row[9],
-            next_deadline_at=row[10],
-            result_id=row[11],
-            claim_worker=row[12],
-        ),
-    )
 
 
 def _audit(row: TupleRow) -> AuditRecord:

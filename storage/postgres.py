@@ -83,6 +83,7 @@ from workwarden.storage.base import (
     StoreOutcomeUnknown,
     WorkSignal,
 )
+from workwarden.storage.base import document_from_row as _document
 
 # The store's parts, each importable from here as well as from its own module.
 from workwarden.storage.pg_connections import (  # noqa: F401
@@ -128,7 +129,6 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     SCHEMA_VERSION,
     WORK_CHANNEL,
     _audit,
-    _document,
     _due_query,
     _ensure_schema,
     _next_instant,

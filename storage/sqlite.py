@@ -41,6 +41,7 @@ from workwarden.storage.base import (
     StoreFailure,
     WorkSignal,
 )
+from workwarden.storage.base import document_from_row as _document
 
 # The schema and statements, each importable from here as well as from their own module.
 from workwarden.storage.sqlite_schema import (  # noqa: F401
@@ -73,7 +74,6 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _add_columns,
     _audit,
     _audit_params,
-    _document,
     _ensure_schema,
     _verify_schema,
 )

@@ -8,7 +8,7 @@ which creates the schema or brings an older file up to `SCHEMA_VERSION`, and
 `_verify_schema`, which refuses a file that is not a workwarden store or is
 newer; then the statements of every read and write, the queries
 `query_plans` explains, and the decoding of the rows they return
-(`_document`, `_audit`). Nothing here opens a file.
+(`_audit`; documents by `storage.base.document_from_row`). Nothing here opens a file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from workwarden.storage.base import AuditRecord, IndexFields, StoredDocument, StoreFailure
+from workwarden.storage.base import (
+    AuditRecord,
+    StoreFailure,
+)
 
 __all__ = ["SCHEMA_VERSION"]
 
@@ -204,26 +207,6 @@ _NEXT_INSTANTS = (
     " (SELECT min(next_deadline_at) FROM documents"
     " WHERE next_deadline_at IS NOT NULL AND next_deadline_at > :after" + _SCOPE + ")"
 )
-
-
-def _document(row: Sequence[Any]) -> StoredDocument:
-    return StoredDocument(
-        key=row[0],
-        version=row[1],
-        document=row[2],
-        index=IndexFields(
-            tenant=row[3],
-            application=row[4],
-            state=row[5],
-            priority=row[6],
-            created_at=row[7],
-            eligible_at=row[8],
-            lease_expires_at=row[9],
-            next_deadline_at=row[10],
-            result_id=row[11],
-            claim_worker=row[12],
-        ),
-    )
 
 
 def _audit(row: Sequence[Any]) -> AuditRecord:
