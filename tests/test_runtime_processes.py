@@ -572,7 +572,9 @@ def _chaos_drain(
     with backend(kind, tmp_path) as be, fleet(tmp_path, be.store_url, be.downstream.url) as f:
         store = open_store(be.store_url)
         try:
-            admitted = admit(make_authority(store), modes, sleep_ms=5)
+            # Each handler works 25 ms after its checkpoint, so a kill mostly lands on
+            # checkpointed attempts whose work another worker then resumes.
+            admitted = admit(make_authority(store), modes, sleep_ms=25)
             names = [f"w{i}" for i in range(workers)]
             for name in names:
                 f.worker(name)
