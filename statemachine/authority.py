@@ -33,7 +33,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from workwarden.statemachine import errors, inputs, replays, scheduler
+from workwarden.statemachine import batches, errors, inputs, replays, scheduler
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.commands import (
     OPERATOR_COMMANDS,
@@ -83,6 +83,7 @@ from workwarden.storage.base import (
     StoredDocument,
     StoreError,
     StoreOutcomeUnknown,
+    Write,
 )
 
 __all__ = [
@@ -377,7 +378,8 @@ class Authority:
         except StoreError as exc:
             raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
 
-    def _write(self, prepared: Prepared, workload: Workload) -> int:
+    def _to_write(self, prepared: Prepared, workload: Workload) -> Write:
+        """The compare-and-swap that commits `workload` for `prepared`, with its audit record."""
         document = serialise(workload)
         digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
         decision = prepared.decision
@@ -399,9 +401,15 @@ class Authority:
             request_id=prepared.request_id,
         )
         index = index_fields(self.spec, workload)
+        return Write(prepared.key, document, index, prepared.expected_version, audit)
+
+    def _write(self, prepared: Prepared, workload: Workload) -> int:
+        write = self._to_write(prepared, workload)
         try:
             version = int(
-                self.store.write(prepared.key, document, index, prepared.expected_version, audit)
+                self.store.write(
+                    write.key, write.document, write.index, write.expected_version, write.audit
+                )
             )
         except StoreConflict as exc:
             if self.remember:
@@ -423,10 +431,16 @@ class Authority:
             if self.remember:
                 self._latest.forget(prepared.key)
             raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
-        if self.remember:
-            stored = StoredDocument(prepared.key, version, document, index)
-            self._latest.wrote(stored, workload, decision.reply, prepared._private)
+        self._remembered_write(prepared, workload, write, version)
         return version
+
+    def _remembered_write(
+        self, prepared: Prepared, workload: Workload, write: Write, version: int
+    ) -> None:
+        """Keep a committed write as this authority's latest of its key (with `remember`)."""
+        if self.remember:
+            stored = StoredDocument(prepared.key, version, write.document, write.index)
+            self._latest.wrote(stored, workload, prepared.decision.reply, prepared._private)
 
     # -- reads ------------------------------------------------------------
 
@@ -479,6 +493,75 @@ class Authority:
                 raise
             reply = self.execute(command, now)
         return reply
+
+    def admit_many(
+        self, requests: Iterable[CreateWorkload | Mapping[str, Any]], now: int
+    ) -> builtins.list[AdmitReply | errors.WorkloadError]:
+        """Admit every request of a batch in one round trip; each slot its own answer, in order.
+
+        Each request is decided on its own as `admit` decides it: a new
+        workload (`AdmitReply`), the original admission of the same scoped
+        key (`replayed`), or its own refusal, given as the `WorkloadError`
+        in its slot (nothing of that request is written; the others are).
+        At most `batches.MAX_BATCH` (1,000) requests; a longer batch, or
+        `requests` not a list, is `WORKLOAD_INVALID` and writes nothing.
+        The same scoped key twice in one batch: the second is answered
+        after the first committed, as a second `admit` call would be. On a
+        store that is a `BatchStore` every admission decided on absence is
+        written in one transaction (`BatchStore.write_many`); the rest, one
+        call each. See `workwarden.statemachine.batches`.
+        """
+        return batches.admit_many(self, requests, now)
+
+    def claim_many(
+        self,
+        tenant: str,
+        application: str,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+        limit: int,
+        *,
+        request_id: str | None = None,
+    ) -> builtins.list[ClaimReply]:
+        """Claim up to `limit` claimable workloads of the scope at once; [] when there are none.
+
+        Each claim is decided by the core on its own document, as
+        `claim_next` decides one, in the scheduler's order (highest priority,
+        then oldest), and each has its own fencing token, lease and attempt
+        (`ClaimReply`). On a `BatchStore` the candidates are held for this
+        call while they are decided (PostgreSQL: `FOR UPDATE SKIP LOCKED`;
+        SQLite: the write lock) and every claim is written in the same
+        transaction (`BatchStore.claim_batch`): a candidate another claimer
+        holds is skipped, never claimed twice. Candidates with dependencies
+        are claimed after, one call each, once their dependencies are read.
+        `limit` is 1 to `batches.MAX_BATCH`.
+
+        `request_id`: every claim of the batch is recorded with it; a repeat
+        of the call (its reply lost) is answered with the live, unstarted
+        claims made with it, and writes nothing (`own_claim`); when none is
+        live and one has started, the repeat is `WORKLOAD_NOT_READY`.
+        """
+        return batches.claim_many(
+            self, tenant, application, worker_id, capabilities, now, lease_ms, limit, request_id
+        )
+
+    def report_many(
+        self, reports: Iterable[Command | Mapping[str, Any]], now: int
+    ) -> builtins.list[Any]:
+        """Decide and commit many worker reports in one round trip; each slot its own answer.
+
+        A report is a `start`, `heartbeat`, `checkpoint`, `complete`, `fail`
+        or `confirm_cancel` command (a model, or a mapping with its `op`),
+        each fenced. Each slot of the answer is what the one-call method
+        would return for it (an `Attempt`, a `Claim`, a `Checkpoint`, a
+        `Result`, a `StateReply`), or the `WorkloadError` it would raise, in
+        order; one report's refusal never stops the others. Reports of one
+        workload are decided in the order given, each after the one before
+        it committed. At most `batches.MAX_BATCH` reports.
+        """
+        return batches.report_many(self, reports, now)
 
     def claim(
         self,

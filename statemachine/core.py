@@ -28,12 +28,13 @@ from workwarden.statemachine.commands import (
     CompleteCommand,
     FailCommand,
     OperatorCommand,
+    StartCommand,
 )
 from workwarden.statemachine.deadlines import deadline_breach
 from workwarden.statemachine.draft import Draft
 from workwarden.statemachine.effects import REPLAYS
 from workwarden.statemachine.ids import claim_id_for
-from workwarden.statemachine.models import Claim, Fence, Workload
+from workwarden.statemachine.models import Claim, ClaimReply, Fence, Workload
 from workwarden.statemachine.policies import apply_policy
 from workwarden.statemachine.predicates import Facts, attempt_budget
 from workwarden.statemachine.replays import REPLAY_STEPS
@@ -184,6 +185,9 @@ def decide(spec: Spec, workload: Workload | None, command: Command, now: int) ->
     nothing (replays, reads, sweeps that find nothing due) are given.
     """
     decision = _decide(spec, workload, command, now)
+    then = operation_of(spec, command).spec.then if decision.workload is not None else None
+    if then is not None and decision.refusal is None:
+        decision = _then(spec, decision, now)
     if workload is not None and decision.workload is not None and now < workload.updated_at:
         raise errors.WorkloadError(
             errors.CONFLICT,
@@ -191,6 +195,38 @@ def decide(spec: Spec, workload: Workload | None, command: Command, now: int) ->
             {"workload_id": workload.workload_id, "now": now, "updated_at": workload.updated_at},
         )
     return decision
+
+
+def _then(spec: Spec, first: Decision, now: int) -> Decision:
+    """The lease `first` granted, and its attempt started, as one decision for one commit.
+
+    The operation named by `then` (checked at load: the fenced operation
+    that starts the attempt) is decided by the core on the workload the
+    claim left, with the fence the claim issued, exactly as the worker's own
+    call would be; the history records both events. When the start is not
+    granted, the claim stands alone.
+    """
+    claimed = first.workload
+    assert claimed is not None
+    assert claimed.current_claim is not None
+    claim = claimed.current_claim
+    start = StartCommand(workload_id=claimed.workload_id, fence=claim.fence)
+    try:
+        second = _decide(spec, claimed, start, now)
+    except errors.WorkloadError:
+        return first
+    started = second.workload
+    if started is None or second.refusal is not None or not isinstance(first.reply, ClaimReply):
+        return first
+    reply = first.reply.model_copy(update={"started_at": started.attempts[-1].started_at})
+    return Decision(
+        operation=first.operation,
+        workload=started,
+        reply=reply,
+        events=first.events + second.events,
+        actor=first.actor,
+        worker_id=first.worker_id,
+    )
 
 
 def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -> Decision:

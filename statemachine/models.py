@@ -241,13 +241,17 @@ class ClaimReply(Claim):
     workload's `input` and the `checkpoints` earlier attempts recorded (what
     `execution_context` answers, without secret references), so a worker
     starts at once without asking for its context first. `request_id` is the
-    claim request id the caller gave (None when it gave none).
+    claim request id the caller gave (None when it gave none). `started_at`
+    is set when the claim started its attempt in the same commit (a spec
+    whose claim names `then`, `specs/README.md`): the attempt is RUNNING and
+    the worker need not call `start` (a `start` is answered as a replay).
     """
 
     attempt_id: str
     input: JsonValue
     checkpoints: tuple[Checkpoint, ...] = ()
     request_id: str | None = None
+    started_at: int | None = None
 
     def lease(self) -> Claim:
         """The stored lease alone, as the workload document holds it."""

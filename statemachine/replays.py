@@ -170,11 +170,31 @@ def held_claim(
         return None
     if request_id is not None and claim_request_of(workload, held) != request_id:
         return None
-    if workload.attempts[-1].started_at is not None:
+    attempt = workload.attempts[-1]
+    started_by_claim = _started_by_claim(spec, workload, held)
+    if attempt.started_at is not None and not started_by_claim:
         return STARTED if request_id is not None else None
     if held.expires_at <= now or deadline_breach(spec, workload, now) is not None:
         return None
-    return claim_reply(workload, held, claim_request_of(workload, held))
+    reply = claim_reply(workload, held, claim_request_of(workload, held))
+    if started_by_claim:
+        return reply.model_copy(update={"started_at": attempt.started_at})
+    return reply
+
+
+def _started_by_claim(spec: Spec, workload: Workload, held: Claim) -> bool:
+    """Did the claim start its attempt in its own commit (`then`), with nothing recorded since?
+
+    Then a repeat of the claim request is still answered with the claim: the
+    worker that lost the reply has not seen the attempt it started.
+    """
+    attempt = workload.attempts[-1]
+    return (
+        attempt.started_at == held.claimed_at
+        and any(op.spec.then is not None for op in spec.operations.values())
+        and held.last_heartbeat == held.claimed_at
+        and all(checkpoint.attempt_id != attempt.attempt_id for checkpoint in workload.checkpoints)
+    )
 
 
 def _own_claim(step: Step) -> Decision | None:

@@ -327,6 +327,26 @@ class _Checker:
             if entry is not None:
                 self.operation(f"operations.{name}", name, entry)
 
+    def chained(self, where: str, op: OperationSpec) -> None:
+        """`then`: a lease that starts its attempt in the same commit, and nothing else."""
+        operations = self.parts.operations or {}
+        then = operations.get(op.then or "")
+        if op.effect != "lease":
+            self.add(
+                f"{where}.then", f"only a claim (effect 'lease') may name `then`, not {op.effect!r}"
+            )
+        elif then is None:
+            self.add(
+                f"{where}.then",
+                f"unknown operation {op.then!r} (valid: {', '.join(sorted(operations))})",
+            )
+        elif op.then != "start" or then.effect != "start_attempt" or not then.fenced:
+            self.add(
+                f"{where}.then",
+                f"`then` names 'start', the fenced operation that starts the attempt (effect "
+                f"'start_attempt'), not {op.then!r}",
+            )
+
     def operation(self, where: str, name: str, op: OperationSpec) -> None:
         info = EFFECTS.get(op.effect)
         if info is None:
@@ -376,6 +396,8 @@ class _Checker:
                 self.add(f"{where}.policy", f"the effect {op.effect!r} takes {wanted}")
         if self.parts.errors is not None and op.denied not in self.parts.errors:
             self.add(f"{where}.denied", f"unknown error code {op.denied!r}")
+        if op.then is not None:
+            self.chained(where, op)
         if not self.parts.transitions_complete:
             return
         edges = [e for e in self.edges.values() if name in e.operations]

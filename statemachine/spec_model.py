@@ -149,6 +149,7 @@ class OperationSpec(_Strict):
     denied: str = "WORKLOAD_TRANSITION_DENIED"
     replay: str | None = None
     stays: bool = False
+    then: str | None = Field(default=None, min_length=1)
     meaning: str
 
 

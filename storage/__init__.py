@@ -4,7 +4,9 @@
 `open_store(url)` to name either (or PostgreSQL) in one string. Every backend
 passes the same conformance suite, `workwarden.storage.testing`.
 `ForwardingStore` is the base of wrappers that observe or change a few calls
-of another store.
+of another store. `BatchStore` is the optional capability of reading,
+writing and claiming many documents in one round trip (every shipped
+backend has it), which the authority's batch calls use.
 
 The PostgreSQL store is `workwarden.storage.postgres.PostgresStore`, not
 imported here: it needs the `postgres` extra (`pip install
@@ -20,6 +22,7 @@ see each class and `docs/thread-safety.md`.
 
 from workwarden.storage.base import (
     AuditRecord,
+    BatchStore,
     CandidateCursor,
     IndexFields,
     Store,
@@ -28,6 +31,7 @@ from workwarden.storage.base import (
     StoreError,
     StoreFailure,
     StoreOutcomeUnknown,
+    Write,
 )
 from workwarden.storage.forwarding import ForwardingStore
 from workwarden.storage.memory import MemoryStore
@@ -36,6 +40,7 @@ from workwarden.storage.urls import open_store
 
 __all__ = [
     "AuditRecord",
+    "BatchStore",
     "CandidateCursor",
     "ForwardingStore",
     "IndexFields",
@@ -47,5 +52,6 @@ __all__ = [
     "StoreFailure",
     "StoreOutcomeUnknown",
     "StoredDocument",
+    "Write",
     "open_store",
 ]

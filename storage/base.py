@@ -11,13 +11,16 @@ fields.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "CLAIM_PAGES",
     "AuditRecord",
+    "BatchStore",
     "CandidateCursor",
+    "ChooseClaims",
     "DueInstants",
     "IndexFields",
     "LocalWakeUps",
@@ -30,6 +33,9 @@ __all__ = [
     "StoredDocument",
     "WakeUps",
     "WorkSignal",
+    "Write",
+    "WriteOutcome",
+    "distinct_keys",
     "document_from_row",
 ]
 
@@ -299,6 +305,90 @@ class WakeUps(Protocol):
     def work_signal(self, tenant: str, application: str) -> WorkSignal:
         """A signal for the scope, listening from now on."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One compare-and-swap of a batch: the arguments of `Store.write`, as one value."""
+
+    key: str
+    document: str
+    index: IndexFields
+    expected_version: int | None
+    audit: AuditRecord
+
+
+WriteOutcome = int | StoreConflict
+"""What became of one write of a batch: its new version, or the conflict that left it unwritten."""
+
+ChooseClaims = Callable[[Sequence[StoredDocument]], Sequence[Write]]
+"""Given a page of claim candidates, the claims to write (each on its document's version)."""
+
+CLAIM_PAGES = 4
+"""How many pages of candidates `BatchStore.claim_batch` offers before it commits what it has."""
+
+
+@runtime_checkable
+class BatchStore(Protocol):
+    """A store that reads, writes and claims many documents in one round trip.
+
+    Each write of a batch is its own compare-and-swap, appended with its own
+    audit record exactly as `Store.write` would: a conflict leaves that write
+    unwritten and is its outcome, and the other writes of the batch go on.
+    What is not per write is the failure of the round trip itself: a
+    `StoreFailure` raised by a batch call wrote nothing, and
+    `StoreOutcomeUnknown` means the batch may have committed as a whole or
+    not at all (never a part of it). The authority's batch calls
+    (`Authority.admit_many`, `claim_many`, `report_many`) use this when a
+    store offers it and fall back to one call per workload otherwise.
+    """
+
+    def read_many(self, keys: Sequence[str]) -> dict[str, StoredDocument]:
+        """The committed documents under `keys` (a missing key is absent from the answer)."""
+        ...
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """Commit every write whose expected version holds, in one transaction; outcomes in order.
+
+        Keys are distinct within a batch (two writes of one key are
+        `ValueError`, before anything is written). An outcome is the new
+        version, or a `StoreConflict` (the version did not hold, the key
+        existed, or the result id belongs to another key) for a write that
+        changed nothing.
+        """
+        ...
+
+    def claim_batch(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        choose: ChooseClaims,
+    ) -> list[tuple[Write, WriteOutcome]]:
+        """Claim up to `limit` candidates in one transaction that no other batch claimer shares.
+
+        `choose` is called with pages of up to `limit` READY documents of the
+        scope eligible at `now`, in the order of `Store.claim_candidates`,
+        that no other `claim_batch` holds at that moment (PostgreSQL: rows
+        locked `FOR UPDATE SKIP LOCKED` until the commit; SQLite: the write
+        lock; memory: the store's lock), and returns the writes it decided
+        for them. Pages follow one another (each after the last) until
+        `limit` writes are chosen, a page comes back short, or
+        `CLAIM_PAGES` pages were offered; then the chosen writes are
+        committed together, each a compare-and-swap as in `write_many`.
+        Returns each write with its outcome. `choose` must not call the store.
+        """
+        ...
+
+
+def distinct_keys(writes: Sequence[Write]) -> None:
+    """Refuse (`ValueError`) a batch that writes one key twice, before anything is written."""
+    seen: set[str] = set()
+    for write in writes:
+        if write.key in seen:
+            raise ValueError(f"a batch writes {write.key} twice")
+        seen.add(write.key)
 
 
 class LocalWakeUps:

@@ -12,14 +12,19 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from workwarden.storage.base import (
+    CLAIM_PAGES,
     AuditRecord,
     CandidateCursor,
+    ChooseClaims,
     IndexFields,
     LocalWakeUps,
     NextInstants,
     StoreConflict,
     StoredDocument,
     WorkSignal,
+    Write,
+    WriteOutcome,
+    distinct_keys,
 )
 
 __all__ = ["MemoryStore"]
@@ -59,50 +64,128 @@ class MemoryStore:
     ) -> int:
         """Compare-and-swap `document` and append `audit`, or raise `StoreConflict`."""
         with self._lock:
-            current = self._docs.get(key)
-            if expected_version is None:
-                if current is not None:
-                    raise StoreConflict(f"{key} already exists")
-            elif current is None or current.version != expected_version:
-                found = None if current is None else current.version
-                raise StoreConflict(f"{key}: expected version {expected_version}, found {found}")
-            if index.result_id is not None:
-                owner = self._results.get(index.result_id)
-                if owner is not None and owner != key:
-                    raise StoreConflict(f"result id {index.result_id} belongs to {owner}")
-            version = 1 if current is None else current.version + 1
-            if current is not None and current.index.result_id not in (None, index.result_id):
-                self._results.pop(current.index.result_id, None)
-            if index.result_id is not None:
-                self._results[index.result_id] = key
-            self._docs[key] = StoredDocument(
-                key=key, version=version, document=document, index=index
-            )
-            # Built field by field: `dataclasses.replace` costs more than the write.
-            self._audit.append(
-                AuditRecord(
-                    transaction_id=audit.transaction_id,
-                    key=audit.key,
-                    version=version,
-                    actor=audit.actor,
-                    operation=audit.operation,
-                    tenant=audit.tenant,
-                    application=audit.application,
-                    at=audit.at,
-                    digest=audit.digest,
-                    worker=audit.worker,
-                    attempt=audit.attempt,
-                    result=audit.result,
-                    fencing_token=audit.fencing_token,
-                    sequence=len(self._audit) + 1,
-                    request_id=audit.request_id,
-                )
-            )
-            if audit.request_id is not None:
-                self._requests.setdefault(audit.request_id, self._audit[-1])
+            version = self._swap(Write(key, document, index, expected_version, audit))
         if index.eligible_at is not None:
             self._wake_ups.notify(index.tenant, index.application)
         return version
+
+    def _swap(self, write: Write) -> int:
+        """One compare-and-swap with its audit record; the caller holds the lock."""
+        key, index, expected_version, audit = (
+            write.key,
+            write.index,
+            write.expected_version,
+            write.audit,
+        )
+        current = self._docs.get(key)
+        if expected_version is None:
+            if current is not None:
+                raise StoreConflict(f"{key} already exists")
+        elif current is None or current.version != expected_version:
+            found = None if current is None else current.version
+            raise StoreConflict(f"{key}: expected version {expected_version}, found {found}")
+        if index.result_id is not None:
+            owner = self._results.get(index.result_id)
+            if owner is not None and owner != key:
+                raise StoreConflict(f"result id {index.result_id} belongs to {owner}")
+        version = 1 if current is None else current.version + 1
+        if current is not None and current.index.result_id not in (None, index.result_id):
+            self._results.pop(current.index.result_id, None)
+        if index.result_id is not None:
+            self._results[index.result_id] = key
+        self._docs[key] = StoredDocument(
+            key=key, version=version, document=write.document, index=index
+        )
+        # Built field by field: `dataclasses.replace` costs more than the write.
+        self._audit.append(
+            AuditRecord(
+                transaction_id=audit.transaction_id,
+                key=audit.key,
+                version=version,
+                actor=audit.actor,
+                operation=audit.operation,
+                tenant=audit.tenant,
+                application=audit.application,
+                at=audit.at,
+                digest=audit.digest,
+                worker=audit.worker,
+                attempt=audit.attempt,
+                result=audit.result,
+                fencing_token=audit.fencing_token,
+                sequence=len(self._audit) + 1,
+                request_id=audit.request_id,
+            )
+        )
+        if audit.request_id is not None:
+            self._requests.setdefault(audit.request_id, self._audit[-1])
+        return version
+
+    def _swap_all(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """Each write's compare-and-swap in turn; the caller holds the lock."""
+        outcomes: list[WriteOutcome] = []
+        for write in writes:
+            try:
+                outcomes.append(self._swap(write))
+            except StoreConflict as conflict:
+                outcomes.append(conflict)
+        return outcomes
+
+    def _wake(self, writes: Sequence[Write], outcomes: Sequence[WriteOutcome]) -> None:
+        scopes = {
+            (write.index.tenant, write.index.application)
+            for write, outcome in zip(writes, outcomes, strict=True)
+            if write.index.eligible_at is not None and isinstance(outcome, int)
+        }
+        for tenant, application in sorted(scopes):
+            self._wake_ups.notify(tenant, application)
+
+    # -- BatchStore ---------------------------------------------------------------
+
+    def read_many(self, keys: Sequence[str]) -> dict[str, StoredDocument]:
+        """The committed documents under `keys`; a missing key is absent from the answer."""
+        with self._lock:
+            return {key: self._docs[key] for key in keys if key in self._docs}
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """Every write's compare-and-swap under one hold of the lock; outcomes in order."""
+        distinct_keys(writes)
+        with self._lock:
+            outcomes = self._swap_all(writes)
+        self._wake(writes, outcomes)
+        return outcomes
+
+    def claim_batch(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        choose: ChooseClaims,
+    ) -> list[tuple[Write, WriteOutcome]]:
+        """Pages of candidates offered to `choose`, and its claims written, under one lock hold."""
+        chosen: list[Write] = []
+        with self._lock:
+            rows = sorted(
+                (
+                    doc
+                    for doc in self._docs.values()
+                    if doc.index.tenant == tenant
+                    and doc.index.application == application
+                    and doc.index.eligible_at is not None
+                    and doc.index.eligible_at <= now
+                ),
+                key=_order,
+            )
+            for page_number in range(CLAIM_PAGES):
+                page = rows[page_number * limit : (page_number + 1) * limit]
+                if page:
+                    chosen.extend(choose(page))
+                if len(chosen) >= limit or len(page) < limit:
+                    break
+            distinct_keys(chosen)
+            outcomes = self._swap_all(chosen)
+        self._wake(chosen, outcomes)
+        return list(zip(chosen, outcomes, strict=True))
 
     def find_result(self, result_id: str) -> str | None:
         """The key holding `result_id`, or None."""

@@ -40,7 +40,7 @@ def held_to_the_spec(spec: Spec, warden: Authority, workload_id: str) -> list[st
 
 def test_every_example_validates() -> None:
     names = sorted(path.stem for path in EXAMPLES.glob("*.toml"))
-    assert names == ["approval", "pause"]
+    assert names == ["approval", "claim_starts", "pause"]
     for name in names:
         assert example(name).data.spec.name == f"workload-{name}"
 

@@ -1,0 +1,535 @@
+"""Batch calls: many workloads per round trip, each still decided by the core on its own.
+
+`Authority.admit_many`, `Authority.claim_many` and `Authority.report_many`
+are built here. A batch is a fast path, never a second set of rules: every
+workload of a batch is decided by `decide` on its own document, exactly as
+its one-call method would decide it, and only a decision that writes and
+records no refusal is committed by the batch, all of them in one round trip
+(`BatchStore.write_many`, or `BatchStore.claim_batch` for claims), each
+write its own compare-and-swap with its own audit record. Everything else
+(a refusal, an answer that writes nothing, a write whose compare-and-swap
+found another version) is handed to the one-call method, which decides it
+again on a fresh read. So each slot of a batch's answer is what the
+one-call method would have answered for it, in order: the reply, or the
+`WorkloadError` it would have raised. A batch never raises because of one of
+its workloads.
+
+A store that is not a `BatchStore` is written one write at a time, with
+the same answers.
+
+When the round trip of a batch itself fails, every workload that batch was
+writing gets that failure in its slot: `WORKLOAD_STORAGE_FAILURE` (nothing
+was written), or `WORKLOAD_OUTCOME_UNKNOWN` (the whole batch may or may not
+have committed: the store commits a batch entirely or not at all). Repeating
+the same batch is then safe: the replay rules answer what did commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from workwarden.statemachine import errors, inputs, replays, scheduler
+from workwarden.statemachine.admission import workload_id_for
+from workwarden.statemachine.commands import (
+    AdmitCommand,
+    AdmitReply,
+    CheckpointCommand,
+    ClaimCommand,
+    Command,
+    CompleteCommand,
+    ConfirmCancelCommand,
+    FailCommand,
+    HeartbeatCommand,
+    StartCommand,
+)
+from workwarden.statemachine.models import ClaimReply, CreateWorkload, Workload
+from workwarden.storage.base import (
+    BatchStore,
+    StoreConflict,
+    StoredDocument,
+    StoreError,
+    StoreOutcomeUnknown,
+    Write,
+    WriteOutcome,
+)
+
+if TYPE_CHECKING:
+    from workwarden.statemachine.authority import Authority, Prepared
+
+__all__ = [
+    "MAX_BATCH",
+    "REPORT_COMMANDS",
+    "Outcome",
+    "Report",
+    "admit_many",
+    "claim_many",
+    "report_many",
+]
+
+MAX_BATCH = 1000
+"""The most workloads one batch call takes (a longer batch is `WORKLOAD_INVALID`)."""
+
+REPORT_COMMANDS = (
+    StartCommand,
+    HeartbeatCommand,
+    CheckpointCommand,
+    CompleteCommand,
+    FailCommand,
+    ConfirmCancelCommand,
+)
+"""The worker's reports `report_many` takes: the fenced calls that write."""
+
+Report = (
+    StartCommand
+    | HeartbeatCommand
+    | CheckpointCommand
+    | CompleteCommand
+    | FailCommand
+    | ConfirmCancelCommand
+)
+"""One report of a `report_many` batch."""
+
+Outcome = Any
+"""One slot of a batch's answer: the one-call method's reply, or the `WorkloadError` it raises."""
+
+
+def _batch(items: Iterable[Any], what: str) -> list[Any]:
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise errors.bad_argument(what, f"{what} must be a list")
+    batch = list(items)
+    if len(batch) > MAX_BATCH:
+        raise errors.bad_argument(what, f"at most {MAX_BATCH} {what} per batch")
+    return batch
+
+
+def _store_failure(exc: StoreError, key: str) -> errors.WorkloadError:
+    if isinstance(exc, StoreOutcomeUnknown):
+        return errors.WorkloadError(
+            errors.OUTCOME_UNKNOWN,
+            "the batch may or may not have committed; call again with the same arguments",
+            {"workload_id": key, "reason": str(exc)},
+        )
+    return errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}")
+
+
+def _commit(
+    authority: Authority, prepared: Sequence[Prepared]
+) -> list[tuple[Write, WriteOutcome | StoreError]]:
+    """Write every prepared decision in one round trip; each write with its outcome, in order."""
+    writes = [authority._to_write(item, _written_workload(item)) for item in prepared]
+    if not writes:
+        return []
+    store = authority.store
+    if isinstance(store, BatchStore):
+        try:
+            return list(zip(writes, store.write_many(writes), strict=True))
+        except StoreError as exc:
+            return [(write, exc) for write in writes]
+    outcomes: list[tuple[Write, WriteOutcome | StoreError]] = []
+    for write in writes:
+        try:
+            version = store.write(
+                write.key, write.document, write.index, write.expected_version, write.audit
+            )
+            outcomes.append((write, int(version)))
+        except StoreError as exc:
+            outcomes.append((write, exc))
+    return outcomes
+
+
+def _written_workload(item: Prepared) -> Workload:
+    workload = item.decision.workload
+    assert workload is not None, "only a decision that writes is committed by a batch"
+    return workload
+
+
+def _written(authority: Authority, item: Prepared, write: Write, version: int) -> Any:
+    """Remember a committed write of a batch and give the reply its one-call method gives."""
+    item._committed = True
+    item.written = version
+    authority._remembered_write(item, _written_workload(item), write, version)
+    return item.decision.reply
+
+
+def _single(authority: Authority, command: Command, now: int, operation: str) -> Outcome:
+    """The one-call method's answer: decided again on a fresh read."""
+    try:
+        return authority._run(command, now, operation)
+    except errors.WorkloadError as exc:
+        return exc
+
+
+def _settle(
+    authority: Authority,
+    now: int,
+    slots: list[Outcome],
+    pending: Sequence[tuple[int, Command, Prepared]],
+) -> None:
+    """Commit `pending` in one round trip and fill each one's slot."""
+    outcomes = _commit(authority, [item for _, _, item in pending])
+    for (slot, command, item), (write, outcome) in zip(pending, outcomes, strict=True):
+        if isinstance(outcome, int):
+            slots[slot] = _written(authority, item, write, outcome)
+            continue
+        authority._latest.forget(item.key)
+        if isinstance(outcome, StoreConflict):
+            slots[slot] = _single(authority, command, now, item.operation)
+        else:
+            slots[slot] = _store_failure(outcome, item.key)
+
+
+def admit_many(
+    authority: Authority, requests: Iterable[CreateWorkload | Mapping[str, Any]], now: int
+) -> list[AdmitReply | errors.WorkloadError]:
+    """Admit each request, one round trip for the batch; see `Authority.admit_many`."""
+    inputs.check_now(now)
+    batch = _batch(requests, "requests")
+    slots: list[Outcome] = [None] * len(batch)
+    commands: list[tuple[int, AdmitCommand, str]] = []
+    later: list[tuple[int, AdmitCommand]] = []
+    keys: set[str] = set()
+    for slot, request in enumerate(batch):
+        try:
+            command = AdmitCommand(request=inputs.as_request(request))
+            authority.grants.verify(command.request.authorization_snapshot)
+            key = workload_id_for(command.request)
+        except errors.WorkloadError as exc:
+            slots[slot] = exc
+            continue
+        if key in keys:
+            # The same scoped key twice: the second is answered after the first committed.
+            later.append((slot, command))
+            continue
+        keys.add(key)
+        commands.append((slot, command, key))
+    docs: Mapping[str, StoredDocument] = {}
+    if authority.remember == 0 and commands:
+        docs = _read_many(authority, [key for _, _, key in commands])
+    pending: list[tuple[int, Command, Prepared]] = []
+    for slot, command, key in commands:
+        item = authority._unconfirmed(command, now, "admit", key, docs.get(key))
+        if item is None:
+            slots[slot] = _single_admit(authority, command, now)
+        else:
+            pending.append((slot, command, item))
+    _settle(authority, now, slots, pending)
+    for slot, command in later:
+        slots[slot] = _single_admit(authority, command, now)
+    for slot, outcome in enumerate(slots):
+        if isinstance(outcome, errors.WorkloadError) and outcome.code == errors.CONFLICT:
+            # A competing writer admitted the same scope first: converge on what it committed.
+            command = AdmitCommand(request=inputs.as_request(batch[slot]))
+            slots[slot] = _single(authority, command, now, "admit")
+    return slots
+
+
+def _single_admit(authority: Authority, command: AdmitCommand, now: int) -> Outcome:
+    try:
+        return authority.admit(command.request, now)
+    except errors.WorkloadError as exc:
+        return exc
+
+
+def _read_many(authority: Authority, keys: Sequence[str]) -> Mapping[str, StoredDocument]:
+    store = authority.store
+    if isinstance(store, BatchStore):
+        docs: Mapping[str, StoredDocument] = authority._store_call(store.read_many, keys)
+        return docs
+    found: dict[str, StoredDocument] = {}
+    for key in keys:
+        doc = authority._store_call(store.read, key)
+        if doc is not None:
+            found[key] = doc
+    return found
+
+
+def report_many(
+    authority: Authority, reports: Iterable[Command | Mapping[str, Any]], now: int
+) -> list[Outcome]:
+    """Decide and commit each report, one round trip per round; see `Authority.report_many`."""
+    inputs.check_now(now)
+    batch = _batch(reports, "reports")
+    slots: list[Outcome] = [None] * len(batch)
+    # Rounds: a key at most once per round, its reports in the order given.
+    rounds: list[list[tuple[int, Report]]] = []
+    depth: dict[str, int] = {}
+    for slot, report in enumerate(batch):
+        try:
+            command = inputs.as_command(report)
+        except errors.WorkloadError as exc:
+            slots[slot] = exc
+            continue
+        if not isinstance(command, REPORT_COMMANDS):
+            slots[slot] = errors.bad_argument(
+                f"reports[{slot}]",
+                "a report is one of: "
+                + ", ".join(model.model_fields["op"].default for model in REPORT_COMMANDS),
+            )
+            continue
+        key = command.workload_id
+        level = depth.get(key, 0)
+        depth[key] = level + 1
+        if level == len(rounds):
+            rounds.append([])
+        rounds[level].append((slot, command))
+    for reports_of_round in rounds:
+        _report_round(authority, now, slots, reports_of_round)
+    return slots
+
+
+def _report_round(
+    authority: Authority, now: int, slots: list[Outcome], round_: Sequence[tuple[int, Report]]
+) -> None:
+    pending: list[tuple[int, Command, Prepared]] = []
+    unknown: list[tuple[int, Report]] = []
+    for slot, command in round_:
+        key = command.workload_id
+        known = authority._latest.get(key) if authority.remember else None
+        if known is None:
+            unknown.append((slot, command))
+            continue
+        doc, decoded = known
+        item = authority._unconfirmed(command, now, command.op, key, doc, decoded)
+        if item is None:
+            slots[slot] = _single(authority, command, now, command.op)
+        else:
+            pending.append((slot, command, item))
+    if unknown:
+        docs: Mapping[str, StoredDocument] | None
+        try:
+            docs = _read_many(authority, [command.workload_id for _, command in unknown])
+        except errors.WorkloadError as exc:
+            for slot, _ in unknown:
+                slots[slot] = exc
+            docs = None
+        if docs is not None:
+            for slot, command in unknown:
+                key = command.workload_id
+                found = docs.get(key)
+                item = (
+                    authority._unconfirmed(command, now, command.op, key, found)
+                    if found is not None
+                    else None
+                )
+                if item is None:
+                    slots[slot] = _single(authority, command, now, command.op)
+                else:
+                    pending.append((slot, command, item))
+    _settle(authority, now, slots, pending)
+
+
+def claim_many(
+    authority: Authority,
+    tenant: Any,
+    application: Any,
+    worker_id: Any,
+    capabilities: Any,
+    now: int,
+    lease_ms: Any,
+    limit: Any,
+    request_id: Any,
+) -> list[ClaimReply]:
+    """Claim up to `limit` workloads in one transaction; see `Authority.claim_many`."""
+    inputs.check_now(now)
+    tenant, application = inputs.as_full_scope(tenant, application)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
+        raise errors.bad_argument("limit", f"limit must be a whole number from 1 to {MAX_BATCH}")
+    caps = inputs.as_names(capabilities)
+    probe = inputs.build(
+        ClaimCommand,
+        workload_id="-",
+        worker_id=worker_id,
+        capabilities=caps,
+        lease_ms=lease_ms,
+        request_id=request_id,
+    )
+    if request_id is not None:
+        held = _held_claims(authority, tenant, application, probe, now)
+        if held:
+            return held[:limit]
+    seeker = scheduler.Seeker(tenant, application, now, frozenset(probe.capabilities))
+    store = authority.store
+    if not isinstance(store, BatchStore):
+        return _claim_walk(authority, seeker, probe, now, limit)
+    chosen: dict[str, Prepared] = {}
+    waiting: list[StoredDocument] = []
+
+    def choose(page: Sequence[StoredDocument]) -> list[Write]:
+        writes: list[Write] = []
+        for doc in page:
+            item = _decide_claim(authority, seeker, probe, now, doc, waiting)
+            if item is not None:
+                chosen[doc.key] = item
+                writes.append(authority._to_write(item, _written_workload(item)))
+        return writes
+
+    results = authority._store_call(store.claim_batch, tenant, application, now, limit, choose)
+    claims: list[ClaimReply] = []
+    for write, outcome in results:
+        item = chosen[write.key]
+        if not isinstance(outcome, int):
+            authority._latest.forget(write.key)
+            continue
+        reply = _written(authority, item, write, outcome)
+        if item.decision.refusal is None and isinstance(reply, ClaimReply):
+            claims.append(reply)
+    if len(claims) < limit and waiting:
+        claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), waiting))
+    return claims
+
+
+def _decide_claim(
+    authority: Authority,
+    seeker: scheduler.Seeker,
+    probe: ClaimCommand,
+    now: int,
+    doc: StoredDocument,
+    waiting: list[StoredDocument],
+) -> Prepared | None:
+    """The claim of a candidate held for this batch, decided by the core; None to pass it over.
+
+    A candidate with dependencies is set aside in `waiting`: checking them reads
+    other documents, which is not done while the batch holds its candidates.
+    """
+    workload = inputs.parse_stored(doc)
+    if not seeker.may_try(workload):
+        return None
+    if workload.dependencies:
+        waiting.append(doc)
+        return None
+    command = probe.model_copy(update={"workload_id": doc.key})
+    try:
+        decision = authority._decide(workload, command, now)
+    except errors.WorkloadError as exc:
+        if exc.code in scheduler.SKIPPABLE_AT_CLAIM:
+            return None
+        raise
+    if decision.workload is None:
+        return None
+    # The candidate is held for this batch: its version is the committed one,
+    # so a decision that writes a refusal (a claim that dead-letters or times
+    # the work out) is committed here too, as a fresh read's would be.
+    item = authority._prepared(command, doc.key, doc.version, decision, now, "claim_next")
+    item._private = True
+    return item
+
+
+def _claim_waiting(
+    authority: Authority,
+    seeker: scheduler.Seeker,
+    probe: ClaimCommand,
+    now: int,
+    wanted: int,
+    waiting: Sequence[StoredDocument],
+) -> list[ClaimReply]:
+    """Claims, one call each, of candidates with dependencies whose dependencies are met."""
+    claims: list[ClaimReply] = []
+    states: dict[str, Workload | None] = {}
+    for doc in waiting:
+        if len(claims) >= wanted:
+            break
+        workload = inputs.parse_stored(doc)
+        if not scheduler.dependencies_met(
+            workload, states, _reader(authority), inputs.parse_stored
+        ):
+            continue
+        claim = _try_single_claim(authority, probe, now, doc, workload)
+        if claim is not None:
+            claims.append(claim)
+    return claims
+
+
+def _reader(authority: Authority) -> Any:
+    def read(key: str) -> StoredDocument | None:
+        doc: StoredDocument | None = authority._store_call(authority.store.read, key)
+        return doc
+
+    return read
+
+
+def _try_single_claim(
+    authority: Authority, probe: ClaimCommand, now: int, doc: StoredDocument, workload: Workload
+) -> ClaimReply | None:
+    command = probe.model_copy(update={"workload_id": doc.key})
+    prepared = authority._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
+    if prepared is None:
+        prepared = authority._prepare(command, now, "claim_next")
+    prepared._private = True
+    try:
+        claim: ClaimReply = prepared.commit()
+    except errors.WorkloadError as exc:
+        if exc.code in scheduler.SKIPPABLE_AT_CLAIM:
+            return None
+        raise
+    return claim
+
+
+def _claim_walk(
+    authority: Authority, seeker: scheduler.Seeker, probe: ClaimCommand, now: int, limit: int
+) -> list[ClaimReply]:
+    """`claim_many` on a store without batches: candidates walked as `claim_next` walks them."""
+    claims: list[ClaimReply] = []
+    while len(claims) < limit:
+        taken = {claim.workload_id for claim in claims}
+
+        def candidates(size: int, after: Any, taken: set[str] = taken) -> Sequence[StoredDocument]:
+            page: Sequence[StoredDocument] = authority._store_call(
+                authority.store.claim_candidates,
+                seeker.tenant,
+                seeker.application,
+                now,
+                size,
+                after,
+            )
+            return [doc for doc in page if doc.key not in taken]
+
+        def try_claim(doc: StoredDocument, workload: Workload) -> ClaimReply:
+            claim = _try_single_claim(authority, probe, now, doc, workload)
+            if claim is None:
+                raise errors.WorkloadError(errors.CONFLICT, "passed over")
+            return claim
+
+        claim = scheduler.claim_best(
+            seeker, candidates, _reader(authority), inputs.parse_stored, try_claim
+        )
+        if claim is None:
+            break
+        claims.append(claim)
+    return claims
+
+
+def _held_claims(
+    authority: Authority, tenant: str, application: str, probe: ClaimCommand, now: int
+) -> list[ClaimReply]:
+    """The claims made with `probe`'s request id that answer a repeat of the batch.
+
+    The live, unstarted claims the worker holds made with that id; when it
+    holds none but one of them has started, the request was answered and its
+    work begun: `WORKLOAD_NOT_READY`, as for `claim_next`.
+    """
+    held = authority._store_call(authority.store.held_claims, tenant, application, probe.worker_id)
+    answers: list[ClaimReply] = []
+    started: Workload | None = None
+    for doc in held:
+        workload = inputs.parse_stored(doc)
+        if workload.tenant_id != tenant or workload.application_id != application:
+            continue
+        answer = replays.held_claim(
+            authority.spec, workload, probe.worker_id, probe.request_id, now
+        )
+        if answer == replays.STARTED:
+            started = workload
+        elif isinstance(answer, ClaimReply):
+            answers.append(answer)
+    if not answers and started is not None:
+        raise errors.WorkloadError(
+            authority.spec.operations["claim_next"].spec.denied,
+            "the claim request was answered and its attempt has started",
+            {
+                "state": started.state,
+                "request_id": probe.request_id,
+                "workload_id": started.workload_id,
+            },
+        )
+    return answers
