@@ -93,6 +93,9 @@ COMMAND_LINE_CODES = frozenset(
         "DIAGRAM_WRITE_FAILED",
         "GRAPHVIZ_NOT_FOUND",
         "GRAPHVIZ_FAILED",
+        # `workwarden serve`'s refusals of a call's token (`workwarden.service.auth`).
+        "WORKWARDEN_UNAUTHENTICATED",
+        "WORKWARDEN_FORBIDDEN",
     }
 )
 
@@ -119,6 +122,7 @@ _MODULES = (
     "workwarden.cli.chaos",
     "workwarden.cli.serve",
     "workwarden.cli.worker",
+    "workwarden.cli.scheduler",
 )
 
 

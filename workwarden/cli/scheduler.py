@@ -1,0 +1,140 @@
+"""`workwarden scheduler`: admit the ticks of periodic schedules (`workwarden.periodic`).
+
+`--schedules MODULE:ATTR` names a list of `Schedule` objects (the module
+imported with the current directory on `sys.path`, as `worker --app` is).
+The process admits each tick once, however many schedulers run the same
+schedules against the store, and logs one line per admitted tick
+(`scheduled schedule=... tick=... workload=... created=...`). `--once`
+admits what is due now and exits. Admissions' grants are verified with
+`--grant-keys FILE` (JSON `{key id: hex secret}`), or not at all with
+`--no-grant-signatures`. The first SIGTERM or SIGINT stops it after its
+current pass (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from workwarden.cli import STORE_HELP, opened_store, positive_seconds
+from workwarden.periodic import PeriodicScheduler, Schedule
+from workwarden.statemachine import Authority, GrantVerifier
+from workwarden.statemachine import errors as codes
+from workwarden.statemachine.errors import WorkloadError
+
+__all__ = ["load_schedules", "register"]
+
+
+def load_schedules(target: str) -> list[Schedule]:
+    """The schedules named by `MODULE:ATTR`: a list (or tuple) of `Schedule`."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise WorkloadError(
+            codes.INVALID, f"--schedules {target}: write MODULE:ATTR, e.g. tasks:schedules"
+        )
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise WorkloadError(codes.INVALID, f"--schedules {target}: cannot import: {exc}") from None
+    found = vars(module).get(attr)
+    if not isinstance(found, (list, tuple)) or not all(isinstance(s, Schedule) for s in found):
+        kind = "nothing" if found is None else type(found).__name__
+        raise WorkloadError(
+            codes.INVALID, f"--schedules {target}: {attr} is {kind}, not a list of Schedule"
+        )
+    return list(found)
+
+
+def _grants(args: argparse.Namespace) -> GrantVerifier:
+    from workwarden.cli.serve import read_keys
+
+    if args.no_grant_signatures:
+        return GrantVerifier.without_signatures()
+    if not args.grant_keys:
+        raise WorkloadError(
+            "WORKWARDEN_USAGE",
+            "scheduler: give --grant-keys FILE, or --no-grant-signatures to admit unsigned grants",
+        )
+    return GrantVerifier(read_keys(args.grant_keys, "--grant-keys"))
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from workwarden.cli.worker import _configure_logging
+
+    _configure_logging()
+    # Handlers first: a signal during start-up stops the command as cleanly as a later one.
+    stopping = threading.Event()
+    running: list[PeriodicScheduler] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        for scheduler in running:
+            scheduler.stop()
+
+    if not args.once:
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    grants = _grants(args)
+    with opened_store(args.store, "write") as store:
+        schedules = load_schedules(args.schedules)
+        scheduler = PeriodicScheduler(
+            Authority(store, grants=grants), schedules, poll_s=args.poll_s
+        )
+        if args.once:
+            scheduler.run_once()
+            return 0
+        running.append(scheduler)
+        if not stopping.is_set():
+            scheduler.run()
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the `scheduler` command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "scheduler",
+        help="admit the ticks of periodic schedules, each exactly once",
+        description=(
+            "Admit one workload per tick of each schedule (cron in a time zone, or a fixed "
+            "interval), with an idempotency key made of the schedule's name and the tick's "
+            "instant: any number of schedulers admit each tick once. Missed ticks follow "
+            "each schedule's catch_up rule (skip, one, all). See docs/worker.md."
+        ),
+    )
+    parser.add_argument("--store", default=None, metavar="URL", help=STORE_HELP)
+    parser.add_argument(
+        "--schedules",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the list of workwarden.periodic.Schedule to run, e.g. tasks:schedules",
+    )
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--grant-keys",
+        default=None,
+        metavar="FILE",
+        help="JSON {key id: hex secret}: the keys the admissions' grants are verified with",
+    )
+    keys.add_argument(
+        "--no-grant-signatures",
+        action="store_true",
+        help="do not verify the signatures of the admissions' grants (say so explicitly)",
+    )
+    parser.add_argument(
+        "--poll-s",
+        type=positive_seconds,
+        default=1.0,
+        metavar="S",
+        help="look at least every S seconds (default: 1.0)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="admit what is due now, then exit (default: run)"
+    )
+    parser.set_defaults(handler=_scheduler)

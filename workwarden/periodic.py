@@ -1,0 +1,312 @@
+"""Periodic work: schedules that admit one workload per tick, however many schedulers run.
+
+A `Schedule` names a cadence (a cron expression in a time zone, read by
+`croniter`, or a fixed interval in milliseconds) and the admission request
+to make at each tick. The request of a tick is the schedule's template with
+the idempotency key `schedule/<name>/<tick instant in ms>`: admission is
+idempotent per requester and key, so any number of schedulers admitting the
+same tick admit it once, and every other one is answered with the original
+(`AdmitReply.created` is False). No scheduler state is kept anywhere but in
+the store: whether a tick was admitted is whether the workload its request
+names exists (`workload_id_for`), so a scheduler that restarts, or a second
+one that starts, knows what was done.
+
+What becomes of ticks that fell while no scheduler ran is the schedule's
+`catch_up` rule:
+
+- `"all"`: every missed tick is admitted, oldest first, looking back at most
+  `lookback` ticks (and never before `start_at`);
+- `"one"` (the default): only the latest tick is admitted, once, however
+  many were missed;
+- `"skip"`: a tick is admitted only within `grace_ms` after it fell; missed
+  ticks are dropped.
+
+`PeriodicScheduler` runs schedules against an authority: `run_once(now)`
+admits what is due at `now` (one `admit_many` for every schedule), `run()`
+does so until stopped, sleeping until the next tick of any schedule.
+`workwarden scheduler --store URL --schedules MODULE:ATTR` is the same as a
+process.
+
+A purge (retention) of a tick's workload makes that tick look missed again:
+keep `catch_up = "all"` schedules' workloads longer than `lookback` ticks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from workwarden.runtime.clock import Clock, WallClock
+from workwarden.statemachine import errors
+from workwarden.statemachine.admission import workload_id_for
+from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.commands import AdmitReply
+from workwarden.statemachine.models import CreateWorkload, Name
+
+__all__ = [
+    "CatchUp",
+    "PeriodicScheduler",
+    "Schedule",
+    "tick_key",
+]
+
+CatchUp = Literal["skip", "one", "all"]
+"""What a schedule does with ticks that fell while no scheduler ran (see the module docstring)."""
+
+_log = logging.getLogger("workwarden.runtime")
+
+_MS = Annotated[int, Field(strict=True, ge=1, le=10**13)]
+
+
+def tick_key(name: str, tick: int) -> str:
+    """The idempotency key of a schedule's tick: `schedule/<name>/<tick in ms>`."""
+    return f"schedule/{name}/{tick}"
+
+
+class Schedule(errors.ValidatedModel):
+    """A cadence and the admission request made at each of its ticks.
+
+    Exactly one of `cron` (five fields, minute to weekday, read in
+    `timezone`, an IANA name) or `every_ms` (ticks at `start_at + k *
+    every_ms`). `start_at`: no tick before this instant (ms) is ever
+    admitted. `catch_up`, `grace_ms` and `lookback`: the module docstring.
+    `request`: the admission each tick makes; its `idempotency_key` is
+    replaced by `tick_key(name, tick)`. `tick_field`: when set and the
+    template's input is an object, the tick instant is added to the input
+    under that name. Bad fields are `WORKLOAD_INVALID` naming each.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    request: CreateWorkload
+    cron: str | None = None
+    timezone: str = "UTC"
+    every_ms: _MS | None = None
+    start_at: Annotated[int, Field(strict=True, ge=0, le=10**13)] = 0
+    catch_up: CatchUp = "one"
+    grace_ms: Annotated[int, Field(strict=True, ge=0, le=10**13)] = 60_000
+    lookback: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 100
+    tick_field: Name | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is not None and (len(value.split()) != 5 or not croniter.is_valid(value)):
+            raise ValueError(f"not a five-field cron expression: {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> Schedule:
+        if (self.cron is None) == (self.every_ms is None):
+            raise ValueError("give exactly one of cron or every_ms")
+        return self
+
+    # -- ticks -------------------------------------------------------------------------
+
+    def latest_tick(self, now: int) -> int | None:
+        """The last tick at or before `now` (None when none falls from `start_at` to `now`)."""
+        if now < self.start_at:
+            return None
+        if self.every_ms is not None:
+            return self.start_at + (now - self.start_at) // self.every_ms * self.every_ms
+        ticks = self._cron_from(now + 1, backwards=True)
+        tick = next(ticks)
+        return tick if tick >= self.start_at else None
+
+    def ticks_back(self, now: int, count: int) -> list[int]:
+        """Up to `count` ticks at or before `now`, latest first, none before `start_at`."""
+        latest = self.latest_tick(now)
+        if latest is None:
+            return []
+        if self.every_ms is not None:
+            found = [latest - k * self.every_ms for k in range(count)]
+            return [tick for tick in found if tick >= self.start_at]
+        ticks = [latest]
+        backwards = self._cron_from(latest, backwards=True)
+        while len(ticks) < count:
+            tick = next(backwards)
+            if tick < self.start_at:
+                break
+            ticks.append(tick)
+        return ticks
+
+    def next_tick(self, after: int) -> int:
+        """The first tick strictly after `after` (and not before `start_at`)."""
+        if after < self.start_at:
+            if self.every_ms is not None:
+                return self.start_at
+            after = self.start_at - 1
+        if self.every_ms is not None:
+            return self.start_at + ((after - self.start_at) // self.every_ms + 1) * self.every_ms
+        return next(self._cron_from(after, backwards=False))
+
+    def _cron_from(self, instant: int, *, backwards: bool) -> Iterator[int]:
+        """Cron ticks (ms) strictly before (backwards) or after `instant`."""
+        assert self.cron is not None
+        zone = ZoneInfo(self.timezone)
+        start = datetime.fromtimestamp(instant / 1000, tz=UTC).astimezone(zone)
+        iterator = croniter(self.cron, start)
+        step = iterator.get_prev if backwards else iterator.get_next
+        while True:
+            moment: datetime = step(datetime)
+            yield int(moment.timestamp() * 1000)
+
+    # -- requests ----------------------------------------------------------------------
+
+    def request_for(self, tick: int) -> CreateWorkload:
+        """The admission request of `tick`."""
+        changes: dict[str, Any] = {"idempotency_key": tick_key(self.name, tick)}
+        if self.tick_field is not None and isinstance(self.request.input, dict):
+            changes["input"] = {**self.request.input, self.tick_field: tick}
+        return self.request.model_copy(update=changes)
+
+    def workload_id_at(self, tick: int) -> str:
+        """The id of the workload `tick` admits."""
+        return workload_id_for(self.request_for(tick))
+
+
+def _schedule(fields: Any) -> Schedule:
+    if not isinstance(fields, dict):
+        raise errors.bad_argument(
+            "schedules", "a schedule is a Schedule or a mapping of its fields"
+        )
+    return Schedule(**fields)
+
+
+def _validated(schedules: Iterable[Any]) -> list[Schedule]:
+    if isinstance(schedules, (str, bytes, Schedule)) or not isinstance(schedules, Iterable):
+        raise errors.bad_argument("schedules", "schedules must be a list of Schedule")
+    chosen = [s if isinstance(s, Schedule) else _schedule(s) for s in schedules]
+    names = [schedule.name for schedule in chosen]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise errors.bad_argument("schedules", f"two schedules are named {', '.join(twice)}")
+    return chosen
+
+
+class PeriodicScheduler:
+    """Admits the ticks of `schedules` through `authority`, at the instants of `clock`.
+
+    Any number of schedulers may run the same schedules against one store:
+    each tick is admitted once (see the module docstring). `poll_s` bounds
+    how long `run` sleeps between looks (so a stop is seen, and a clock
+    that jumps is followed). Thread-safety: one scheduler is driven by one
+    thread; `stop()` may be called from any.
+    """
+
+    def __init__(
+        self,
+        authority: Authority,
+        schedules: Iterable[Schedule | Any],
+        *,
+        clock: Clock | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        if not isinstance(poll_s, (int, float)) or isinstance(poll_s, bool) or poll_s <= 0:
+            raise errors.bad_argument("poll_s", "poll_s must be a number of seconds above 0")
+        self.authority = authority
+        self.schedules: tuple[Schedule, ...] = tuple(_validated(schedules))
+        self.clock: Clock = clock if clock is not None else WallClock()
+        self.poll_s = float(poll_s)
+        self.counts = {"admitted": 0, "replayed": 0, "refused": 0}
+        """Ticks this scheduler admitted, found admitted by another, and had refused."""
+        self._stop = threading.Event()
+
+    def due(self, schedule: Schedule, now: int) -> list[int]:
+        """The ticks of `schedule` to admit at `now` under its catch-up rule, oldest first."""
+        if schedule.catch_up == "all":
+            missed: list[int] = []
+            for tick in schedule.ticks_back(now, schedule.lookback):
+                if self._admitted(schedule, tick):
+                    break
+                missed.append(tick)
+            return missed[::-1]
+        latest = schedule.latest_tick(now)
+        if latest is None or self._admitted(schedule, latest):
+            return []
+        if schedule.catch_up == "skip" and now - latest > schedule.grace_ms:
+            return []
+        return [latest]
+
+    def _admitted(self, schedule: Schedule, tick: int) -> bool:
+        try:
+            self.authority.get(schedule.workload_id_at(tick))
+        except errors.WorkloadError as exc:
+            if exc.code == errors.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def run_once(self, now: int | None = None) -> list[AdmitReply | errors.WorkloadError]:
+        """Admit every tick due at `now` (the clock's by default), in one batch; the answers."""
+        at = self.clock.now() if now is None else now
+        ticks: list[tuple[Schedule, int]] = [
+            (schedule, tick) for schedule in self.schedules for tick in self.due(schedule, at)
+        ]
+        if not ticks:
+            return []
+        answers = self.authority.admit_many(
+            [schedule.request_for(tick) for schedule, tick in ticks], at
+        )
+        for (schedule, tick), answer in zip(ticks, answers, strict=True):
+            self._record(schedule, tick, answer)
+        return answers
+
+    def _record(self, schedule: Schedule, tick: int, answer: Any) -> None:
+        if isinstance(answer, errors.WorkloadError):
+            self.counts["refused"] += 1
+            _log.info(
+                "schedule_refused schedule=%s tick=%d code=%s", schedule.name, tick, answer.code
+            )
+            return
+        kind = "admitted" if answer.created else "replayed"
+        self.counts[kind] += 1
+        _log.info(
+            "scheduled schedule=%s tick=%d workload=%s created=%s",
+            schedule.name,
+            tick,
+            answer.workload.workload_id,
+            answer.created,
+        )
+
+    def next_instant(self, now: int) -> int | None:
+        """The next tick of any schedule after `now` (None without schedules)."""
+        return min((schedule.next_tick(now) for schedule in self.schedules), default=None)
+
+    def run(self) -> None:
+        """Admit due ticks until `stop()`: at each tick, and at least every `poll_s`."""
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except errors.WorkloadError as exc:
+                # The store is down or refused a read: log it, look again after a poll.
+                _log.info("store_error code=%s message=%s", exc.code, exc.message)
+            now = self.clock.now()
+            upcoming = self.next_instant(now)
+            wait = self.poll_s if upcoming is None else min(self.poll_s, (upcoming - now) / 1000)
+            self._stop.wait(max(wait, 0.001))
+
+    def stop(self) -> None:
+        """Make `run` return after its current pass."""
+        self._stop.set()
+
+    def tick_ids(self, schedule: Schedule, ticks: Sequence[int]) -> list[str]:
+        """The workload ids the `ticks` of `schedule` admit (for audits and tests)."""
+        return [schedule.workload_id_at(tick) for tick in ticks]
