@@ -27,7 +27,7 @@ the same batch is then safe: the replay rules answer what did commit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workwarden.statemachine import errors, inputs, replays, scheduler
 from workwarden.statemachine.admission import workload_id_for
@@ -54,8 +54,10 @@ from workwarden.storage.base import (
     WriteOutcome,
 )
 
-if TYPE_CHECKING:
-    from workwarden.statemachine.authority import Authority, Prepared
+# The authority is handed in by `Authority`'s own methods; typed loosely so this
+# module does not import the one that imports it.
+Authority = Any
+Prepared = Any
 
 __all__ = [
     "MAX_BATCH",
@@ -139,7 +141,7 @@ def _commit(
 
 
 def _written_workload(item: Prepared) -> Workload:
-    workload = item.decision.workload
+    workload: Workload | None = item.decision.workload
     assert workload is not None, "only a decision that writes is committed by a batch"
     return workload
 
@@ -356,8 +358,12 @@ def claim_many(
     waiting: list[StoredDocument] = []
 
     def choose(page: Sequence[StoredDocument]) -> list[Write]:
+        # Called again with the same pages when the store starts over: a key
+        # decided again replaces its first decision; at most `limit` claims.
         writes: list[Write] = []
         for doc in page:
+            if len(chosen) >= limit and doc.key not in chosen:
+                break
             item = _decide_claim(authority, seeker, probe, now, doc, waiting)
             if item is not None:
                 chosen[doc.key] = item
@@ -375,7 +381,8 @@ def claim_many(
         if item.decision.refusal is None and isinstance(reply, ClaimReply):
             claims.append(reply)
     if len(claims) < limit and waiting:
-        claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), waiting))
+        unique = list({doc.key: doc for doc in waiting}.values())
+        claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), unique))
     return claims
 
 

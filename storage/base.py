@@ -25,6 +25,9 @@ __all__ = [
     "IndexFields",
     "LocalWakeUps",
     "NextInstants",
+    "PauseRecord",
+    "PauseScope",
+    "Pauses",
     "Store",
     "StoreConflict",
     "StoreError",
@@ -74,7 +77,8 @@ class IndexFields:
     `lease_expires_at` is set while a lease is held, `next_deadline_at` while a
     deadline can fall, `result_id` once a result is recorded (unique).
     `claim_worker` is the worker id of the claim the document holds (None
-    while it holds none), for `Store.held_claims`.
+    while it holds none), for `Store.held_claims`. `definition` is the
+    workload's definition id, for the pauses of one definition (`Pauses`).
     """
 
     tenant: str
@@ -87,6 +91,7 @@ class IndexFields:
     next_deadline_at: int | None = None
     result_id: str | None = None
     claim_worker: str | None = None
+    definition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +382,12 @@ class BatchStore(Protocol):
         `limit` writes are chosen, a page comes back short, or
         `CLAIM_PAGES` pages were offered; then the chosen writes are
         committed together, each a compare-and-swap as in `write_many`.
-        Returns each write with its outcome. `choose` must not call the store.
+        Returns each write with its outcome. `choose` must not call the store,
+        and may be called again with the same pages (a store that starts its
+        transaction over after a broken connection offers them anew), so it
+        keeps no state across calls but what it returns; the store commits
+        the writes of the last pass only. Writes beyond `limit` are the
+        caller's to avoid: the store commits what `choose` returned.
         """
         ...
 
@@ -391,6 +401,66 @@ def distinct_keys(writes: Sequence[Write]) -> None:
         seen.add(write.key)
 
 
+@dataclass(frozen=True, slots=True)
+class PauseScope:
+    """What a pause stops claims of: a tenant, or one application of it, or one definition.
+
+    `application` None: every application of the tenant; `definition` None:
+    every definition of the application (a definition needs an application).
+    """
+
+    tenant: str
+    application: str | None = None
+    definition: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The scope as one string: its audit records' key (`pause/TENANT/APP/DEFINITION`)."""
+        return f"pause/{self.tenant}/{self.application or '*'}/{self.definition or '*'}"
+
+    def covers(self, tenant: str, application: str, definition: str) -> bool:
+        """Does the scope include work of this tenant, application and definition?"""
+        return (
+            self.tenant == tenant
+            and self.application in (None, application)
+            and self.definition in (None, definition)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PauseRecord:
+    """A pause in force: its scope, since when, who paused it and why."""
+
+    scope: PauseScope
+    since: int
+    actor: str
+    reason: str | None = None
+    request_id: str | None = None
+
+
+@runtime_checkable
+class Pauses(Protocol):
+    """A store that keeps operators' pauses of claiming, audited like every write.
+
+    Such a store is the gate: `claim_candidates` and `claim_batch` never
+    offer a document of a paused scope (its tenant; its tenant and
+    application; or those and its definition, the `definition` index
+    field), decided in the same query or critical section that finds them.
+    """
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """Pause `scope` (`pause` given) or resume it (None), appending `audit`, atomically.
+
+        Returns False, and writes nothing (no audit record either), when the
+        scope already is in that condition (paused, or not paused).
+        """
+        ...
+
+    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
+        """The pauses in force (of one tenant, or of all), by scope key."""
+        ...
+
+
 class LocalWakeUps:
     """Wake-ups within one process: a store calls `notify` after each write that makes work READY.
 
@@ -401,6 +471,7 @@ class LocalWakeUps:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._counts: dict[tuple[str, str], int] = {}
+        self._everyone = 0
 
     def notify(self, tenant: str, application: str) -> None:
         """Wake every signal of the scope."""
@@ -409,13 +480,19 @@ class LocalWakeUps:
             self._counts[key] = self._counts.get(key, 0) + 1
             self._changed.notify_all()
 
+    def notify_all(self) -> None:
+        """Wake every signal of every scope (a resumed pause may free work anywhere)."""
+        with self._changed:
+            self._everyone += 1
+            self._changed.notify_all()
+
     def signal(self, tenant: str, application: str) -> WorkSignal:
         """A signal for the scope, woken by `notify` calls from now on."""
         return _LocalSignal(self, (tenant, application))
 
     def _count(self, key: tuple[str, str]) -> int:
         with self._changed:
-            return self._counts.get(key, 0)
+            return self._counts.get(key, 0) + self._everyone
 
 
 class _LocalSignal:
@@ -426,11 +503,13 @@ class _LocalSignal:
 
     def wait(self, timeout_s: float) -> bool:
         owner = self._owner
+
+        def count() -> int:
+            return owner._counts.get(self._key, 0) + owner._everyone
+
         with owner._changed:
-            woken = owner._changed.wait_for(
-                lambda: owner._counts.get(self._key, 0) != self._seen, max(timeout_s, 0.0)
-            )
-            self._seen = owner._counts.get(self._key, 0)
+            woken = owner._changed.wait_for(lambda: count() != self._seen, max(timeout_s, 0.0))
+            self._seen = count()
         return woken
 
     def close(self) -> None:

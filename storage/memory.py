@@ -19,6 +19,8 @@ from workwarden.storage.base import (
     IndexFields,
     LocalWakeUps,
     NextInstants,
+    PauseRecord,
+    PauseScope,
     StoreConflict,
     StoredDocument,
     WorkSignal,
@@ -48,6 +50,8 @@ class MemoryStore:
         self._audit: list[AuditRecord] = []
         self._requests: dict[str, AuditRecord] = {}
         self._wake_ups = LocalWakeUps()
+        self._pauses: dict[str, PauseRecord] = {}
+        self._pause_versions: dict[str, int] = {}
 
     def read(self, key: str) -> StoredDocument | None:
         """The committed document under `key`, or None."""
@@ -96,6 +100,11 @@ class MemoryStore:
         self._docs[key] = StoredDocument(
             key=key, version=version, document=write.document, index=index
         )
+        self._append_audit(audit, version)
+        return version
+
+    def _append_audit(self, audit: AuditRecord, version: int) -> None:
+        """Append `audit` with its version and the next sequence; the caller holds the lock."""
         # Built field by field: `dataclasses.replace` costs more than the write.
         self._audit.append(
             AuditRecord(
@@ -118,7 +127,6 @@ class MemoryStore:
         )
         if audit.request_id is not None:
             self._requests.setdefault(audit.request_id, self._audit[-1])
-        return version
 
     def _swap_all(self, writes: Sequence[Write]) -> list[WriteOutcome]:
         """Each write's compare-and-swap in turn; the caller holds the lock."""
@@ -138,6 +146,50 @@ class MemoryStore:
         }
         for tenant, application in sorted(scopes):
             self._wake_ups.notify(tenant, application)
+
+    def _claimable(self, tenant: str, application: str, now: int) -> list[StoredDocument]:
+        """The scope's READY documents eligible at `now`, but those paused; under the lock."""
+        pauses = [p.scope for p in self._pauses.values() if p.scope.tenant == tenant]
+        return [
+            doc
+            for doc in self._docs.values()
+            if doc.index.tenant == tenant
+            and doc.index.application == application
+            and doc.index.eligible_at is not None
+            and doc.index.eligible_at <= now
+            and not any(
+                scope.covers(tenant, application, doc.index.definition or "") for scope in pauses
+            )
+        ]
+
+    # -- Pauses -------------------------------------------------------------------
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """Pause or resume `scope` with its audit record, under the lock; False if no change."""
+        with self._lock:
+            present = scope.key in self._pauses
+            if present == (pause is not None):
+                return False
+            if pause is None:
+                del self._pauses[scope.key]
+            else:
+                self._pauses[scope.key] = pause
+            # The audit record's version counts the scope's pauses and resumes.
+            version = self._pause_versions.get(scope.key, 0) + 1
+            self._pause_versions[scope.key] = version
+            self._append_audit(audit, version)
+        if pause is None:
+            self._wake_ups.notify_all()
+        return True
+
+    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
+        """The pauses in force, of `tenant` or of all, by scope key."""
+        with self._lock:
+            return [
+                self._pauses[key]
+                for key in sorted(self._pauses)
+                if tenant is None or self._pauses[key].scope.tenant == tenant
+            ]
 
     # -- BatchStore ---------------------------------------------------------------
 
@@ -165,17 +217,7 @@ class MemoryStore:
         """Pages of candidates offered to `choose`, and its claims written, under one lock hold."""
         chosen: list[Write] = []
         with self._lock:
-            rows = sorted(
-                (
-                    doc
-                    for doc in self._docs.values()
-                    if doc.index.tenant == tenant
-                    and doc.index.application == application
-                    and doc.index.eligible_at is not None
-                    and doc.index.eligible_at <= now
-                ),
-                key=_order,
-            )
+            rows = sorted(self._claimable(tenant, application, now), key=_order)
             for page_number in range(CLAIM_PAGES):
                 page = rows[page_number * limit : (page_number + 1) * limit]
                 if page:
@@ -200,16 +242,12 @@ class MemoryStore:
         limit: int,
         after: CandidateCursor | None = None,
     ) -> Sequence[StoredDocument]:
-        """READY, eligible documents of a tenant and application, by priority then age."""
+        """READY, eligible documents of a tenant and application, by priority then age.
+
+        None of a paused scope (`Pauses`).
+        """
         with self._lock:
-            rows = [
-                doc
-                for doc in self._docs.values()
-                if doc.index.tenant == tenant
-                and doc.index.application == application
-                and doc.index.eligible_at is not None
-                and doc.index.eligible_at <= now
-            ]
+            rows = self._claimable(tenant, application, now)
         rows.sort(key=_order)
         if after is not None:
             bound = (-after.priority, after.created_at, after.key)

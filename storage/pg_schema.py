@@ -11,11 +11,14 @@ return (`_audit`; documents by `storage.base.document_from_row`). Nothing here c
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 from workwarden.storage.base import (
     AuditRecord,
+    IndexFields,
     StoreFailure,
+    Write,
 )
 from workwarden.storage.pg_extra import extra_missing
 
@@ -131,6 +134,8 @@ _COLUMNS = (
 
 _READ = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = %s"
 
+_READ_MANY = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = ANY(%s)"
+
 _AUDIT_INSERT = """
     INSERT INTO workwarden_audit (
         transaction_id, key, version, actor, operation, tenant, application, at, digest,
@@ -187,6 +192,11 @@ _CANDIDATES_FIRST = f"""
     LIMIT %(limit)s
 """
 
+# `claim_batch`: the same pages, each row locked until the batch commits;
+# rows another batch holds are skipped, not waited for.
+_LOCK_CANDIDATES_FIRST = _CANDIDATES_FIRST + " FOR UPDATE SKIP LOCKED"
+_LOCK_CANDIDATES = _CANDIDATES + " FOR UPDATE SKIP LOCKED"
+
 _LIST = f"""
     SELECT {_COLUMNS} FROM workwarden_documents
     WHERE tenant = %s AND application = %s
@@ -238,6 +248,143 @@ _NOTIFYING = (
 )
 _CREATE_NOTIFYING = _CREATE.replace(_AUDIT_INSERT, _NOTIFYING)
 _UPDATE_NOTIFYING = _UPDATE.replace(_AUDIT_INSERT, _NOTIFYING)
+
+
+# `write_many`: every write of a batch in one statement, its columns passed as
+# arrays (one element per write, `ord` its place in the batch). Creates and
+# updates compare-and-swap as `_CREATE` and `_UPDATE` do; the audit records
+# are inserted in batch order, so their sequences follow it; a write that
+# leaves work claimable notifies as `_NOTIFYING` does. A write whose
+# compare-and-swap did not hold returns no row.
+_BATCH_INPUT = (
+    ("ord", "int"),
+    ("key", "text"),
+    ("expected", "bigint"),
+    ("document", "text"),
+    ("tenant", "text"),
+    ("application", "text"),
+    ("state", "text"),
+    ("priority", "bigint"),
+    ("created_at", "bigint"),
+    ("eligible_at", "bigint"),
+    ("lease_expires_at", "bigint"),
+    ("next_deadline_at", "bigint"),
+    ("result_id", "text"),
+    ("claim_worker", "text"),
+    ("tx", "text"),
+    ("audit_key", "text"),
+    ("actor", "text"),
+    ("operation", "text"),
+    ("audit_tenant", "text"),
+    ("audit_application", "text"),
+    ("at", "bigint"),
+    ("digest", "text"),
+    ("worker", "text"),
+    ("attempt", "text"),
+    ("result", "text"),
+    ("fencing_token", "bigint"),
+    ("request_id", "text"),
+)
+
+_WRITE_MANY = f"""
+    WITH input AS (
+        SELECT * FROM unnest({", ".join(f"%({name})s::{kind}[]" for name, kind in _BATCH_INPUT)})
+        AS i({", ".join(name for name, _ in _BATCH_INPUT)})
+    ), created AS (
+        INSERT INTO workwarden_documents ({_COLUMNS})
+        SELECT key, 1, document, tenant, application, state, priority, created_at,
+            eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker
+        FROM input WHERE expected IS NULL ORDER BY ord
+        ON CONFLICT (key) DO NOTHING
+        RETURNING key, version
+    ), updated AS (
+        UPDATE workwarden_documents AS d SET
+            version = d.version + 1, document = i.document, tenant = i.tenant,
+            application = i.application, state = i.state, priority = i.priority,
+            created_at = i.created_at, eligible_at = i.eligible_at,
+            lease_expires_at = i.lease_expires_at, next_deadline_at = i.next_deadline_at,
+            result_id = i.result_id, claim_worker = i.claim_worker
+        FROM input AS i
+        WHERE i.expected IS NOT NULL AND d.key = i.key AND d.version = i.expected
+        RETURNING d.key, d.version
+    ), changed AS (
+        SELECT key, version FROM created UNION ALL SELECT key, version FROM updated
+    ), audited AS (
+        INSERT INTO workwarden_audit (
+            transaction_id, key, version, actor, operation, tenant, application, at, digest,
+            worker, attempt, result, fencing_token, request_id
+        )
+        SELECT i.tx, i.audit_key, c.version, i.actor, i.operation, i.audit_tenant,
+            i.audit_application, i.at, i.digest, i.worker, i.attempt, i.result,
+            i.fencing_token, i.request_id
+        FROM changed AS c JOIN input AS i ON i.key = c.key
+        ORDER BY i.ord
+        RETURNING key, version
+    ), notified AS (
+        SELECT count(pg_notify('{WORK_CHANNEL}',
+            json_build_array(i.tenant, i.application)::text)) AS sent
+        FROM changed AS c JOIN input AS i ON i.key = c.key
+        WHERE i.eligible_at IS NOT NULL
+    )
+    SELECT c.key, c.version, n.sent FROM changed AS c CROSS JOIN notified AS n
+"""
+
+
+def _write_many_params(writes: Sequence[Write]) -> dict[str, list[Any]]:
+    """The arrays `_WRITE_MANY` takes: one element per write, in batch order."""
+    params: dict[str, list[Any]] = {name: [] for name, _ in _BATCH_INPUT}
+    for number, write in enumerate(writes):
+        params["ord"].append(number)
+        for name, value in _write_params(
+            write.key, write.document, write.index, write.expected_version, write.audit
+        ).items():
+            params[name].append(value)
+    return params
+
+
+def _write_statement(index: IndexFields, expected_version: int | None) -> str:
+    """The compare-and-swap statement of one write: create or update, notifying when READY."""
+    if index.eligible_at is not None:
+        return _CREATE_NOTIFYING if expected_version is None else _UPDATE_NOTIFYING
+    return _CREATE if expected_version is None else _UPDATE
+
+
+def _write_params(
+    key: str,
+    document: str,
+    index: IndexFields,
+    expected_version: int | None,
+    audit: AuditRecord,
+) -> dict[str, Any]:
+    """The parameters of `_write_statement` for one write."""
+    return {
+        "key": key,
+        "document": document,
+        "tenant": index.tenant,
+        "application": index.application,
+        "state": index.state,
+        "priority": index.priority,
+        "created_at": index.created_at,
+        "eligible_at": index.eligible_at,
+        "lease_expires_at": index.lease_expires_at,
+        "next_deadline_at": index.next_deadline_at,
+        "result_id": index.result_id,
+        "claim_worker": index.claim_worker,
+        "expected": expected_version,
+        "tx": audit.transaction_id,
+        "audit_key": audit.key,
+        "actor": audit.actor,
+        "operation": audit.operation,
+        "audit_tenant": audit.tenant,
+        "audit_application": audit.application,
+        "at": audit.at,
+        "digest": audit.digest,
+        "worker": audit.worker,
+        "attempt": audit.attempt,
+        "result": audit.result,
+        "fencing_token": audit.fencing_token,
+        "request_id": audit.request_id,
+    }
 
 
 def _next_instant(column: str) -> str:

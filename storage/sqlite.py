@@ -7,7 +7,9 @@ lost one fails loudly instead of scanning. The file is in WAL mode: readers
 never wait for the writer. A write runs under `BEGIN IMMEDIATE`, so the
 version check, the document and its audit record are one transaction under
 the write lock; a competing writer, in this process or another, waits up to
-the busy timeout. Every thread gets its own connection.
+the busy timeout. Every thread gets its own connection. A batch
+(`write_many`, `claim_batch`) is one such transaction, each of its writes a
+compare-and-swap whose conflict undoes its own statement and nothing else.
 
 The file records its schema version (table `schema_version`) so that a later
 release can migrate it; a file from a newer release is refused.
@@ -31,8 +33,10 @@ from urllib.parse import quote
 
 from workwarden.statemachine import errors
 from workwarden.storage.base import (
+    CLAIM_PAGES,
     AuditRecord,
     CandidateCursor,
+    ChooseClaims,
     IndexFields,
     LocalWakeUps,
     NextInstants,
@@ -40,6 +44,9 @@ from workwarden.storage.base import (
     StoredDocument,
     StoreFailure,
     WorkSignal,
+    Write,
+    WriteOutcome,
+    distinct_keys,
 )
 from workwarden.storage.base import document_from_row as _document
 
@@ -66,6 +73,7 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _LIST,
     _NEXT_INSTANTS,
     _READ,
+    _READ_MANY_CHUNK,
     _SCAN,
     _SCHEMA,
     _SCOPE,
@@ -74,7 +82,9 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _add_columns,
     _audit,
     _audit_params,
+    _document_params,
     _ensure_schema,
+    _read_many,
     _verify_schema,
 )
 
@@ -382,23 +392,8 @@ class SQLiteStore:
         its `WHERE`, and a result id held by another key breaks the unique
         index; each is a conflict.
         """
-        version = 1 if expected_version is None else expected_version + 1
-        values = {
-            "key": key,
-            "version": version,
-            "expected": expected_version,
-            "document": document,
-            "tenant": index.tenant,
-            "application": index.application,
-            "state": index.state,
-            "priority": index.priority,
-            "created_at": index.created_at,
-            "eligible_at": index.eligible_at,
-            "lease_expires_at": index.lease_expires_at,
-            "next_deadline_at": index.next_deadline_at,
-            "result_id": index.result_id,
-            "claim_worker": index.claim_worker,
-        }
+        values = _document_params(key, document, index, expected_version)
+        version: int = values["version"]
         record = _audit_params(audit, key, version)
         with self._transaction(f"write {key}") as conn:
             if expected_version is None:
@@ -409,6 +404,114 @@ class SQLiteStore:
         if index.eligible_at is not None:
             self._wake_ups.notify(index.tenant, index.application)
         return version
+
+    # -- BatchStore ---------------------------------------------------------------
+
+    def read_many(self, keys: Sequence[str]) -> dict[str, StoredDocument]:
+        """The committed documents under `keys`, read in one transaction, in chunks of keys.
+
+        A missing key is absent from the answer.
+        """
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, StoredDocument] = {}
+        if not wanted:
+            return found
+        conn = self._connection()
+        with self._failures(f"read {len(wanted)} documents"):
+            # One read transaction: every chunk sees the same commit.
+            conn.execute("BEGIN")
+            try:
+                for start in range(0, len(wanted), _READ_MANY_CHUNK):
+                    chunk = wanted[start : start + _READ_MANY_CHUNK]
+                    for row in conn.execute(_read_many(len(chunk)), chunk):
+                        found[row[0]] = _document(row)
+            finally:
+                self._rollback(conn)
+        return found
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """Each write's compare-and-swap in one `BEGIN IMMEDIATE` transaction; outcomes in order.
+
+        A conflicting write (version, existing key, result id) is its
+        statement alone, which SQLite rolls back by itself before its audit
+        record would be appended; the other writes go on. Any other error
+        rolls the whole batch back (`StoreFailure`, nothing written).
+        """
+        distinct_keys(writes)
+        if not writes:
+            return []
+        with self._transaction(f"write {len(writes)} documents") as conn:
+            outcomes = [self._swap(conn, write) for write in writes]
+        self._wake(writes, outcomes)
+        return outcomes
+
+    def claim_batch(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        choose: ChooseClaims,
+    ) -> list[tuple[Write, WriteOutcome]]:
+        """Pages of candidates offered to `choose` and its claims written, under the write lock.
+
+        One `BEGIN IMMEDIATE` transaction: no other writer, in this process
+        or another, commits between the pages read and the claims written.
+        """
+        params: dict[str, Any] = {
+            "tenant": tenant,
+            "application": application,
+            "now": now,
+            "limit": _limit(limit),
+        }
+        chosen: list[Write] = []
+        with self._transaction(f"claim in {tenant}/{application}") as conn:
+            sql = _CLAIM_CANDIDATES
+            for _ in range(CLAIM_PAGES):
+                page = [_document(row) for row in conn.execute(sql, params)]
+                if page:
+                    chosen.extend(choose(page))
+                if len(chosen) >= limit or len(page) < limit:
+                    break
+                last = page[-1]
+                sql = _CLAIM_CANDIDATES_AFTER
+                params.update(
+                    priority=last.index.priority, created_at=last.index.created_at, key=last.key
+                )
+            distinct_keys(chosen)
+            outcomes = [self._swap(conn, write) for write in chosen]
+        self._wake(chosen, outcomes)
+        return list(zip(chosen, outcomes, strict=True))
+
+    def _swap(self, conn: sqlite3.Connection, write: Write) -> WriteOutcome:
+        """One write's compare-and-swap and audit record, inside the caller's transaction."""
+        key, expected_version = write.key, write.expected_version
+        values = _document_params(key, write.document, write.index, expected_version)
+        version: int = values["version"]
+        try:
+            if expected_version is None:
+                conn.execute(_INSERT, values)
+            elif conn.execute(_UPDATE, values).rowcount != 1:
+                return StoreConflict(f"{key}: expected version {expected_version} does not hold")
+        except sqlite3.IntegrityError as exc:
+            # The failed statement alone is undone; the transaction goes on.
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_PRIMARYKEY":
+                return StoreConflict(f"{key} already exists")
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_UNIQUE":
+                return StoreConflict(f"result id {write.index.result_id} belongs to another key")
+            raise
+        conn.execute(_APPEND_AUDIT, _audit_params(write.audit, key, version))
+        return version
+
+    def _wake(self, writes: Sequence[Write], outcomes: Sequence[WriteOutcome]) -> None:
+        """Wake the signals of every scope a committed write left work READY in."""
+        scopes = {
+            (write.index.tenant, write.index.application)
+            for write, outcome in zip(writes, outcomes, strict=True)
+            if write.index.eligible_at is not None and isinstance(outcome, int)
+        }
+        for tenant, application in sorted(scopes):
+            self._wake_ups.notify(tenant, application)
 
     def find_result(self, result_id: str) -> str | None:
         """The key holding `result_id`, or None."""

@@ -8,7 +8,8 @@ which creates the schema or brings an older file up to `SCHEMA_VERSION`, and
 `_verify_schema`, which refuses a file that is not a workwarden store or is
 newer; then the statements of every read and write, the queries
 `query_plans` explains, and the decoding of the rows they return
-(`_audit`; documents by `storage.base.document_from_row`). Nothing here opens a file.
+(`_audit`; documents by `storage.base.document_from_row`), and the parameters
+of a write (`_document_params`, `_audit_params`). Nothing here opens a file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 from workwarden.storage.base import (
     AuditRecord,
+    IndexFields,
     StoreFailure,
 )
 
@@ -150,6 +152,15 @@ _FIND_REQUEST = (
 )
 _AUDIT_LOG = f"SELECT {_AUDIT} FROM audit WHERE sequence > :after ORDER BY sequence LIMIT :limit"
 
+#: How many keys one `read_many` query names (SQLite allows 32766 parameters).
+_READ_MANY_CHUNK: Final = 500
+
+
+def _read_many(count: int) -> str:
+    """The query reading `count` keys at once (positional parameters, one per key)."""
+    return f"SELECT {_DOCUMENT} FROM documents WHERE key IN ({', '.join('?' * count)})"
+
+
 _INSERT = (
     f"INSERT INTO documents ({_DOCUMENT}) VALUES (:key, :version, :document, :tenant,"
     " :application, :state, :priority, :created_at, :eligible_at, :lease_expires_at,"
@@ -227,6 +238,28 @@ def _audit(row: Sequence[Any]) -> AuditRecord:
         fencing_token=row[13],
         request_id=row[14],
     )
+
+
+def _document_params(
+    key: str, document: str, index: IndexFields, expected_version: int | None
+) -> dict[str, Any]:
+    """The parameters of `_INSERT` or `_UPDATE` for one write (its new version included)."""
+    return {
+        "key": key,
+        "version": 1 if expected_version is None else expected_version + 1,
+        "expected": expected_version,
+        "document": document,
+        "tenant": index.tenant,
+        "application": index.application,
+        "state": index.state,
+        "priority": index.priority,
+        "created_at": index.created_at,
+        "eligible_at": index.eligible_at,
+        "lease_expires_at": index.lease_expires_at,
+        "next_deadline_at": index.next_deadline_at,
+        "result_id": index.result_id,
+        "claim_worker": index.claim_worker,
+    }
 
 
 def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:

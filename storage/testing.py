@@ -24,9 +24,13 @@ key order; keyset paging; eligibility; tenant and application isolation),
 the lease and deadline queries (due at or before `now`), listing and
 scanning, and writers racing in threads (exactly one wins each version).
 
-Two checks cover optional capabilities (`workwarden.storage.base`), and pass
-for a store that does not offer them: `next_instants` (`DueInstants`) and
-the work signal (`WakeUps`).
+Further checks cover optional capabilities (`workwarden.storage.base`), and
+pass for a store that does not offer them: `next_instants` (`DueInstants`),
+the work signal (`WakeUps`), and batches (`BatchStore`: `write_many`
+outcomes, conflicts, duplicate keys, result id clashes and audit records;
+`read_many`; `claim_batch` pages, limits and compare-and-swaps, and two
+concurrent callers, each with its own store object when `reopen` is given,
+never offered one document).
 """
 
 from __future__ import annotations
@@ -37,11 +41,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
+from itertools import pairwise
 from typing import Any, Final
 
 from workwarden.statemachine.errors import bad_argument
 from workwarden.storage.base import (
+    CLAIM_PAGES,
     AuditRecord,
+    BatchStore,
     CandidateCursor,
     DueInstants,
     IndexFields,
@@ -50,6 +58,8 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     WakeUps,
+    Write,
+    WriteOutcome,
 )
 
 __all__ = [
@@ -63,6 +73,7 @@ _THREADS: Final = 8
 _ROUNDS: Final = 12
 _BARRIER_TIMEOUT_S: Final = 60.0
 _BIG: Final = 2**53 - 1
+_CONCURRENT_CLAIMS: Final = "concurrent_claim_batches_never_choose_one_document_twice"
 
 
 class ConformanceFailure(AssertionError):
@@ -853,6 +864,410 @@ def _a_work_signal_wakes_on_a_write_that_makes_work_claimable(store: Store) -> N
         signal.close()
 
 
+# -- batches (`BatchStore`) ---------------------------------------------------------------
+
+
+def _batch(store: Store) -> BatchStore | None:
+    return store if isinstance(store, BatchStore) else None
+
+
+def _write_of(
+    key: str,
+    index: IndexFields,
+    expected_version: int | None,
+    step: int,
+    **audit_fields: Any,
+) -> Write:
+    """A batch write of `key` at `step`, its document and audit record named after both."""
+    return Write(
+        key=key,
+        document=_text(key, step),
+        index=index,
+        expected_version=expected_version,
+        audit=_audit(key, index, step, **audit_fields),
+    )
+
+
+def _committed(outcome: WriteOutcome, what: str) -> int:
+    _expect(isinstance(outcome, int), f"{what}: expected a new version, got {outcome!r}")
+    return int(outcome) if isinstance(outcome, int) else 0
+
+
+def _conflicted(outcome: WriteOutcome, what: str) -> None:
+    _expect(
+        isinstance(outcome, StoreConflict),
+        f"{what}: expected a StoreConflict outcome, got {outcome!r}",
+    )
+
+
+def _write_many_answers_each_outcome_in_order(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    _equal(batch.write_many([]), [], "write_many of no writes")
+    writer = _Writer(store)
+    writer.put("k2", _index(created_at=2))
+    writer.put("k2", _index(created_at=2))
+    writes = [
+        _write_of("k1", _index(created_at=1, eligible_at=0), None, 10),
+        _write_of("k2", _index(state="CLAIMED", created_at=2, lease_expires_at=50), 2, 11),
+        _write_of("k3", _index(created_at=3, result_id="r3"), None, 12),
+    ]
+    _equal(batch.write_many(writes), [1, 3, 1], "outcomes of a batch, in order")
+    for write, version in zip(writes, (1, 3, 1), strict=True):
+        _equal(
+            store.read(write.key),
+            StoredDocument(write.key, version, write.document, write.index),
+            f"{write.key} after the batch",
+        )
+    _equal(store.find_result("r3"), "k3", "a result id written by a batch")
+    _equal(_keys(store.claim_candidates("t", "a", 0, 10)), ["k1"], "candidates after a batch")
+    _equal(list(store.expired_leases(50, 10)), ["k2"], "leases after a batch")
+
+
+def _write_many_conflict_leaves_the_others_committed(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    writer = _Writer(store)
+    writer.put("old", _index(created_at=1))
+    writer.put("stale", _index(created_at=2))
+    writer.put("stale", _index(created_at=2))
+    before = {doc.key: doc for doc in store.scan()}
+    records = len(store.audit_log())
+    writes = [
+        _write_of("new1", _index(created_at=3), None, 20),
+        _write_of("old", _index(created_at=9, eligible_at=0), None, 21),
+        _write_of("stale", _index(created_at=9, eligible_at=0), 1, 22),
+        _write_of("missing", _index(created_at=9), 4, 23),
+        _write_of("new2", _index(created_at=4), None, 24),
+    ]
+    outcomes = batch.write_many(writes)
+    _equal(len(outcomes), len(writes), "number of outcomes")
+    _committed(outcomes[0], "the first write of the batch")
+    _conflicted(outcomes[1], "a create of an existing key in a batch")
+    _conflicted(outcomes[2], "a stale expected version in a batch")
+    _conflicted(outcomes[3], "an expected version of a missing key in a batch")
+    _committed(outcomes[4], "the write after the conflicts")
+    _equal(store.read("old"), before["old"], "a key whose batch create conflicted")
+    _equal(store.read("stale"), before["stale"], "a key whose batch update conflicted")
+    _equal(store.read("missing"), None, "a missing key whose batch update conflicted")
+    _equal(_keys(store.claim_candidates("t", "a", 0, 10)), [], "candidates of conflicted writes")
+    log = store.audit_log()
+    _equal(
+        [record.transaction_id for record in log[records:]],
+        [writes[0].audit.transaction_id, writes[4].audit.transaction_id],
+        "audit records of a batch with conflicts (the committed writes' only)",
+    )
+
+
+def _write_many_refuses_a_key_written_twice(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    _Writer(store).put("k", _index())
+    before = _snapshot(store, ["a", "b"])
+    writes = [
+        _write_of("a", _index(), None, 1),
+        _write_of("k", _index(state="DONE"), 1, 2),
+        _write_of("k", _index(state="FAILED"), 1, 3),
+    ]
+    try:
+        batch.write_many(writes)
+    except ValueError:
+        _unchanged(store, before, "a batch writing one key twice", ["a", "b"])
+        return
+    raise AssertionError("a batch writing one key twice was accepted (expected ValueError)")
+
+
+def _write_many_result_id_clash_is_a_conflict_of_its_write(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    writer = _Writer(store)
+    writer.put("owner", _index(state="DONE", result_id="r"))
+    writer.put("other", _index())
+    records = len(store.audit_log())
+    writes = [
+        _write_of("a", _index(), None, 1),
+        _write_of("other", _index(state="DONE", result_id="r"), 1, 2),
+        _write_of("b", _index(result_id="rb"), None, 3),
+        _write_of("c", _index(state="DONE", result_id="r"), None, 4),
+        _write_of("d", _index(), None, 5),
+    ]
+    outcomes = batch.write_many(writes)
+    _equal(
+        [isinstance(outcome, int) for outcome in outcomes],
+        [True, False, True, False, True],
+        "which writes of a batch with result id clashes committed",
+    )
+    _conflicted(outcomes[1], "an update taking another key's result id")
+    _conflicted(outcomes[3], "a create taking another key's result id")
+    _equal(store.find_result("r"), "owner", "the result id's owner after the clashes")
+    _equal(store.find_result("rb"), "b", "a result id written beside the clashes")
+    other = store.read("other")
+    _equal(None if other is None else other.version, 1, "version of the clashing update's key")
+    _equal(store.read("c"), None, "the clashing create's key")
+    _equal(
+        [record.key for record in store.audit_log()[records:]],
+        ["a", "b", "d"],
+        "audit records of a batch with result id clashes",
+    )
+
+
+def _write_many_audits_like_single_writes(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    writer = _Writer(store)
+    writer.put("k0", _index())
+    writer.put("k1", _index())
+    first = list(store.audit_log())
+    writes = [
+        _write_of("k1", _index(state="CLAIMED"), 1, 1, worker="w", request_id="q1"),
+        _write_of("k2", _index(), None, 2, request_id="q2"),
+        _write_of("k0", _index(state="DONE"), 1, 3, result="ok", fencing_token=7),
+    ]
+    versions = [_committed(outcome, "a batch write") for outcome in batch.write_many(writes)]
+    _equal(versions, [2, 1, 2], "versions of a batch")
+    log = list(store.audit_log())
+    added = log[len(first) :]
+    _equal(log[: len(first)], first, "audit records before the batch")
+    _equal(
+        [replace(record, sequence=0) for record in added],
+        [
+            replace(write.audit, version=version)
+            for write, version in zip(writes, versions, strict=True)
+        ],
+        "the batch's audit records (versions filled in, in batch order)",
+    )
+    sequences = [record.sequence for record in log]
+    _expect(
+        all(a < b for a, b in pairwise(sequences)),
+        f"audit sequences do not increase through a batch: {sequences}",
+    )
+    _equal(store.find_request("q2"), added[1], "find_request of a batch write")
+    writer.put("k3", _index())
+    _expect(
+        store.audit_log()[-1].sequence > added[-1].sequence,
+        "a write after a batch is numbered after it",
+    )
+
+
+def _read_many_answers_the_keys_present(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    _equal(batch.read_many([]), {}, "read_many of no keys")
+    _equal(batch.read_many(["absent"]), {}, "read_many of a missing key")
+    writer = _Writer(store)
+    # More keys than one query of a backend that reads 500 at a time names.
+    stored = {f"k{n:04d}": writer.put(f"k{n:04d}", _index(created_at=n)) for n in range(620)}
+    stored["k0003"] = writer.put("k0003", _index(state="DONE"))
+    wanted = [*reversed(stored), "absent", "k0003", "é"]
+    _equal(batch.read_many(wanted), stored, "read_many of present, missing and repeated keys")
+
+
+def _a_batch_wakes_the_work_signal_of_a_scope_it_makes_work_claimable_in(
+    store: Store,
+) -> None:
+    batch = _batch(store)
+    if batch is None or not isinstance(store, WakeUps):
+        return
+    signal = store.work_signal("t", "a")
+    try:
+        _expect(not signal.wait(0.05), "a work signal woke with nothing written")
+        batch.write_many(
+            [
+                _write_of("busy", _index(state="CLAIMED", lease_expires_at=9), None, 1),
+                _write_of("ready", _index(eligible_at=0), None, 2),
+            ]
+        )
+        _expect(signal.wait(5.0), "a READY write of a batch did not wake its scope's signal")
+    finally:
+        signal.close()
+
+
+def _ready_documents(store: Store, count: int) -> list[StoredDocument]:
+    """`count` READY documents in scope t/a, created in claim order, plus some not claimable."""
+    writer = _Writer(store)
+    docs = [
+        writer.put(f"k{n:03d}", _index(priority=1 - n // 10, created_at=n, eligible_at=0))
+        for n in range(count)
+    ]
+    writer.put("later", _index(eligible_at=_BIG))
+    writer.put("elsewhere", _index("u", eligible_at=0))
+    writer.put("claimed", _index(state="CLAIMED", lease_expires_at=10))
+    return sorted(docs, key=_order)
+
+
+def _claim(doc: StoredDocument, worker: str, step: int = 0) -> Write:
+    index = replace(doc.index, state="CLAIMED", eligible_at=None, claim_worker=worker)
+    return _write_of(doc.key, index, doc.version, step, worker=worker)
+
+
+class _Chooser:
+    """A `choose` that records each page and claims the first `take` documents of it."""
+
+    def __init__(self, take: int, worker: str = "w") -> None:
+        self.take = take
+        self.worker = worker
+        self.pages: list[list[str]] = []
+
+    def __call__(self, page: Sequence[StoredDocument]) -> Sequence[Write]:
+        self.pages.append(_keys(page))
+        return [_claim(doc, self.worker) for doc in page[: self.take]]
+
+
+def _claim_batch_offers_pages_in_claim_order(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    docs = _ready_documents(store, 30)
+    keys = _keys(docs)
+    nothing = _Chooser(0)
+    _equal(batch.claim_batch("t", "a", 0, 4, nothing), [], "claim_batch choosing nothing")
+    _equal(
+        nothing.pages,
+        [keys[n * 4 : (n + 1) * 4] for n in range(CLAIM_PAGES)],
+        f"pages offered when nothing is chosen (at most CLAIM_PAGES={CLAIM_PAGES})",
+    )
+    one_each = _Chooser(1)
+    claimed = batch.claim_batch("t", "a", 0, 3, one_each)
+    _equal(
+        one_each.pages,
+        [keys[0:3], keys[3:6], keys[6:9]],
+        "pages offered until `limit` writes are chosen",
+    )
+    _equal(
+        [(write.key, outcome) for write, outcome in claimed],
+        [(keys[0], 2), (keys[3], 2), (keys[6], 2)],
+        "claims written by claim_batch, with their outcomes",
+    )
+    for write, _ in claimed:
+        _equal(
+            store.read(write.key),
+            StoredDocument(write.key, 2, write.document, write.index),
+            f"{write.key} after claim_batch",
+        )
+    left = [key for key in keys if key not in {keys[0], keys[3], keys[6]}]
+    _equal(_keys(store.claim_candidates("t", "a", 0, 100)), left, "candidates after claims")
+    everything = _Chooser(100)
+    claimed = batch.claim_batch("t", "a", 0, 5, everything)
+    _equal(everything.pages, [left[:5]], "one page when the whole page is chosen")
+    _equal(len(claimed), 5, "claims of a whole page")
+    _equal(
+        [record.worker for record in store.audit_log()[-5:]],
+        ["w"] * 5,
+        "audit records of claim_batch",
+    )
+
+
+def _claim_batch_stops_at_a_short_page(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    keys = _keys(_ready_documents(store, 7))
+    nothing = _Chooser(0)
+    batch.claim_batch("t", "a", 0, 3, nothing)
+    _equal(nothing.pages, [keys[0:3], keys[3:6], keys[6:7]], "pages up to a short one")
+    exact = _Chooser(0)
+    batch.claim_batch("t", "a", 0, 7, exact)
+    _equal(exact.pages, [keys], "a full last page, then no empty page offered")
+    empty = _Chooser(0)
+    _equal(batch.claim_batch("t", "b", 0, 3, empty), [], "claim_batch of a scope with no work")
+    _equal(empty.pages, [], "pages offered in a scope with no work")
+    _equal(batch.claim_batch("t", "a", 0, 0, empty), [], "claim_batch with limit 0")
+    _equal(empty.pages, [], "pages offered with limit 0")
+
+
+def _claim_batch_writes_each_claim_as_a_compare_and_swap(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    docs = _ready_documents(store, 4)
+    _Writer(store).put("owner", _index(state="DONE", result_id="r"))
+
+    def stale(page: Sequence[StoredDocument]) -> Sequence[Write]:
+        taking = _claim(page[3], "w")
+        return [
+            _claim(page[0], "w"),
+            replace(_claim(page[1], "w"), expected_version=page[1].version + 1),
+            _claim(page[2], "w"),
+            replace(taking, index=replace(taking.index, result_id="r")),
+        ]
+
+    claimed = batch.claim_batch("t", "a", 0, 4, stale)
+    _committed(claimed[0][1], "the first claim")
+    _conflicted(claimed[1][1], "a claim on a version the document does not have")
+    _committed(claimed[2][1], "the claim after a conflict")
+    _conflicted(claimed[3][1], "a claim taking another key's result id")
+    _equal(store.read(docs[1].key), docs[1], "the document of the conflicting claim")
+    _equal(store.read(docs[3].key), docs[3], "the document of the claim taking a result id")
+    _equal(store.find_result("r"), "owner", "the result id's owner after the claims")
+    before = _snapshot(store)
+
+    def twice(page: Sequence[StoredDocument]) -> Sequence[Write]:
+        return [_claim(page[0], "w"), _claim(page[0], "x")]
+
+    try:
+        batch.claim_batch("t", "a", 0, 3, twice)
+    except ValueError:
+        _unchanged(store, before, "a claim_batch choosing one key twice", [])
+        return
+    raise AssertionError("a claim_batch choosing one key twice was accepted (expected ValueError)")
+
+
+def _concurrent_claim_batches_never_choose_one_document_twice(
+    store: Store, reopen: Callable[[Store], Store] | None
+) -> None:
+    if _batch(store) is None:
+        return
+    keys = set(_keys(_ready_documents(store, 60)))
+    callers = 2
+    barrier = threading.Barrier(callers, timeout=_BARRIER_TIMEOUT_S)
+    chosen: list[list[str]] = [[] for _ in range(callers)]
+    lost: list[str] = []
+    errors: list[str] = []
+
+    def claim(number: int) -> None:
+        own = store
+        try:
+            own = store if reopen is None else reopen(store)
+            batch = _batch(own)
+            if batch is None:
+                raise AssertionError("a reopened store does not offer BatchStore")
+            worker = f"w{number}"
+
+            def choose(page: Sequence[StoredDocument]) -> Sequence[Write]:
+                chosen[number].extend(_keys(page))
+                time.sleep(0.002)  # hold the page, so that the callers overlap
+                return [_claim(doc, worker) for doc in page]
+
+            barrier.wait()
+            while claimed := batch.claim_batch("t", "a", 0, 4, choose):
+                lost.extend(w.key for w, outcome in claimed if not isinstance(outcome, int))
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the caller
+            errors.append(f"caller {number}: {type(exc).__name__}: {exc}")
+            barrier.abort()
+        finally:
+            if own is not store:
+                own.close()
+
+    threads = [threading.Thread(target=claim, args=(n,), daemon=True) for n in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(_BARRIER_TIMEOUT_S * 2)
+    _expect(not any(t.is_alive() for t in threads), "concurrent claim_batch callers hung")
+    _expect(not errors, "concurrent claim_batch callers failed: " + "; ".join(errors))
+    shared = set(chosen[0]) & set(chosen[1])
+    _expect(not shared, f"documents offered to two claim_batch callers: {sorted(shared)}")
+    _equal(lost, [], "claims of concurrent claim_batch callers that conflicted")
+    _equal(set(chosen[0]) | set(chosen[1]), keys, "documents claimed by the callers together")
+    _equal(_keys(store.claim_candidates("t", "a", 0, 100)), [], "candidates left")
+
+
 # -- running the checks ----------------------------------------------------------------
 
 _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
@@ -896,6 +1311,32 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         "a_work_signal_wakes_on_a_write_that_makes_work_claimable",
         _a_work_signal_wakes_on_a_write_that_makes_work_claimable,
     ),
+    ("write_many_answers_each_outcome_in_order", _write_many_answers_each_outcome_in_order),
+    (
+        "write_many_conflict_leaves_the_others_committed",
+        _write_many_conflict_leaves_the_others_committed,
+    ),
+    ("write_many_refuses_a_key_written_twice", _write_many_refuses_a_key_written_twice),
+    (
+        "write_many_result_id_clash_is_a_conflict_of_its_write",
+        _write_many_result_id_clash_is_a_conflict_of_its_write,
+    ),
+    ("write_many_audits_like_single_writes", _write_many_audits_like_single_writes),
+    ("read_many_answers_the_keys_present", _read_many_answers_the_keys_present),
+    (
+        "a_batch_wakes_the_work_signal_of_a_scope_it_makes_work_claimable_in",
+        _a_batch_wakes_the_work_signal_of_a_scope_it_makes_work_claimable_in,
+    ),
+    ("claim_batch_offers_pages_in_claim_order", _claim_batch_offers_pages_in_claim_order),
+    ("claim_batch_stops_at_a_short_page", _claim_batch_stops_at_a_short_page),
+    (
+        "claim_batch_writes_each_claim_as_a_compare_and_swap",
+        _claim_batch_writes_each_claim_as_a_compare_and_swap,
+    ),
+    (
+        _CONCURRENT_CLAIMS,
+        partial(_concurrent_claim_batches_never_choose_one_document_twice, reopen=None),
+    ),
 )
 
 CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
@@ -903,9 +1344,17 @@ CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
 
 
 def run_store_conformance(
-    factory: Callable[[], Store], *, checks: Iterable[str] | None = None
+    factory: Callable[[], Store],
+    *,
+    checks: Iterable[str] | None = None,
+    reopen: Callable[[Store], Store] | None = None,
 ) -> tuple[str, ...]:
     """Run every check (or the ones named in `checks`) on fresh stores from `factory`.
+
+    `reopen`, when given, opens another store object on the same data as
+    the store it is passed (the check closes it): the check of concurrent
+    `claim_batch` callers gives each caller its own, as separate processes
+    would have. Without it, the callers share the one store.
 
     Returns the names of the checks that passed. Raises `ConformanceFailure`
     naming each check that failed (an assertion it made, or anything it
@@ -919,6 +1368,9 @@ def run_store_conformance(
             "checks", f"unknown conformance check(s) {unknown}; known: {list(CHECK_NAMES)}"
         )
     registry = dict(_CHECKS)
+    registry[_CONCURRENT_CLAIMS] = partial(
+        _concurrent_claim_batches_never_choose_one_document_twice, reopen=reopen
+    )
     passed: list[str] = []
     failures: dict[str, str] = {}
     for name in selected:
@@ -956,8 +1408,13 @@ class StoreConformance:
         """A fresh, empty store of the backend under test."""
         raise NotImplementedError("define make_store() to return a fresh, empty store")
 
+    #: Another store object on the same data as the one passed, for the
+    #: checks of concurrent callers (see `run_store_conformance`); None
+    #: (the default) makes them share one store.
+    reopen_store: Callable[[Store], Store] | None = None
+
     def _check(self, name: str) -> None:
-        run_store_conformance(self.make_store, checks=(name,))
+        run_store_conformance(self.make_store, checks=(name,), reopen=self.reopen_store)
 
     def test_versions_count_from_one(self) -> None:
         """Versions count 1, 2, 3 and a read returns exactly what was written."""
@@ -1046,3 +1503,47 @@ class StoreConformance:
     def test_a_work_signal_wakes_on_a_write_that_makes_work_claimable(self) -> None:
         """A work signal (when offered) wakes on a READY write of its scope, not before."""
         self._check("a_work_signal_wakes_on_a_write_that_makes_work_claimable")
+
+    def test_write_many_answers_each_outcome_in_order(self) -> None:
+        """A batch's writes commit, each answered with its new version, in order."""
+        self._check("write_many_answers_each_outcome_in_order")
+
+    def test_write_many_conflict_leaves_the_others_committed(self) -> None:
+        """A conflict in a batch writes nothing of itself; the others commit."""
+        self._check("write_many_conflict_leaves_the_others_committed")
+
+    def test_write_many_refuses_a_key_written_twice(self) -> None:
+        """A batch writing one key twice is refused before anything is written."""
+        self._check("write_many_refuses_a_key_written_twice")
+
+    def test_write_many_result_id_clash_is_a_conflict_of_its_write(self) -> None:
+        """A result id held by another key is the conflict of that write only."""
+        self._check("write_many_result_id_clash_is_a_conflict_of_its_write")
+
+    def test_write_many_audits_like_single_writes(self) -> None:
+        """A batch's audit records carry versions and sequences as single writes' do."""
+        self._check("write_many_audits_like_single_writes")
+
+    def test_read_many_answers_the_keys_present(self) -> None:
+        """`read_many` answers the keys present, leaving out missing ones."""
+        self._check("read_many_answers_the_keys_present")
+
+    def test_a_batch_wakes_the_work_signal_of_a_scope_it_makes_work_claimable_in(self) -> None:
+        """A batch with a READY write (when signals are offered) wakes its scope's signal."""
+        self._check("a_batch_wakes_the_work_signal_of_a_scope_it_makes_work_claimable_in")
+
+    def test_claim_batch_offers_pages_in_claim_order(self) -> None:
+        """Pages in claim order, until `limit` claims or `CLAIM_PAGES` pages; claims written."""
+        self._check("claim_batch_offers_pages_in_claim_order")
+
+    def test_claim_batch_stops_at_a_short_page(self) -> None:
+        """No page after a short one, and never an empty page."""
+        self._check("claim_batch_stops_at_a_short_page")
+
+    def test_claim_batch_writes_each_claim_as_a_compare_and_swap(self) -> None:
+        """A stale claim or a result id clash is its own conflict; a key chosen twice, nothing."""
+        self._check("claim_batch_writes_each_claim_as_a_compare_and_swap")
+
+    def test_concurrent_claim_batches_never_choose_one_document_twice(self) -> None:
+        """Two concurrent `claim_batch` callers are never offered the same document."""
+        self._check("concurrent_claim_batches_never_choose_one_document_twice")

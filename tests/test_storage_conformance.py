@@ -2,19 +2,24 @@
 
 The suite is `workwarden.storage.testing`; here it runs, check by check,
 against each backend of `tests/backends.py`, through its class-based form,
-against `ForwardingStore` wrapping a backend, and against two deliberately
-broken stores that it must refuse, naming the check that caught each.
+against `ForwardingStore` wrapping a backend, and against deliberately
+broken stores that it must refuse, naming the check that caught each. The
+check of concurrent `claim_batch` callers runs once more on SQLite and
+PostgreSQL with each caller on its own store object (`reopen`), as separate
+processes would be.
 """
 
 from __future__ import annotations
 
 import itertools
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
 import pytest
 
 from backends import BACKENDS
+from pg import postgres_database
 from workwarden.storage import (
     AuditRecord,
     ForwardingStore,
@@ -22,7 +27,14 @@ from workwarden.storage import (
     MemoryStore,
     SQLiteStore,
     Store,
+    StoreConflict,
 )
+from workwarden.storage.base import (
+    ChooseClaims,
+    Write,
+    WriteOutcome,
+)
+from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.testing import (
     CHECK_NAMES,
     ConformanceFailure,
@@ -159,3 +171,101 @@ def test_a_store_that_raises_fails_the_check_with_what_it_raised(tmp_path: Path)
     with pytest.raises(ConformanceFailure) as caught:
         run_store_conformance(closed_store, checks=["versions_count_from_one"])
     assert "raised StoreFailure" in caught.value.failures["versions_count_from_one"]
+
+
+# -- batches: each caller on its own store object, and broken batch stores ---------------
+
+Opened = tuple[Callable[[], Store], Callable[[Store], Store] | None]
+
+
+@contextmanager
+def sqlite_files(directory: Path) -> Iterator[Opened]:
+    yield (
+        lambda: SQLiteStore(directory / "store.db"),
+        lambda store: SQLiteStore(directory / "store.db"),
+    )
+
+
+@contextmanager
+def postgres_databases() -> Iterator[Opened]:
+    with postgres_database() as dsn, ExitStack() as stack:
+        yield (
+            lambda: stack.enter_context(closing(PostgresStore(dsn))),
+            lambda store: PostgresStore(dsn),
+        )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_concurrent_claim_batches_on_store_objects_of_their_own_never_share_a_document(
+    backend: str, tmp_path: Path
+) -> None:
+    opened = sqlite_files(tmp_path) if backend == "sqlite" else postgres_databases()
+    with opened as (factory, reopen):
+        check = "concurrent_claim_batches_never_choose_one_document_twice"
+        assert run_store_conformance(factory, checks=[check], reopen=reopen) == (check,)
+
+
+class GoesOnAfterAConflictWritingNothing(MemoryStore):
+    """Broken on purpose: after the first conflict of a batch, the rest are dropped as conflicts."""
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        outcomes: list[WriteOutcome] = []
+        for write in writes:
+            if outcomes and not isinstance(outcomes[-1], int):
+                outcomes.append(StoreConflict("dropped"))
+                continue
+            outcomes += super().write_many([write])
+        return outcomes
+
+
+class OffersEveryCandidateAtOnce(MemoryStore):
+    """Broken on purpose: `claim_batch` offers one page of every candidate, whatever `limit`."""
+
+    def claim_batch(
+        self, tenant: str, application: str, now: int, limit: int, choose: ChooseClaims
+    ) -> list[tuple[Write, WriteOutcome]]:
+        chosen = list(choose(self.claim_candidates(tenant, application, now, 10_000)))
+        return list(zip(chosen, self.write_many(chosen), strict=True))
+
+
+class ClaimsWithoutHoldingThePages(MemoryStore):
+    """Broken on purpose: pages are read, chosen from and written in three separate steps."""
+
+    def claim_batch(
+        self, tenant: str, application: str, now: int, limit: int, choose: ChooseClaims
+    ) -> list[tuple[Write, WriteOutcome]]:
+        chosen = list(choose(self.claim_candidates(tenant, application, now, limit)))
+        return list(zip(chosen, self.write_many(chosen), strict=True))
+
+
+def test_a_batch_store_dropping_the_writes_after_a_conflict_fails_the_suite() -> None:
+    failures = failures_of(GoesOnAfterAConflictWritingNothing)
+    assert "write_many_conflict_leaves_the_others_committed" in failures
+    assert (
+        "the write after the conflicts"
+        in failures["write_many_conflict_leaves_the_others_committed"]
+    )
+
+
+def test_a_batch_store_offering_every_candidate_at_once_fails_the_suite() -> None:
+    failures = failures_of(OffersEveryCandidateAtOnce)
+    assert {
+        "claim_batch_offers_pages_in_claim_order",
+        "claim_batch_stops_at_a_short_page",
+    } <= set(failures)
+    assert "CLAIM_PAGES" in failures["claim_batch_offers_pages_in_claim_order"]
+
+
+def test_a_batch_store_not_holding_its_pages_offers_one_document_to_two_callers() -> None:
+    check = "concurrent_claim_batches_never_choose_one_document_twice"
+    # A race: the callers meet at a barrier and hold each page for 2 ms, so
+    # the first tries nearly always overlap; five tries make a miss unheard of.
+    for _ in range(5):
+        try:
+            run_store_conformance(ClaimsWithoutHoldingThePages, checks=[check])
+        except ConformanceFailure as failure:
+            why = failure.failures[check]
+            break
+    else:
+        pytest.fail("five races of a store not holding its pages all passed the check")
+    assert "offered to two claim_batch callers" in why
