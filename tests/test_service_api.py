@@ -2,8 +2,9 @@
 
 Every refusal is a problem document with its catalogue code, its class and
 the status `docs/service.md` documents; an unauthenticated or wrong-role call
-is refused and writes nothing; `HttpAuthority` answers exactly what the
-library answers; `/metrics` counts what the store holds.
+is refused (`WORKWARDEN_UNAUTHENTICATED` 401, `WORKWARDEN_FORBIDDEN` 403) and
+writes nothing; `HttpAuthority` answers exactly what the library answers;
+`/metrics` counts what the store holds.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from workwarden.service.problems import status_for
 from workwarden.service.testing import RunningService, running_service
 from workwarden.statemachine import Authority, GrantSigner, GrantVerifier
 from workwarden.statemachine.catalogue import shipped_classes
+from workwarden.statemachine.conformance.scenarios import request as fixture_request
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.models import Fence
 from workwarden.storage import MemoryStore
@@ -110,7 +112,11 @@ def test_refusals_over_http_carry_their_code_class_and_documented_status(
         httpx.get(f"{fresh.url}/v1/workloads/nope", headers={"Authorization": f"Bearer {worker}"}),
         "WORKLOAD_NOT_FOUND",
     )
-    _assert_problem(_post(fresh, "admit", {}, None), "WORKLOAD_UNAUTHORIZED")
+    _assert_problem(_post(fresh, "admit", {}, None), "WORKWARDEN_UNAUTHENTICATED")
+    forged = fixture_request("forged", signer=GrantSigner("other", bytes(range(100, 132))))
+    _assert_problem(
+        _post(fresh, "admit", forged.model_dump(mode="json"), worker), "WORKLOAD_UNAUTHORIZED"
+    )
     reused = request(input={"id": 2}).model_dump(mode="json")
     _assert_problem(_post(fresh, "admit", reused, worker), "IDEMPOTENCY_KEY_REUSED")
     claim = {"workload_id": wid, "worker_id": "w1", "lease_ms": 5_000}
@@ -228,14 +234,17 @@ def test_an_unauthenticated_or_wrong_role_call_is_refused_and_writes_nothing(
     op, body, token = make(fresh)
     if "workload_id" in body:
         body["workload_id"] = seeded.json()["workload"]["workload_id"]
-    problem = _assert_problem(_post(fresh, op, body, token, 20_000), "WORKLOAD_UNAUTHORIZED")
-    assert problem["details"]["reason"] in {
-        "missing_token",
-        "invalid_token",
-        "expired_token",
-        "wrong_actor_class",
-        "subject_mismatch",
-    }
+    reply = _post(fresh, op, body, token, 20_000)
+    if case in {"no token", "not a token", "another key", "expired"}:
+        problem = _assert_problem(reply, "WORKWARDEN_UNAUTHENTICATED")
+        assert reply.status_code == 401
+        assert reply.headers["www-authenticate"] == 'Bearer realm="workwarden"'
+        assert problem["details"]["reason"] in {"missing_token", "invalid_token", "expired_token"}
+    else:
+        problem = _assert_problem(reply, "WORKWARDEN_FORBIDDEN")
+        assert reply.status_code == 403
+        assert problem["details"]["reason"] in {"wrong_actor_class", "subject_mismatch"}
+        assert problem["details"]["operation"] == op
     assert _store(fresh) == before
 
 
@@ -301,9 +310,19 @@ def test_the_openapi_document_names_every_operation_and_its_models(fresh: Runnin
     operations = {
         "admit", "claim", "claim_next", "start", "heartbeat", "execution_context", "checkpoint",
         "complete", "fail", "cancel", "confirm_cancel", "timeout", "retry", "operate",
-        "recover_expired", "enforce_deadlines",
+        "recover_expired", "enforce_deadlines", "admit_many", "claim_many", "report_many",
     }  # fmt: skip
     assert {f"/v1/{op}" for op in operations} <= set(document["paths"])
+    paths = document["paths"]
+    for op, body in (
+        ("admit_many", "AdmitBatch"),
+        ("claim_many", "ClaimBatch"),
+        ("report_many", "ReportBatch"),
+    ):
+        request_body = paths[f"/v1/{op}"]["post"]["requestBody"]["content"]["application/json"]
+        assert request_body["schema"]["$ref"].endswith("/" + body)
+    slots = paths["/v1/report_many"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert slots["schema"]["items"]["$ref"].endswith("/ReportSlot")
     assert "/v1/workloads/{workload_id}" in document["paths"]
     start = document["paths"]["/v1/start"]["post"]
     assert start["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
@@ -311,6 +330,7 @@ def test_the_openapi_document_names_every_operation_and_its_models(fresh: Runnin
     )
     schemas = document["components"]["schemas"]
     assert {"CreateWorkload", "AdmitReply", "ClaimReply", "Workload", "Problem"} <= set(schemas)
+    assert {"AdmitSlot", "ReportSlot", "AdmitBatch", "ClaimBatch", "ReportBatch"} <= set(schemas)
 
 
 def _samples(text: str) -> dict[str, list[Any]]:

@@ -7,18 +7,21 @@ call's instant is the service's clock (or the test clock's
 `X-Workwarden-Now`), never a field of the body. Each call needs a bearer
 token whose actor class the spec's operations table allows
 (`workwarden.service.auth`); a refusal is a problem document
-(`workwarden.service.problems`). `docs/service.md` lists the endpoints.
+(`workwarden.service.problems`). The batch endpoints are added from
+`workwarden.service.batches`. `docs/service.md` lists the endpoints.
 """
 
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
-from workwarden.service.auth import Caller
+from workwarden.service import tracing
+from workwarden.service.auth import Caller, forbidden
+from workwarden.service.batches import batch_routes
+from workwarden.service.routing import Authed, Now, json_reply
 from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.commands import (
@@ -53,10 +56,6 @@ from workwarden.statemachine.models import (
 
 __all__ = ["SweepRequest", "api_router"]
 
-# Reads the header without refusing: a missing or malformed one is the
-# service's own coded refusal (`WORKLOAD_UNAUTHORIZED`), not FastAPI's.
-_BEARER = HTTPBearer(auto_error=False, description="a token of `workwarden serve --issue-token`")
-
 
 class SweepRequest(BaseModel):
     """The scope of a sweep: a tenant and/or application, or every workload (both omitted)."""
@@ -65,41 +64,6 @@ class SweepRequest(BaseModel):
 
     tenant: Name | None = None
     application: Name | None = None
-
-
-async def _caller(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
-) -> Caller:
-    service: Service = request.app.state.service
-    return service.caller(None if credentials is None else "Bearer " + credentials.credentials)
-
-
-async def _now(request: Request) -> int:
-    service: Service = request.app.state.service
-    return service.now(request.headers)
-
-
-Authed = Annotated[Caller, Depends(_caller)]
-"""The authenticated caller of a route (`WORKLOAD_UNAUTHORIZED` before the body is read)."""
-
-Now = Annotated[int, Depends(_now)]
-"""The instant a route's call is decided at."""
-
-
-def _json(value: Any) -> Response:
-    if isinstance(value, BaseModel):
-        text = value.model_dump_json(by_alias=True)
-    elif isinstance(value, list):
-        text = json.dumps(
-            [
-                v.model_dump(mode="json", by_alias=True) if isinstance(v, BaseModel) else v
-                for v in value
-            ]
-        )
-    else:
-        text = json.dumps(value)
-    return Response(text, media_type="application/json")
 
 
 def api_router(service: Service) -> APIRouter:
@@ -112,12 +76,22 @@ def api_router(service: Service) -> APIRouter:
     @router.post("/admit", response_model=AdmitReply, summary="Admit a workload")
     async def admit(body: CreateWorkload, who: Authed, at: Now) -> Response:
         """`Authority.admit`: admit the request, or answer the original admission of its key."""
-        return _json(service.call("admit", who, lambda: service.authority.admit(body, at)))
+        reply = service.call("admit", who, lambda: service.authority.admit(body, at))
+        tracing.annotate(workload_id=reply.workload.workload_id)
+        return json_reply(reply)
 
     @router.post("/claim", response_model=ClaimReply, summary="Claim READY work by id")
     async def claim(body: ClaimCommand, who: Authed, at: Now) -> Response:
         """`Authority.claim`: a lease until now + lease_ms under a new fencing token."""
-        return _json(service.call("claim", who, lambda: run(body, at), acting_as=body.worker_id))
+        return json_reply(
+            service.call(
+                "claim",
+                who,
+                lambda: run(body, at),
+                acting_as=body.worker_id,
+                workload_id=body.workload_id,
+            )
+        )
 
     @router.post(
         "/claim_next", response_model=ClaimReply | None, summary="Claim the best claimable work"
@@ -136,14 +110,19 @@ def api_router(service: Service) -> APIRouter:
                 request_id=body.request_id,
             )
 
-        return _json(service.call("claim_next", who, go, acting_as=body.worker_id))
+        return json_reply(service.call("claim_next", who, go, acting_as=body.worker_id))
 
     def fenced(op: str, reply: type[BaseModel], summary: str, model: type[BaseModel]) -> None:
         async def endpoint(body: Any, who: Authed, at: Now) -> Response:
             kind = getattr(body, "kind", None)
-            return _json(
+            return json_reply(
                 service.call(
-                    op, who, lambda: run(body, at), acting_as=body.fence.worker_id, kind=kind
+                    op,
+                    who,
+                    lambda: run(body, at),
+                    acting_as=body.fence.worker_id,
+                    kind=kind,
+                    workload_id=body.workload_id,
                 )
             )
 
@@ -168,7 +147,15 @@ def api_router(service: Service) -> APIRouter:
     def operator(op: str, summary: str, model: type[BaseModel]) -> None:
         async def endpoint(body: Any, who: Authed, at: Now) -> Response:
             name = body.operation if isinstance(body, OperatorCommand) else op
-            return _json(service.call(name, who, lambda: run(body, at), acting_as=body.actor))
+            return json_reply(
+                service.call(
+                    name,
+                    who,
+                    lambda: run(body, at),
+                    acting_as=body.actor,
+                    workload_id=body.workload_id,
+                )
+            )
 
         endpoint.__annotations__ = {"body": model, "who": Authed, "at": Now, "return": Response}
         endpoint.__doc__ = f"`Authority.{op}`: {summary.lower()}; the actor is the token's subject."
@@ -184,7 +171,7 @@ def api_router(service: Service) -> APIRouter:
     async def recover_expired(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
         """`Authority.recover_expired`: the ids of the workloads recovered."""
         scope = body or SweepRequest()
-        return _json(
+        return json_reply(
             service.call(
                 "recover_expired",
                 who,
@@ -198,7 +185,7 @@ def api_router(service: Service) -> APIRouter:
     async def enforce_deadlines(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
         """`Authority.enforce_deadlines`: the ids of the workloads timed out."""
         scope = body or SweepRequest()
-        return _json(
+        return json_reply(
             service.call(
                 "enforce_deadlines",
                 who,
@@ -221,17 +208,19 @@ def api_router(service: Service) -> APIRouter:
         if isinstance(body.get("operation"), str) and op == "operator":
             name = body["operation"]
         actor = body.get("actor")
+        wid = body.get("workload_id")
         fence = body.get("fence")
         if isinstance(fence, dict) and isinstance(fence.get("worker_id"), str):
             actor = fence["worker_id"]
         elif isinstance(body.get("worker_id"), str):
             actor = body["worker_id"]
-        return _json(
+        return json_reply(
             service.call(
                 name,
                 who,
                 lambda: run(body, at),
                 acting_as=actor if isinstance(actor, str) else None,
+                workload_id=wid if isinstance(wid, str) else None,
             )
         )
 
@@ -243,11 +232,12 @@ def api_router(service: Service) -> APIRouter:
         application: Annotated[str | None, Query()] = None,
     ) -> Response:
         """`Authority.get`: the committed workload (scoped: another scope's is not found)."""
-        return _json(
+        return json_reply(
             service.call(
                 "get",
                 who,
                 lambda: service.authority.get(workload_id, tenant=tenant, application=application),
+                workload_id=workload_id,
             )
         )
 
@@ -258,8 +248,11 @@ def api_router(service: Service) -> APIRouter:
         application: Annotated[str, Query()],
     ) -> Response:
         """`Authority.list`: every workload of a tenant and application."""
-        return _json(service.call("list", who, lambda: service.authority.list(tenant, application)))
+        return json_reply(
+            service.call("list", who, lambda: service.authority.list(tenant, application))
+        )
 
+    batch_routes(router, service)
     if service.config.allow_reset:
         _test_routes(router, service)
     return router
@@ -281,13 +274,13 @@ def _test_routes(router: APIRouter, service: Service) -> None:
             raise errors.WorkloadError(errors.INVALID, answer["error"]["message"])
         keys = {str(k): bytes.fromhex(v) for k, v in dict(body.get("grant_keys") or {}).items()}
         service.use(reference.store, keys or None)
-        return _json(None)
+        return json_reply(None)
 
     @router.get("/test/store", tags=["test"], summary="Every document (serve --allow-reset)")
     async def store(who: Authed) -> Response:
         """Every document with its key and version, as the conformance protocol's `store`."""
         _operator(who)
-        return _json(
+        return json_reply(
             [
                 {"key": d.key, "version": d.version, "document": json.loads(d.document)}
                 for d in service.store.scan()
@@ -297,8 +290,8 @@ def _test_routes(router: APIRouter, service: Service) -> None:
 
 def _operator(caller: Caller) -> None:
     if caller.actor_class != "operator":
-        raise errors.WorkloadError(
-            errors.UNAUTHORIZED,
+        raise forbidden(
+            "wrong_actor_class",
             "the test routes are an operator's",
-            {"reason": "wrong_actor_class", "actor_class": caller.actor_class},
+            actor_class=caller.actor_class,
         )

@@ -7,7 +7,9 @@ would need both written by hand. Every refusal leaves through one handler as
 a problem document (`workwarden.service.problems`): a `WorkloadError` from
 the authority or the token check, a body that does not validate
 (`WORKLOAD_INVALID`, each field path in `details.errors`), a route that does
-not exist, and an unexpected exception (`WORKWARDEN_INTERNAL`).
+not exist, and an unexpected exception (`WORKWARDEN_INTERNAL`). Each `/v1`
+call is a span when the OpenTelemetry API is installed
+(`workwarden.service.tracing`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from workwarden.service.api import api_router
 from workwarden.service.console import console_router
 from workwarden.service.problems import INTERNAL, Problem, problem
 from workwarden.service.state import Service, ServiceConfig
+from workwarden.service.tracing import TracingMiddleware
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError
 
@@ -118,6 +121,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
             )
         )
 
+    app.add_middleware(
+        TracingMiddleware, tracer_provider=config.tracer_provider, version=__version__
+    )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.include_router(api_router(service))
     app.include_router(console_router(service))

@@ -25,9 +25,11 @@ its own signed grant, and the sweeps, which act only on what the clock has
 made due) and the reads (`get`, `list`) with either. A worker's `worker_id`
 and an operator's `actor` must be the token's subject, so the audit log
 records who acted; a token whose subject is `*` may act as any id (for a
-trusted gateway, or a conformance run). Every refusal is
-`WORKLOAD_UNAUTHORIZED` with `details.reason`, before anything is read or
-written.
+trusted gateway, or a conformance run). A call without a good token is
+`WORKWARDEN_UNAUTHENTICATED` (HTTP 401), a good token that may not make the
+call `WORKWARDEN_FORBIDDEN` (HTTP 403), each with `details.reason`, before
+anything is read or written. (`WORKLOAD_UNAUTHORIZED` stays the core's: an
+admission whose own grant does not bind it.)
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ from workwarden.statemachine.spec import Spec
 __all__ = [
     "ACTOR_CLASSES",
     "ANY_SUBJECT",
+    "FORBIDDEN",
     "TOKEN_PREFIX",
+    "UNAUTHENTICATED",
     "ActorClass",
     "Caller",
     "TokenVerifier",
     "authorize",
+    "forbidden",
     "issue_token",
     "peek_actor_class",
 ]
@@ -73,6 +78,12 @@ ANY_SUBJECT = "*"
 
 #: What every token starts with (the format's version).
 TOKEN_PREFIX = "wwt1."
+
+#: The code of a call without a good token: none, malformed, unknown key, not active, expired.
+UNAUTHENTICATED = "WORKWARDEN_UNAUTHENTICATED"
+
+#: The code of a good token that may not make the call: the wrong class, or another subject.
+FORBIDDEN = "WORKWARDEN_FORBIDDEN"
 
 _CAPABILITY = "workwarden:"
 _ISSUER = Subject(kind="service", id="workwarden.serve")
@@ -91,7 +102,12 @@ class Caller:
 
 
 def _refuse(reason: str, message: str, **details: str) -> errors.WorkloadError:
-    return errors.WorkloadError(errors.UNAUTHORIZED, message, {"reason": reason, **details})
+    return errors.WorkloadError(UNAUTHENTICATED, message, {"reason": reason, **details})
+
+
+def forbidden(reason: str, message: str, **details: str) -> errors.WorkloadError:
+    """The `WORKWARDEN_FORBIDDEN` refusal of a good token, with `details.reason`."""
+    return errors.WorkloadError(FORBIDDEN, message, {"reason": reason, **details})
 
 
 def issue_token(
@@ -156,7 +172,7 @@ class TokenVerifier:
         self._grants = GrantVerifier(keys)
 
     def verify(self, authorization: str | None, now: int) -> Caller:
-        """The caller an `Authorization` header names, or `WORKLOAD_UNAUTHORIZED`."""
+        """The caller an `Authorization` header names, or `WORKWARDEN_UNAUTHENTICATED`."""
         if not authorization:
             raise _refuse("missing_token", "this call needs a bearer token")
         scheme, _, token = authorization.partition(" ")
@@ -188,7 +204,7 @@ def authorize(spec: Spec, operation: str, caller: Caller, acting_as: str | None 
         return
     needed = row.spec.actor
     if needed != "system" and needed != caller.actor_class:
-        raise _refuse(
+        raise forbidden(
             "wrong_actor_class",
             f"{operation} is an operation of the {needed} class; this token is a"
             f" {caller.actor_class}'s",
@@ -196,7 +212,7 @@ def authorize(spec: Spec, operation: str, caller: Caller, acting_as: str | None 
             actor_class=caller.actor_class,
         )
     if acting_as is not None and not caller.may_act_as(acting_as):
-        raise _refuse(
+        raise forbidden(
             "subject_mismatch",
             "the call names another actor than the token's subject",
             operation=operation,

@@ -3,10 +3,12 @@
 It has `Authority`'s method names and signatures (`admit`, `claim`,
 `claim_next`, `start`, `heartbeat`, `execution_context`, `checkpoint`,
 `complete`, `fail`, `confirm_cancel`, `cancel`, `timeout`, `retry`,
-`operate`, `recover_expired`, `enforce_deadlines`, `get`, `list`) and returns
-the same models, so anything written against an `Authority` (the worker
-runtime's `Worker(authority, app)`) runs over HTTP with a token instead of
-database credentials. A refusal is raised as the `WorkloadError` the
+`operate`, `recover_expired`, `enforce_deadlines`, `get`, `list`, and the
+batch calls `admit_many`, `claim_many`, `report_many`) and returns the same
+models (a batch slot's refusal as the `WorkloadError` in its slot), so
+anything written against an `Authority` (the worker runtime's
+`Worker(authority, app)`) runs over HTTP with a token instead of database
+credentials. A refusal is raised as the `WorkloadError` the
 service's problem document carries: the same code, message and details.
 Arguments are checked here first, with the command models, so a malformed
 call is `WORKLOAD_INVALID` without a round trip.
@@ -19,7 +21,8 @@ with the same arguments, as with a store whose reply was lost.
 `now` is sent in the `X-Workwarden-Now` header; a service decides at its
 own clock unless it runs with `--test-clock`. Give one token, or several
 (a worker's and an operator's): each call sends the one whose actor class
-the spec's operations table names for it.
+the spec's operations table names for it. Called inside an OpenTelemetry
+span, a call carries its `traceparent`, so the service's span is its child.
 """
 
 from __future__ import annotations
@@ -32,15 +35,18 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from workwarden.service import tracing
 from workwarden.service.auth import peek_actor_class
 from workwarden.service.state import NOW_HEADER
 from workwarden.statemachine import errors, inputs
+from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS
 from workwarden.statemachine.commands import (
     AdmitReply,
     CancelCommand,
     CheckpointCommand,
     ClaimCommand,
     ClaimNextCommand,
+    Command,
     CompleteCommand,
     ConfirmCancelCommand,
     ExecutionContextCommand,
@@ -65,11 +71,33 @@ from workwarden.statemachine.models import (
 )
 from workwarden.statemachine.spec import Spec, default_spec
 
-__all__ = ["HttpAuthority", "raise_problem"]
+__all__ = ["HttpAuthority", "problem_error", "raise_problem"]
 
 _T = TypeVar("_T")
 _IDS: TypeAdapter[builtins.list[str]] = TypeAdapter(builtins.list[str])
 _WORKLOADS: TypeAdapter[builtins.list[Workload]] = TypeAdapter(builtins.list[Workload])
+_CLAIMS: TypeAdapter[builtins.list[ClaimReply]] = TypeAdapter(builtins.list[ClaimReply])
+# The reply model of each report, by its op (what the one-call method returns, as a model).
+_REPORT_REPLIES: dict[str, type[BaseModel]] = {
+    "start": Attempt,
+    "heartbeat": Claim,
+    "checkpoint": Checkpoint,
+    "complete": Result,
+    "fail": StateReply,
+    "confirm_cancel": StateReply,
+}
+
+
+def problem_error(body: Any) -> errors.WorkloadError | None:
+    """The `WorkloadError` a problem document carries (None: `body` is not one)."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("code"), str):
+        return None
+    details = body.get("details")
+    return errors.WorkloadError(
+        body["code"],
+        str(body.get("detail", "")),
+        details if isinstance(details, Mapping) else None,
+    )
 
 
 def raise_problem(response: httpx.Response) -> None:
@@ -80,13 +108,9 @@ def raise_problem(response: httpx.Response) -> None:
         body = response.json()
     except ValueError:
         body = None
-    if isinstance(body, Mapping) and isinstance(body.get("code"), str):
-        details = body.get("details")
-        raise errors.WorkloadError(
-            body["code"],
-            str(body.get("detail", "")),
-            details if isinstance(details, Mapping) else None,
-        )
+    refusal = problem_error(body)
+    if refusal is not None:
+        raise refusal
     raise errors.WorkloadError(
         errors.STORAGE_FAILURE,
         f"the service answered HTTP {response.status_code} without a problem document",
@@ -153,6 +177,7 @@ class HttpAuthority:
         headers = {"Authorization": f"Bearer {self._token(operation, actor_class)}"}
         if now is not None:
             headers[NOW_HEADER] = str(now)
+        tracing.inject(headers)
         try:
             response = self._http.request(method, path, json=body, headers=headers, params=params)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -316,6 +341,102 @@ class HttpAuthority:
         command = inputs.build(ConfirmCancelCommand, workload_id=workload_id, fence=fence)
         return self._post("confirm_cancel", command, now, StateReply).state
 
+    # -- batches --------------------------------------------------------------------
+
+    def admit_many(
+        self, requests: Iterable[CreateWorkload | Mapping[str, Any]], now: int
+    ) -> builtins.list[AdmitReply | errors.WorkloadError]:
+        """`Authority.admit_many` over HTTP: one round trip; each slot its reply or refusal.
+
+        A request that does not parse is refused in its slot here, as the
+        library refuses it, and is not sent.
+        """
+        inputs.check_now(now)
+        slots: builtins.list[Any] = [None] * len(batch := _batch(requests, "requests"))
+        sent: builtins.list[tuple[int, CreateWorkload]] = []
+        for index, request in enumerate(batch):
+            try:
+                sent.append((index, inputs.as_request(request)))
+            except errors.WorkloadError as exc:
+                slots[index] = exc
+        body = {"requests": [r.model_dump(mode="json", by_alias=True) for _, r in sent]}
+        data = self.request("POST", "/v1/admit_many", "admit", body=body, now=now)
+        for (index, _), answer in zip(sent, _slots(data, len(sent)), strict=True):
+            slots[index] = _outcome(answer, AdmitReply)
+        return slots
+
+    def claim_many(
+        self,
+        tenant: str,
+        application: str,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+        limit: int,
+        *,
+        request_id: str | None = None,
+    ) -> builtins.list[ClaimReply]:
+        """`Authority.claim_many` over HTTP: up to `limit` claims; [] when nothing is claimable.
+
+        The arguments are checked here as the library checks them, in its order.
+        """
+        inputs.check_now(now)
+        tenant, application = inputs.as_full_scope(tenant, application)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
+            raise errors.bad_argument(
+                "limit", f"limit must be a whole number from 1 to {MAX_BATCH}"
+            )
+        probe = inputs.build(
+            ClaimCommand,
+            workload_id="-",
+            worker_id=worker_id,
+            capabilities=inputs.as_names(capabilities),
+            lease_ms=lease_ms,
+            request_id=request_id,
+        )
+        body = {
+            "tenant_id": tenant,
+            "application_id": application,
+            **probe.model_dump(mode="json", exclude={"op", "workload_id"}),
+            "limit": limit,
+        }
+        data = self.request("POST", "/v1/claim_many", "claim_next", body=body, now=now)
+        return _CLAIMS.validate_python(data)
+
+    def report_many(
+        self, reports: Iterable[Command | Mapping[str, Any]], now: int
+    ) -> builtins.list[Any]:
+        """`Authority.report_many` over HTTP: one round trip; each slot its reply or refusal.
+
+        A report that does not parse, or is not one of the worker's fenced
+        reports, is refused in its slot here, as the library refuses it, and
+        is not sent.
+        """
+        inputs.check_now(now)
+        slots: builtins.list[Any] = [None] * len(batch := _batch(reports, "reports"))
+        sent: builtins.list[tuple[int, Command]] = []
+        for index, report in enumerate(batch):
+            try:
+                command = inputs.as_command(report)
+            except errors.WorkloadError as exc:
+                slots[index] = exc
+                continue
+            if not isinstance(command, REPORT_COMMANDS):
+                slots[index] = errors.bad_argument(
+                    f"reports[{index}]",
+                    "a report is one of: "
+                    + ", ".join(model.model_fields["op"].default for model in REPORT_COMMANDS),
+                )
+                continue
+            sent.append((index, command))
+        body = {"reports": [c.model_dump(mode="json", by_alias=True) for _, c in sent]}
+        operation = sent[0][1].op if sent else "start"
+        data = self.request("POST", "/v1/report_many", operation, body=body, now=now)
+        for (index, command), answer in zip(sent, _slots(data, len(sent)), strict=True):
+            slots[index] = _outcome(answer, _REPORT_REPLIES[command.op])
+        return slots
+
     # -- operators ------------------------------------------------------------------
 
     def cancel(
@@ -420,3 +541,35 @@ class HttpAuthority:
             "GET", "/v1/workloads", "list", params={"tenant": tenant, "application": application}
         )
         return _WORKLOADS.validate_python(data)
+
+
+def _batch(items: Any, what: str) -> builtins.list[Any]:
+    """`items` as a list, refused as `Authority`'s batch calls refuse it (not a list, too long)."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise errors.bad_argument(what, f"{what} must be a list")
+    batch = builtins.list(items)
+    if len(batch) > MAX_BATCH:
+        raise errors.bad_argument(what, f"at most {MAX_BATCH} {what} per batch")
+    return batch
+
+
+def _slots(data: Any, count: int) -> builtins.list[Any]:
+    if not isinstance(data, builtins.list) or len(data) != count:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE,
+            f"the service answered a batch of {count} without one slot per item",
+        )
+    return data
+
+
+def _outcome(answer: Any, reply: type[_T]) -> _T | errors.WorkloadError:
+    """One batch slot: its reply as `reply`, or the `WorkloadError` its problem document carries."""
+    if isinstance(answer, Mapping) and "problem" in answer:
+        refusal = problem_error(answer["problem"])
+        if refusal is not None:
+            return refusal
+    if isinstance(answer, Mapping) and "ok" in answer:
+        return TypeAdapter(reply).validate_python(answer["ok"])
+    raise errors.WorkloadError(
+        errors.STORAGE_FAILURE, "the service answered a batch slot that is neither ok nor a problem"
+    )

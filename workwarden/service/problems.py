@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from workwarden.service.auth import FORBIDDEN, UNAUTHENTICATED
 from workwarden.statemachine import errors
 from workwarden.statemachine.catalogue import error_class
 
@@ -50,7 +51,11 @@ STATUS_BY_CLASS: dict[str, int] = {
 #: The codes whose status is not their class's.
 STATUS_BY_CODE: dict[str, int] = {
     errors.INVALID: 400,
+    # An admission's own grant does not bind it (the core's refusal).
     errors.UNAUTHORIZED: 403,
+    # No good bearer token (RFC 9110: 401 with WWW-Authenticate), or one that may not call.
+    UNAUTHENTICATED: 401,
+    FORBIDDEN: 403,
     errors.NOT_FOUND: 404,
     # READY work that is not eligible yet: come back later, but the service is fine.
     errors.NOT_YET_ELIGIBLE: 409,
@@ -110,6 +115,8 @@ def problem(exc: errors.WorkloadError, headers: dict[str, str] | None = None) ->
     extra = dict(headers or {})
     if body["class"] == "retry_later":
         extra.setdefault("Retry-After", "1")
+    if body["status"] == 401:
+        extra.setdefault("WWW-Authenticate", 'Bearer realm="workwarden"')
     return Response(
         json.dumps(body, sort_keys=True, separators=(",", ":")),
         status_code=body["status"],

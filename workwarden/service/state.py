@@ -3,29 +3,48 @@
 `Service.call` is the one way an API or console call reaches the authority:
 it checks the caller's actor class against the spec's operations table
 (`workwarden.service.auth.authorize`), runs the call, and counts what the
-store was written with into the metrics. The store is wrapped to see each
-write (`ObservedStore`), so a replay, which writes nothing, is never counted
-as a claim or a completion.
+store was written with into the metrics; `Service.batch` does the same for a
+batch call, authorizing every operation of the batch before any of it runs.
+The store is wrapped to see each write (`ObservedStore`, and
+`ObservedBatchStore` over a store that takes batches), so a replay, which
+writes nothing, is never counted as a claim or a completion.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from workwarden.service import tracing
 from workwarden.service.auth import Caller, TokenVerifier, authorize
 from workwarden.service.metrics import Metrics, registry
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.grants import GrantVerifier
 from workwarden.statemachine.spec import Spec, default_spec
-from workwarden.storage.base import AuditRecord, IndexFields, Store
-from workwarden.storage.forwarding import ForwardingStore
+from workwarden.storage.base import (
+    AuditRecord,
+    BatchStore,
+    ChooseClaims,
+    IndexFields,
+    Store,
+    Write,
+    WriteOutcome,
+)
+from workwarden.storage.forwarding import ForwardingBatchStore, ForwardingStore
 
-__all__ = ["NOW_HEADER", "ObservedStore", "Service", "ServiceConfig", "wall_clock_ms"]
+__all__ = [
+    "NOW_HEADER",
+    "ObservedBatchStore",
+    "ObservedStore",
+    "Service",
+    "ServiceConfig",
+    "observed",
+    "wall_clock_ms",
+]
 
 #: The request header giving the call's instant, honoured only with a test clock.
 NOW_HEADER = "X-Workwarden-Now"
@@ -59,6 +78,41 @@ class ObservedStore(ForwardingStore):
         return version
 
 
+class ObservedBatchStore(ObservedStore, ForwardingBatchStore):
+    """An `ObservedStore` over a `BatchStore`: the writes a batch committed are kept too."""
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """Write the batch through, then remember each write that committed."""
+        outcomes = super().write_many(writes)
+        self._keep(zip(writes, outcomes, strict=True))
+        return outcomes
+
+    def claim_batch(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        choose: ChooseClaims,
+    ) -> list[tuple[Write, WriteOutcome]]:
+        """Claim through, then remember each claim that committed."""
+        results = super().claim_batch(tenant, application, now, limit, choose)
+        self._keep(results)
+        return results
+
+    def _keep(self, results: Iterable[tuple[Write, WriteOutcome]]) -> None:
+        for write, outcome in results:
+            if isinstance(outcome, int):
+                self.writes.append((write.audit, write.document, write.index))
+
+
+def observed(inner: Store) -> ObservedStore:
+    """The observing wrapper of `inner`: one that takes batches exactly when `inner` does."""
+    if isinstance(inner, BatchStore):
+        return ObservedBatchStore(inner)
+    return ObservedStore(inner)
+
+
 @dataclass
 class ServiceConfig:
     """How to build the service.
@@ -69,7 +123,9 @@ class ServiceConfig:
     `check_report`: a `workwarden check --json` report the console shows.
     `allow_reset`: serve `/v1/test/reset` and `/v1/test/store` (memory
     stores only). `test_clock`: take each call's instant from the
-    `X-Workwarden-Now` header when it has one.
+    `X-Workwarden-Now` header when it has one. `tracer_provider`: the
+    OpenTelemetry tracer provider the API's spans go to (None: the global
+    one; see `workwarden.service.tracing`).
     """
 
     store: Store
@@ -80,6 +136,7 @@ class ServiceConfig:
     allow_reset: bool = False
     test_clock: bool = False
     clock: Callable[[], int] = wall_clock_ms
+    tracer_provider: Any = None
 
 
 @dataclass
@@ -102,7 +159,7 @@ class Service:
     def use(self, store: Store, grant_keys: Mapping[str, bytes] | None) -> None:
         """Serve `store` with a new authority verifying grants with `grant_keys`."""
         grants = GrantVerifier(grant_keys) if grant_keys else GrantVerifier.without_signatures()
-        self.store = ObservedStore(store)
+        self.store = observed(store)
         self.authority = Authority(self.store, grants=grants, spec=self.spec)
 
     # -- time -----------------------------------------------------------------
@@ -125,7 +182,7 @@ class Service:
         return self.wall_now()
 
     def caller(self, authorization: str | None) -> Caller:
-        """The caller an `Authorization` header names (`WORKLOAD_UNAUTHORIZED` otherwise)."""
+        """The caller an `Authorization` header names (`WORKWARDEN_UNAUTHENTICATED` otherwise)."""
         return self.tokens.verify(authorization, self.wall_now())
 
     # -- calls ------------------------------------------------------------------
@@ -138,28 +195,73 @@ class Service:
         *,
         acting_as: str | None = None,
         kind: str | None = None,
+        workload_id: str | None = None,
     ) -> _T:
-        """Run `run` for `caller` if its class may call `operation`; count what it wrote."""
+        """Run `run` for `caller` if its class may call `operation`; count what it wrote.
+
+        `kind` is a failure report's kind (the failures metric's label);
+        `workload_id` the workload the call names, for its span.
+        """
+        tracing.rename(operation)
+        tracing.annotate(actor_class=caller.actor_class, workload_id=workload_id)
         authorize(self.spec, operation, caller, acting_as)
         self.store.writes.clear()
         try:
             reply = run()
         except errors.WorkloadError as exc:
-            if exc.code == errors.CONFLICT:
-                self.metrics.conflicts.inc()
-            elif exc.code == errors.TIMED_OUT:
-                self.metrics.deadline_timeouts.inc()
+            self._refused(exc)
             raise
         finally:
-            self._count(self.store.writes, kind)
+            self._count(self.store.writes, {workload_id: kind} if workload_id and kind else {})
         if operation == "recover_expired" and isinstance(reply, Sequence):
             self.metrics.recoveries.inc(len(reply))
         elif operation == "enforce_deadlines" and isinstance(reply, Sequence):
             self.metrics.deadline_timeouts.inc(len(reply))
         return reply
 
+    def batch(
+        self,
+        operation: str,
+        caller: Caller,
+        steps: Iterable[tuple[str, str | None]],
+        run: Callable[[], list[_T]],
+        *,
+        kinds: Mapping[str, str] | None = None,
+    ) -> list[_T]:
+        """Run the batch call `run` for `caller` if it may take every step; count what it wrote.
+
+        `steps` are the batch's (operation, actor id) pairs: each is
+        authorized as its one call would be, all of them before anything
+        runs, so a batch with one step the caller may not take is refused
+        whole and writes nothing. `kinds` maps a workload id to the kind of
+        its failure report. A refused slot is counted as its one call's
+        refusal would be.
+        """
+        tracing.rename(operation)
+        tracing.annotate(actor_class=caller.actor_class)
+        for step, acting_as in steps:
+            authorize(self.spec, step, caller, acting_as)
+        self.store.writes.clear()
+        try:
+            outcomes = run()
+        except errors.WorkloadError as exc:
+            self._refused(exc)
+            raise
+        finally:
+            self._count(self.store.writes, kinds or {})
+        for outcome in outcomes:
+            if isinstance(outcome, errors.WorkloadError):
+                self._refused(outcome)
+        return outcomes
+
+    def _refused(self, exc: errors.WorkloadError) -> None:
+        if exc.code == errors.CONFLICT:
+            self.metrics.conflicts.inc()
+        elif exc.code == errors.TIMED_OUT:
+            self.metrics.deadline_timeouts.inc()
+
     def _count(
-        self, writes: Sequence[tuple[AuditRecord, str, IndexFields]], kind: str | None
+        self, writes: Sequence[tuple[AuditRecord, str, IndexFields]], kinds: Mapping[str, str]
     ) -> None:
         metrics = self.metrics
         for audit, document, index in writes:
@@ -181,8 +283,8 @@ class Service:
                 if claimed is not None:
                     elapsed = doc["result"]["created_at"] - claimed
                     metrics.claim_to_complete.observe(elapsed / 1000)
-            elif operation == "fail" and kind is not None:
-                metrics.failures.labels(kind=kind).inc()
+            elif operation == "fail" and audit.key in kinds:
+                metrics.failures.labels(kind=kinds[audit.key]).inc()
 
     def _claimed_at(self, doc: Mapping[str, Any]) -> int | None:
         claimed = self.spec.roles.claimed
