@@ -30,10 +30,18 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from workwarden.statemachine import batches, errors, inputs, replays, scheduler
+from workwarden.statemachine import (
+    batches,
+    errors,
+    inputs,
+    pauses,
+    replays,
+    retention,
+    scheduler,
+)
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.commands import (
     OPERATOR_COMMANDS,
@@ -584,6 +592,7 @@ class Authority:
         running workload is (`specs/README.md`, "Replays", `own_claim`).
         """
         caps = inputs.as_names(capabilities)
+        self._refuse_paused(workload_id)
         claim: ClaimReply = self._call(
             ClaimCommand,
             now,
@@ -668,6 +677,26 @@ class Authority:
             return claim
 
         return scheduler.claim_best(seeker, candidates, read, inputs.parse_stored, try_claim)
+
+    def _refuse_paused(self, workload_id: Any) -> None:
+        """`WORKLOAD_NOT_READY` for a claim by id of work in a paused scope."""
+        in_force = pauses.paused(self)
+        if not in_force:
+            return
+        key = inputs.as_name(workload_id, "workload_id")
+        doc = self._store_call(self.store.read, key)
+        if doc is None:
+            return
+        workload = inputs.parse_stored(doc)
+        for record in in_force:
+            if record.scope.covers(
+                workload.tenant_id, workload.application_id, workload.definition_id
+            ):
+                raise errors.WorkloadError(
+                    self.spec.operations["claim"].spec.denied,
+                    "claiming is paused for the workload's scope",
+                    {"state": workload.state, "paused": record.scope.key},
+                )
 
     def _held_claim(
         self, tenant: str, application: str, probe: ClaimCommand, now: int
@@ -896,6 +925,87 @@ class Authority:
             request_id=request_id,
         )
         return reply.state
+
+    # -- pauses ------------------------------------------------------------
+
+    def pause(
+        self,
+        actor: str,
+        now: int,
+        *,
+        tenant: str,
+        application: str | None = None,
+        definition: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> PauseRecord:
+        """Pause claiming for a tenant, one of its applications, or one definition of it.
+
+        No claim takes work of the scope until `resume`; in-flight work is not
+        affected, and deadlines keep running (`workwarden.statemachine.pauses`).
+        Written with an audit record (operation `pause`); pausing a paused
+        scope writes nothing and returns the pause in force. `reason` is
+        checked as an operator's reason is (no plaintext secrets).
+        """
+        scope = pauses.scope_of(tenant, application, definition)
+        return pauses.pause(self, scope, actor, now, reason, request_id)
+
+    def resume(
+        self,
+        actor: str,
+        now: int,
+        *,
+        tenant: str,
+        application: str | None = None,
+        definition: str | None = None,
+        request_id: str | None = None,
+    ) -> bool:
+        """Resume claiming for the scope; True if it was paused (an audit record `resume`)."""
+        scope = pauses.scope_of(tenant, application, definition)
+        return pauses.resume(self, scope, actor, now, request_id)
+
+    def pauses(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
+        """The pauses in force, of `tenant` or of every tenant."""
+        return pauses.paused(self, tenant)
+
+    # -- retention ----------------------------------------------------------
+
+    def purge(
+        self,
+        now: int,
+        *,
+        older_than_ms: int | None = None,
+        tenant: str | None = None,
+        application: str | None = None,
+        actor: str | None = None,
+        export: Callable[[StoredDocument], None] | None = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+    ) -> retention.PurgeReport:
+        """Delete finished work older than the spec's `[retention] after_ms`, audited.
+
+        Terminal workloads whose last change is at least `older_than_ms` old
+        (default: the spec's `after_ms`) are deleted one compare-and-swap each,
+        with an audit record (operation `purge`, `actor` or
+        `system.retention`), but those in a `[retention] keep` state (dead
+        letters by default). `export` receives each stored document before it
+        goes (a purge stops at the first one it raises for);
+        `dry_run` reports and writes nothing; `limit` bounds how many are
+        purged. Scoped by `tenant` and/or `application`. Needs a store that
+        can purge (`workwarden.storage.base.Purges`; every shipped one can).
+        See `workwarden.statemachine.retention`.
+        """
+        return retention.purge(
+            self,
+            now,
+            older_than_ms=older_than_ms,
+            tenant=tenant,
+            application=application,
+            actor=actor,
+            export=export,
+            dry_run=dry_run,
+            limit=limit,
+        )
 
     # -- sweeps --------------------------------------------------------------
 

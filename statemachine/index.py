@@ -31,4 +31,5 @@ def index_fields(spec: Spec, workload: Workload) -> IndexFields:
         next_deadline_at=next_deadline_at(spec, workload),
         result_id=workload.result.result_id if workload.result is not None else None,
         claim_worker=claim.worker_id if claim is not None else None,
+        definition=workload.definition_id,
     )

@@ -131,6 +131,7 @@ class _Parts:
     failure_kinds: dict[str, FailureKindSpec | None] | None
     failures_open: bool
     check_retry_on: dict[str, list[str]]
+    retention_keep: list[str]
 
 
 def _policy_parts(value: Any) -> _PolicyParts | None:
@@ -155,6 +156,8 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
     failures = failures if isinstance(failures, dict) else {}
     check = raw.get("check")
     check = check if isinstance(check, dict) else {}
+    retention = raw.get("retention")
+    keep = retention.get("keep") if isinstance(retention, dict) else None
     patterns = (
         _items(TextPattern, secrets.get("forbidden_text")) if isinstance(secrets, dict) else None
     )
@@ -182,6 +185,7 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
             for key in ("first_retry_on", "second_retry_on")
             if isinstance(value := check.get(key), list) and all(isinstance(k, str) for k in value)
         },
+        retention_keep=[k for k in keep if isinstance(k, str)] if isinstance(keep, list) else [],
     )
 
 
@@ -232,7 +236,15 @@ class _Checker:
         self.secrets()
         self.errors()
         self.failures()
+        self.retention()
         return self.problems
+
+    def retention(self) -> None:
+        """`[retention] keep` names terminal states (only finished work is ever purged)."""
+        for index, state in enumerate(self.parts.retention_keep):
+            field = f"retention.keep[{index}]"
+            if self.check_state(field, state) and self.kind(state) != "terminal":
+                self.add(field, f"{state} is not a terminal state: only finished work is purged")
 
     def states(self) -> None:
         states = self.parts.states

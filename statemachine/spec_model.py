@@ -246,6 +246,13 @@ class FailuresSpec(_Strict):
     kinds: dict[str, FailureKindSpec]
 
 
+class RetentionSpec(_Strict):
+    """`[retention]`: how long finished work is kept, and what a purge never removes."""
+
+    after_ms: Annotated[int, Field(strict=True, ge=0)] = 30 * 24 * 3_600_000
+    keep: list[str] = Field(default_factory=lambda: ["DEAD_LETTER"])
+
+
 class CheckSpec(_Strict):
     """`[check]`: the bounded universe `workwarden check` explores (every key optional).
 
@@ -289,6 +296,7 @@ class SpecFile(_Strict):
     errors: dict[str, ErrorSpec]
     failures: FailuresSpec
     check: CheckSpec = Field(default_factory=CheckSpec)
+    retention: RetentionSpec = Field(default_factory=RetentionSpec)
 
 
 @dataclass(frozen=True, slots=True)

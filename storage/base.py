@@ -28,6 +28,7 @@ __all__ = [
     "PauseRecord",
     "PauseScope",
     "Pauses",
+    "Purges",
     "Store",
     "StoreConflict",
     "StoreError",
@@ -109,8 +110,8 @@ def document_from_row(row: Sequence[Any]) -> StoredDocument:
 
     The columns, in order: key, version, document, then tenant, application,
     state, priority, created_at, eligible_at, lease_expires_at,
-    next_deadline_at, result_id and claim_worker (SQLite and PostgreSQL select
-    them alike).
+    next_deadline_at, result_id, claim_worker and definition (SQLite and
+    PostgreSQL select them alike).
     """
     return StoredDocument(
         key=row[0],
@@ -127,6 +128,7 @@ def document_from_row(row: Sequence[Any]) -> StoredDocument:
             next_deadline_at=row[10],
             result_id=row[11],
             claim_worker=row[12],
+            definition=row[13],
         ),
     )
 
@@ -458,6 +460,32 @@ class Pauses(Protocol):
 
     def paused(self, tenant: str | None = None) -> list[PauseRecord]:
         """The pauses in force (of one tenant, or of all), by scope key."""
+        ...
+
+
+@runtime_checkable
+class Purges(Protocol):
+    """A store that deletes documents for retention, audited, without ever reusing a version.
+
+    A purged key's last version is kept (a tombstone), so a document created
+    again under that key continues from the next version: a key's versions
+    still only grow, and a version still names one document.
+    """
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """Up to `limit` documents whose index state is one of `states`, by key, after `after`."""
+        ...
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """Delete `key` if its committed version is `expected_version`, appending `audit`.
+
+        Atomic: the document goes and the audit record (its `version` the
+        deleted version + 1, as a write's would be) is appended, or nothing
+        is written and it returns False (another writer changed the key, or
+        it is gone). The version is kept as the key's tombstone.
+        """
         ...
 
 

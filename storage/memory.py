@@ -52,6 +52,7 @@ class MemoryStore:
         self._wake_ups = LocalWakeUps()
         self._pauses: dict[str, PauseRecord] = {}
         self._pause_versions: dict[str, int] = {}
+        self._tombstones: dict[str, int] = {}
 
     def read(self, key: str) -> StoredDocument | None:
         """The committed document under `key`, or None."""
@@ -92,7 +93,7 @@ class MemoryStore:
             owner = self._results.get(index.result_id)
             if owner is not None and owner != key:
                 raise StoreConflict(f"result id {index.result_id} belongs to {owner}")
-        version = 1 if current is None else current.version + 1
+        version = self._tombstones.get(key, 0) + 1 if current is None else current.version + 1
         if current is not None and current.index.result_id not in (None, index.result_id):
             self._results.pop(current.index.result_id, None)
         if index.result_id is not None:
@@ -190,6 +191,35 @@ class MemoryStore:
                 for key in sorted(self._pauses)
                 if tenant is None or self._pauses[key].scope.tenant == tenant
             ]
+
+    # -- Purges -------------------------------------------------------------------
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """Documents in one of `states`, by key, after `after`."""
+        wanted = frozenset(states)
+        with self._lock:
+            rows = [
+                doc
+                for key, doc in self._docs.items()
+                if doc.index.state in wanted and (after is None or key > after)
+            ]
+        rows.sort(key=lambda doc: doc.key)
+        return rows[:limit]
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """Delete `key` at `expected_version` with its audit record; its version a tombstone."""
+        with self._lock:
+            current = self._docs.get(key)
+            if current is None or current.version != expected_version:
+                return False
+            del self._docs[key]
+            if current.index.result_id is not None:
+                self._results.pop(current.index.result_id, None)
+            self._tombstones[key] = current.version + 1
+            self._append_audit(audit, current.version + 1)
+        return True
 
     # -- BatchStore ---------------------------------------------------------------
 

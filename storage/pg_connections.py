@@ -147,7 +147,7 @@ def _connect(dsn: str, timeout_s: float, what: str) -> _Connection:
 
 
 class _PostgresSignal:
-    """A work signal: `LISTEN` on `WORK_CHANNEL`, filtered to one scope."""
+    """A work signal: `LISTEN` on `WORK_CHANNEL`, filtered to one scope (or its tenant's)."""
 
     def __init__(self, dsn: str, tenant: str, application: str, timeout_s: float) -> None:
         self._dsn = dsn
@@ -166,10 +166,13 @@ class _PostgresSignal:
         return True
 
     def _ours(self, payload: str) -> bool:
+        # [tenant, application], or [tenant, null] for every application of
+        # the tenant (a tenant's pause resumed).
         try:
-            return bool(json.loads(payload) == self._scope)
+            scope = json.loads(payload)
         except ValueError:
             return False
+        return bool(scope == self._scope or scope == [self._scope[0], None])
 
     def wait(self, timeout_s: float) -> bool:
         """Until a write of the scope commits, or `timeout_s` passed; True when woken."""

@@ -32,12 +32,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = ["SCHEMA_VERSION", "WORK_CHANNEL"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the tables the PostgreSQL store reads and writes.
 
 Version 2 adds `claim_worker` to the documents (filled in from each document
 when a version 1 database is opened) and `request_id` to the audit log, each
-with its partial index."""
+with its partial index. Version 3 adds `definition` to the documents (filled
+in from each document's `definition_id` when an older database is opened),
+the pauses in force (`workwarden_pauses`, with `workwarden_pause_versions`
+counting each scope's pauses and resumes) and the versions of purged keys
+(`workwarden_tombstones`)."""
 
 # The key of the advisory lock held while the schema is created (any fixed
 # number; advisory locks are scoped to one database).
@@ -125,11 +129,49 @@ _SCHEMA = (
         ON workwarden_audit (request_id, sequence)
         WHERE request_id IS NOT NULL
     """,
+    # Schema version 3: the definition of each document, for definition pauses.
+    'ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS definition TEXT COLLATE "C"',
+    """
+    UPDATE workwarden_documents SET definition = document::jsonb ->> 'definition_id'
+    WHERE definition IS NULL AND document::jsonb ->> 'definition_id' IS NOT NULL
+    """,
+    # The pauses in force, one row per scope (application and definition NULL:
+    # every one); the claim queries look them up by (tenant, application, definition).
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_pauses (
+        scope_key TEXT COLLATE "C" PRIMARY KEY,
+        tenant TEXT COLLATE "C" NOT NULL,
+        application TEXT COLLATE "C",
+        definition TEXT COLLATE "C",
+        since BIGINT NOT NULL,
+        actor TEXT NOT NULL,
+        reason TEXT,
+        request_id TEXT
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_pauses_by_scope
+        ON workwarden_pauses (tenant, application, definition)
+    """,
+    # How many times each scope was paused or resumed: its audit records' versions.
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_pause_versions (
+        scope_key TEXT COLLATE "C" PRIMARY KEY,
+        version BIGINT NOT NULL
+    )
+    """,
+    # The version of each purged key's purge, which its next document follows.
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_tombstones (
+        key TEXT COLLATE "C" PRIMARY KEY,
+        version BIGINT NOT NULL
+    )
+    """,
 )
 
 _COLUMNS = (
     "key, version, document, tenant, application, state, priority, created_at,"
-    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker"
+    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition"
 )
 
 _READ = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = %s"
@@ -149,12 +191,16 @@ _AUDIT_INSERT = """
     RETURNING version, sequence
 """
 
+# A create starts at version 1, or after the tombstone of a key purged before:
+# looked up in the statement itself, so admission costs no extra round trip.
 _CREATE = f"""
     WITH changed AS (
         INSERT INTO workwarden_documents ({_COLUMNS})
-        VALUES (%(key)s, 1, %(document)s, %(tenant)s, %(application)s, %(state)s,
+        VALUES (%(key)s,
+            COALESCE((SELECT version FROM workwarden_tombstones WHERE key = %(key)s), 0) + 1,
+            %(document)s, %(tenant)s, %(application)s, %(state)s,
             %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
-            %(next_deadline_at)s, %(result_id)s, %(claim_worker)s)
+            %(next_deadline_at)s, %(result_id)s, %(claim_worker)s, %(definition)s)
         ON CONFLICT (key) DO NOTHING
         RETURNING version
     )
@@ -168,17 +214,31 @@ _UPDATE = f"""
             application = %(application)s, state = %(state)s, priority = %(priority)s,
             created_at = %(created_at)s, eligible_at = %(eligible_at)s,
             lease_expires_at = %(lease_expires_at)s, next_deadline_at = %(next_deadline_at)s,
-            result_id = %(result_id)s, claim_worker = %(claim_worker)s
+            result_id = %(result_id)s, claim_worker = %(claim_worker)s,
+            definition = %(definition)s
         WHERE key = %(key)s AND version = %(expected)s
         RETURNING version
     )
     {_AUDIT_INSERT}
 """
 
+# Paused scopes are left out by the claim queries themselves (`Pauses`): a
+# pause of the tenant or the application is an uncorrelated test, run once per
+# query; a pause of a definition, a lookup per row in the pauses' index.
+_NOT_PAUSED = """
+        AND NOT EXISTS (SELECT 1 FROM workwarden_pauses AS p
+            WHERE p.tenant = %(tenant)s
+                AND (p.application IS NULL OR p.application = %(application)s)
+                AND p.definition IS NULL)
+        AND NOT EXISTS (SELECT 1 FROM workwarden_pauses AS p
+            WHERE p.tenant = %(tenant)s AND p.application = %(application)s
+                AND p.definition = workwarden_documents.definition)
+"""
+
 _CANDIDATES = f"""
     SELECT {_COLUMNS} FROM workwarden_documents
     WHERE tenant = %(tenant)s AND application = %(application)s
-        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
+        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s {_NOT_PAUSED}
         AND (-priority, created_at, key) > (%(neg_priority)s, %(created_at)s, %(key)s)
     ORDER BY -priority, created_at, key
     LIMIT %(limit)s
@@ -187,7 +247,7 @@ _CANDIDATES = f"""
 _CANDIDATES_FIRST = f"""
     SELECT {_COLUMNS} FROM workwarden_documents
     WHERE tenant = %(tenant)s AND application = %(application)s
-        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s
+        AND eligible_at IS NOT NULL AND eligible_at <= %(now)s {_NOT_PAUSED}
     ORDER BY -priority, created_at, key
     LIMIT %(limit)s
 """
@@ -250,6 +310,95 @@ _CREATE_NOTIFYING = _CREATE.replace(_AUDIT_INSERT, _NOTIFYING)
 _UPDATE_NOTIFYING = _UPDATE.replace(_AUDIT_INSERT, _NOTIFYING)
 
 
+# Pauses (`Pauses`): a pause or a resume is one statement, the row of the pause
+# in force added or removed, the scope's count of pauses and resumes taken one
+# further, and its audit record (of that version) inserted; none of it when
+# the scope already was in that condition. A resume notifies `WORK_CHANNEL`
+# with [tenant, application] (application null for a tenant's pause): every
+# signal of the scope wakes.
+_COUNT_PAUSE = """
+    INSERT INTO workwarden_pause_versions (scope_key, version)
+    SELECT scope_key, 1 FROM toggled
+    ON CONFLICT (scope_key)
+        DO UPDATE SET version = workwarden_pause_versions.version + 1
+    RETURNING version
+"""
+
+_PAUSE = f"""
+    WITH toggled AS (
+        INSERT INTO workwarden_pauses (
+            scope_key, tenant, application, definition, since, actor, reason, request_id
+        )
+        VALUES (%(scope_key)s, %(scope_tenant)s, %(scope_application)s, %(scope_definition)s,
+            %(since)s, %(pause_actor)s, %(reason)s, %(pause_request_id)s)
+        ON CONFLICT (scope_key) DO NOTHING
+        RETURNING scope_key
+    ), changed AS ({_COUNT_PAUSE})
+    {_AUDIT_INSERT}
+"""
+
+_RESUME = f"""
+    WITH toggled AS (
+        DELETE FROM workwarden_pauses WHERE scope_key = %(scope_key)s RETURNING scope_key
+    ), changed AS ({_COUNT_PAUSE}), audited AS ({_AUDIT_INSERT})
+    SELECT version, sequence, pg_notify('{WORK_CHANNEL}',
+        json_build_array(%(scope_tenant)s::text, %(scope_application)s::text)::text)::text
+    FROM audited
+"""
+
+_PAUSED = """
+    SELECT scope_key, tenant, application, definition, since, actor, reason, request_id
+    FROM workwarden_pauses
+    WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+    ORDER BY scope_key
+"""
+
+# Purges (`Purges`): documents in terminal states by key, and the delete that
+# keeps the purge's version (the deleted one + 1) as the key's tombstone, in
+# one statement with the purge's audit record.
+_PURGEABLE_FIRST = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE state = ANY(%(states)s::text[]) ORDER BY key LIMIT %(limit)s
+"""
+
+_PURGEABLE = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE key > %(after)s AND state = ANY(%(states)s::text[]) ORDER BY key LIMIT %(limit)s
+"""
+
+_PURGE = f"""
+    WITH gone AS (
+        DELETE FROM workwarden_documents WHERE key = %(key)s AND version = %(expected)s
+        RETURNING key, version
+    ), changed AS (
+        INSERT INTO workwarden_tombstones (key, version)
+        SELECT key, version + 1 FROM gone
+        ON CONFLICT (key) DO UPDATE SET version = EXCLUDED.version
+        RETURNING version
+    )
+    {_AUDIT_INSERT}
+"""
+
+
+def _audit_params(audit: AuditRecord) -> dict[str, Any]:
+    """The parameters `_AUDIT_INSERT` takes for `audit` (its version comes from the statement)."""
+    return {
+        "tx": audit.transaction_id,
+        "audit_key": audit.key,
+        "actor": audit.actor,
+        "operation": audit.operation,
+        "audit_tenant": audit.tenant,
+        "audit_application": audit.application,
+        "at": audit.at,
+        "digest": audit.digest,
+        "worker": audit.worker,
+        "attempt": audit.attempt,
+        "result": audit.result,
+        "fencing_token": audit.fencing_token,
+        "request_id": audit.request_id,
+    }
+
+
 # `write_many`: every write of a batch in one statement, its columns passed as
 # arrays (one element per write, `ord` its place in the batch). Creates and
 # updates compare-and-swap as `_CREATE` and `_UPDATE` do; the audit records
@@ -271,6 +420,7 @@ _BATCH_INPUT = (
     ("next_deadline_at", "bigint"),
     ("result_id", "text"),
     ("claim_worker", "text"),
+    ("definition", "text"),
     ("tx", "text"),
     ("audit_key", "text"),
     ("actor", "text"),
@@ -292,9 +442,11 @@ _WRITE_MANY = f"""
         AS i({", ".join(name for name, _ in _BATCH_INPUT)})
     ), created AS (
         INSERT INTO workwarden_documents ({_COLUMNS})
-        SELECT key, 1, document, tenant, application, state, priority, created_at,
-            eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker
-        FROM input WHERE expected IS NULL ORDER BY ord
+        SELECT i.key, COALESCE(t.version, 0) + 1, i.document, i.tenant, i.application,
+            i.state, i.priority, i.created_at, i.eligible_at, i.lease_expires_at,
+            i.next_deadline_at, i.result_id, i.claim_worker, i.definition
+        FROM input AS i LEFT JOIN workwarden_tombstones AS t ON t.key = i.key
+        WHERE i.expected IS NULL ORDER BY i.ord
         ON CONFLICT (key) DO NOTHING
         RETURNING key, version
     ), updated AS (
@@ -303,7 +455,7 @@ _WRITE_MANY = f"""
             application = i.application, state = i.state, priority = i.priority,
             created_at = i.created_at, eligible_at = i.eligible_at,
             lease_expires_at = i.lease_expires_at, next_deadline_at = i.next_deadline_at,
-            result_id = i.result_id, claim_worker = i.claim_worker
+            result_id = i.result_id, claim_worker = i.claim_worker, definition = i.definition
         FROM input AS i
         WHERE i.expected IS NOT NULL AND d.key = i.key AND d.version = i.expected
         RETURNING d.key, d.version
@@ -370,6 +522,7 @@ def _write_params(
         "next_deadline_at": index.next_deadline_at,
         "result_id": index.result_id,
         "claim_worker": index.claim_worker,
+        "definition": index.definition,
         "expected": expected_version,
         "tx": audit.transaction_id,
         "audit_key": audit.key,

@@ -1,6 +1,6 @@
 """`PostgresStore`: the `Store` protocol on PostgreSQL, for many processes and machines.
 
-Three tables, created on first use (idempotently, under an advisory lock, so
+Its tables, created on first use (idempotently, under an advisory lock, so
 several processes may construct stores on one fresh database at once):
 
 - `workwarden_documents`: one row per key with its version (from 1), the
@@ -11,7 +11,12 @@ several processes may construct stores on one fresh database at once):
 - `workwarden_audit`: one record per committed write, numbered by an identity
   column `sequence`.
 - `workwarden_schema_version`: the schema's version, refused when newer than
-  this code.
+  this code (an older one is brought up to it).
+- `workwarden_pauses` and `workwarden_pause_versions` (`Pauses`): the pauses
+  in force, which the claim queries leave out themselves, and each scope's
+  count of pauses and resumes; `workwarden_tombstones` (`Purges`): the
+  version of each purged key's purge, which a document created again under
+  the key follows (looked up by the create statement itself).
 
 Every write is one statement in autocommit mode: a data-modifying CTE that
 compare-and-swaps the document (`UPDATE ... WHERE key = ... AND version =
@@ -60,6 +65,7 @@ the names of those modules remain importable from it.
 
 from __future__ import annotations
 
+import builtins
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -86,6 +92,8 @@ from workwarden.storage.base import (
     ChooseClaims,
     IndexFields,
     NextInstants,
+    PauseRecord,
+    PauseScope,
     StoreConflict,
     StoredDocument,
     StoreFailure,
@@ -132,9 +140,16 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _LOCK_CANDIDATES,
     _LOCK_CANDIDATES_FIRST,
     _NEXT_INSTANTS,
+    _NOT_PAUSED,
     _NOTIFYING,
+    _PAUSE,
+    _PAUSED,
+    _PURGE,
+    _PURGEABLE,
+    _PURGEABLE_FIRST,
     _READ,
     _READ_MANY,
+    _RESUME,
     _SCAN,
     _SCAN_FIRST,
     _SCHEMA,
@@ -145,6 +160,7 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     SCHEMA_VERSION,
     WORK_CHANNEL,
     _audit,
+    _audit_params,
     _due_query,
     _ensure_schema,
     _next_instant,
@@ -716,6 +732,80 @@ class PostgresStore:
         timeout (at most a second at a time) and answers True.
         """
         return _PostgresSignal(self._dsn, tenant, application, self.connect_timeout_s)
+
+    # -- optional capabilities (`Pauses`, `Purges`) --------------------------------
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """Pause or resume `scope` with its audit record, in one statement; False if no change.
+
+        The audit record's version counts the scope's pauses and resumes. A
+        resume notifies the work channel for the scope's tenant and
+        application (or every application of a tenant's pause), waking
+        every signal it covers, in every process. Raises
+        `StoreOutcomeUnknown` when the connection broke after the
+        statement was sent.
+        """
+        params: dict[str, Any] = {
+            **_audit_params(audit),
+            "scope_key": scope.key,
+            "scope_tenant": scope.tenant,
+            "scope_application": scope.application,
+            "scope_definition": scope.definition,
+        }
+        if pause is not None:
+            params.update(
+                since=pause.since,
+                pause_actor=pause.actor,
+                reason=pause.reason,
+                pause_request_id=pause.request_id,
+            )
+        query = _RESUME if pause is None else _PAUSE
+        what = f"cannot {'resume' if pause is None else 'pause'} {scope.key}"
+        with _failures(what):
+            row = self._attempt(
+                what, lambda conn: conn.execute(query, params).fetchone(), write=True
+            )
+        return row is not None
+
+    def paused(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
+        """The pauses in force, of `tenant` or of all, by scope key."""
+        rows = self._fetchall("cannot read the pauses", _PAUSED, {"tenant": tenant})
+        return [
+            PauseRecord(
+                scope=PauseScope(row[1], row[2], row[3]),
+                since=row[4],
+                actor=row[5],
+                reason=row[6],
+                request_id=row[7],
+            )
+            for row in rows
+        ]
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """Up to `limit` documents whose index state is one of `states`, by key, after `after`."""
+        params = {"states": list(states), "after": after, "limit": max(limit, 0)}
+        query = _PURGEABLE_FIRST if after is None else _PURGEABLE
+        rows = self._fetchall("cannot read purgeable documents", query, params)
+        return [_document(row) for row in rows]
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """Delete `key` at `expected_version` with its audit record, in one statement.
+
+        The purge's version (the deleted one + 1) stays as the key's
+        tombstone, which a document created again under the key follows.
+        Returns False, writing nothing, when the version does not hold.
+        Raises `StoreOutcomeUnknown` when the connection broke after the
+        statement was sent.
+        """
+        params = {**_audit_params(audit), "key": key, "expected": expected_version}
+        what = f"cannot purge {key}"
+        with _failures(what):
+            row = self._attempt(
+                what, lambda conn: conn.execute(_PURGE, params).fetchone(), write=True
+            )
+        return row is not None
 
     def close(self) -> None:
         """Close every pooled connection; the store cannot be used afterwards."""

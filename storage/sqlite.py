@@ -11,8 +11,13 @@ the busy timeout. Every thread gets its own connection. A batch
 (`write_many`, `claim_batch`) is one such transaction, each of its writes a
 compare-and-swap whose conflict undoes its own statement and nothing else.
 
+The store keeps pauses (`Pauses`: the claim query leaves paused scopes out
+itself) and purges documents (`Purges`: a purged key's version is kept as a
+tombstone, which a document created again under the key follows).
+
 The file records its schema version (table `schema_version`) so that a later
-release can migrate it; a file from a newer release is refused.
+release can migrate it; a file from a newer release is refused, an older one
+is brought up to this version when opened for writing.
 
 The schema, its migration and the text of the statements are in
 `workwarden.storage.sqlite_schema`; this module opens the file and runs
@@ -21,7 +26,9 @@ them. The names of that module remain importable from this one.
 
 from __future__ import annotations
 
+import builtins
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -40,6 +47,8 @@ from workwarden.storage.base import (
     IndexFields,
     LocalWakeUps,
     NextInstants,
+    PauseRecord,
+    PauseScope,
     StoreConflict,
     StoredDocument,
     StoreFailure,
@@ -52,15 +61,18 @@ from workwarden.storage.base import document_from_row as _document
 
 # The schema and statements, each importable from here as well as from their own module.
 from workwarden.storage.sqlite_schema import (  # noqa: F401
+    _ADD_PAUSE,
     _ADDED_COLUMNS,
     _ADDED_INDEXES,
     _APPEND_AUDIT,
     _AUDIT,
     _AUDIT_LOG,
+    _BURY,
     _CLAIM_CANDIDATES,
     _CLAIM_CANDIDATES_AFTER,
     _CLAIM_ORDER,
     _CLAIMABLE,
+    _COUNT_PAUSE,
     _DEADLINES_DUE,
     _DOCUMENT,
     _EXAMPLE,
@@ -72,11 +84,18 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _INSERT,
     _LIST,
     _NEXT_INSTANTS,
+    _NOT_PAUSED,
+    _PAUSE_COLUMNS,
+    _PAUSE_VERSION,
+    _PAUSED,
+    _PURGE,
     _READ,
     _READ_MANY_CHUNK,
+    _REMOVE_PAUSE,
     _SCAN,
     _SCHEMA,
     _SCOPE,
+    _TOMBSTONE,
     _UPDATE,
     SCHEMA_VERSION,
     _add_columns,
@@ -84,6 +103,7 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _audit_params,
     _document_params,
     _ensure_schema,
+    _purgeable,
     _read_many,
     _verify_schema,
 )
@@ -97,12 +117,23 @@ _SCAN_PAGE = 256
 
 #: How often a work signal looks for commits by other connections (`PRAGMA data_version`).
 _SIGNAL_POLL_S: Final = 0.05
+#: How SQLite's query plans head a subquery's steps ("CORRELATED SCALAR SUBQUERY 2").
+_HEADING: Final = re.compile(r"^(CORRELATED )?(SCALAR|LIST) SUBQUERY \d+$")
 _SYNCHRONOUS: frozenset[str] = frozenset({"FULL", "EXTRA", "NORMAL"})
 
 
 def _locked(exc: sqlite3.Error) -> bool:
     """Whether `exc` says the file stayed locked by another connection (busy timeout exceeded)."""
     return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
+def _first_version(conn: sqlite3.Connection, key: str) -> int:
+    """The version a create of `key` writes: 1, or its tombstone's version + 1 if it was purged.
+
+    Read inside the caller's write transaction, so no purge comes between.
+    """
+    row = conn.execute(_TOMBSTONE, {"key": key}).fetchone()
+    return 1 if row is None else int(row[0]) + 1
 
 
 def _limit(limit: int | None) -> int:
@@ -390,17 +421,18 @@ class SQLiteStore:
         The check is the write itself: the insert of a key that exists
         breaks the primary key, the update names the expected version in
         its `WHERE`, and a result id held by another key breaks the unique
-        index; each is a conflict.
+        index; each is a conflict. A key purged before starts again after
+        its tombstone's version.
         """
         values = _document_params(key, document, index, expected_version)
-        version: int = values["version"]
-        record = _audit_params(audit, key, version)
         with self._transaction(f"write {key}") as conn:
             if expected_version is None:
+                values["version"] = _first_version(conn, key)
                 conn.execute(_INSERT, values)
             elif conn.execute(_UPDATE, values).rowcount != 1:
                 raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
-            conn.execute(_APPEND_AUDIT, record)
+            version: int = values["version"]
+            conn.execute(_APPEND_AUDIT, _audit_params(audit, key, version))
         if index.eligible_at is not None:
             self._wake_ups.notify(index.tenant, index.application)
         return version
@@ -487,9 +519,9 @@ class SQLiteStore:
         """One write's compare-and-swap and audit record, inside the caller's transaction."""
         key, expected_version = write.key, write.expected_version
         values = _document_params(key, write.document, write.index, expected_version)
-        version: int = values["version"]
         try:
             if expected_version is None:
+                values["version"] = _first_version(conn, key)
                 conn.execute(_INSERT, values)
             elif conn.execute(_UPDATE, values).rowcount != 1:
                 return StoreConflict(f"{key}: expected version {expected_version} does not hold")
@@ -500,6 +532,7 @@ class SQLiteStore:
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_UNIQUE":
                 return StoreConflict(f"result id {write.index.result_id} belongs to another key")
             raise
+        version: int = values["version"]
         conn.execute(_APPEND_AUDIT, _audit_params(write.audit, key, version))
         return version
 
@@ -624,18 +657,95 @@ class SQLiteStore:
         """
         return _SQLiteSignal(self, self._wake_ups.signal(tenant, application))
 
+    # -- optional capabilities (`Pauses`, `Purges`) --------------------------------
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """Pause or resume `scope` with its audit record, in one transaction; False if no change.
+
+        The audit record's version counts the scope's pauses and resumes.
+        A resume wakes this store's work signals at once (other processes'
+        signals see the commit by `PRAGMA data_version`).
+        """
+        key = {"scope_key": scope.key}
+        with self._transaction(f"pause {scope.key}") as conn:
+            if pause is None:
+                changed = conn.execute(_REMOVE_PAUSE, key).rowcount == 1
+            else:
+                values = {
+                    **key,
+                    "tenant": scope.tenant,
+                    "application": scope.application,
+                    "definition": scope.definition,
+                    "since": pause.since,
+                    "actor": pause.actor,
+                    "reason": pause.reason,
+                    "request_id": pause.request_id,
+                }
+                changed = conn.execute(_ADD_PAUSE, values).rowcount == 1
+            if changed:
+                row = conn.execute(_PAUSE_VERSION, key).fetchone()
+                version = 1 if row is None else int(row[0]) + 1
+                conn.execute(_COUNT_PAUSE, {**key, "version": version})
+                conn.execute(_APPEND_AUDIT, _audit_params(audit, audit.key, version))
+        if changed and pause is None:
+            self._wake_ups.notify_all()
+        return changed
+
+    def paused(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
+        """The pauses in force, of `tenant` or of all, by scope key."""
+        rows = self._query("paused", _PAUSED, {"tenant": tenant})
+        return [
+            PauseRecord(
+                scope=PauseScope(row[1], row[2], row[3]),
+                since=row[4],
+                actor=row[5],
+                reason=row[6],
+                request_id=row[7],
+            )
+            for row in rows
+        ]
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """Up to `limit` documents whose index state is one of `states`, by key, after `after`."""
+        wanted = list(dict.fromkeys(states))
+        if not wanted:
+            return []
+        params: dict[str, Any] = {f"s{number}": state for number, state in enumerate(wanted)}
+        params.update(after=after, limit=_limit(limit))
+        sql = _purgeable(len(wanted), first=after is None)
+        return [_document(row) for row in self._query("purgeable", sql, params)]
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """Delete `key` at `expected_version` with its audit record, in one transaction.
+
+        The purge's version (the deleted one + 1) stays as the key's
+        tombstone, which a document created again under the key follows.
+        Returns False, writing nothing, when the version does not hold.
+        """
+        version = expected_version + 1
+        with self._transaction(f"purge {key}") as conn:
+            gone = conn.execute(_PURGE, {"key": key, "expected": expected_version}).rowcount == 1
+            if gone:
+                conn.execute(_BURY, {"key": key, "version": version})
+                conn.execute(_APPEND_AUDIT, _audit_params(audit, key, version))
+        return gone
+
     # -- operations --------------------------------------------------------
 
     def query_plans(self) -> dict[str, tuple[str, ...]]:
         """How SQLite runs each query of the store (`EXPLAIN QUERY PLAN`), by query name.
 
         For operators and tests checking that every index query reads an
-        index rather than the whole table.
+        index rather than the whole table. Each step is one read of a table
+        or an index; the heading SQLite puts before a subquery's steps
+        ("SCALAR SUBQUERY 1") is left out.
         """
         plans: dict[str, tuple[str, ...]] = {}
         for name, sql in _EXPLAINED.items():
             rows = self._query(f"explain {name}", "EXPLAIN QUERY PLAN " + sql, _EXAMPLE)
-            plans[name] = tuple(str(row[-1]) for row in rows)
+            plans[name] = tuple(str(row[-1]) for row in rows if not _HEADING.search(str(row[-1])))
         return plans
 
 

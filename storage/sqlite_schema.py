@@ -3,7 +3,7 @@
 What `SQLiteStore` (`workwarden.storage.sqlite`) keeps in its file and runs
 on it: the tables and indexes (`_SCHEMA`; the index queries each name the
 partial index they read, `INDEXED BY`), the columns and indexes schema
-version 2 added (`_ADDED_COLUMNS`, `_ADDED_INDEXES`), `_ensure_schema`,
+versions 2 and 3 added (`_ADDED_COLUMNS`, `_ADDED_INDEXES`), `_ensure_schema`,
 which creates the schema or brings an older file up to `SCHEMA_VERSION`, and
 `_verify_schema`, which refuses a file that is not a workwarden store or is
 newer; then the statements of every read and write, the queries
@@ -26,12 +26,15 @@ from workwarden.storage.base import (
 
 __all__ = ["SCHEMA_VERSION"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema this release writes and reads.
 
 Version 2 adds `documents.claim_worker` (filled in from each document when a
 version 1 file is opened for writing) and `audit.request_id`, each with its
-partial index."""
+partial index. Version 3 adds `documents.definition` (filled in from each
+document's `definition_id` when an older file is opened for writing), the
+pauses in force (`pauses`, with `pause_versions` counting each scope's pauses
+and resumes) and the versions of purged keys (`tombstones`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -50,7 +53,8 @@ CREATE TABLE IF NOT EXISTS documents (
     lease_expires_at INTEGER,
     next_deadline_at INTEGER,
     result_id TEXT UNIQUE,
-    claim_worker TEXT
+    claim_worker TEXT,
+    definition TEXT
 );
 CREATE INDEX IF NOT EXISTS documents_by_scope
     ON documents (tenant, application, priority DESC, created_at, key);
@@ -80,13 +84,34 @@ CREATE TABLE IF NOT EXISTS audit (
     fencing_token INTEGER,
     request_id TEXT
 );
+CREATE TABLE IF NOT EXISTS pauses (
+    scope_key TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    application TEXT,
+    definition TEXT,
+    since INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    reason TEXT,
+    request_id TEXT
+);
+CREATE INDEX IF NOT EXISTS pauses_by_scope ON pauses (tenant, application, definition);
+CREATE TABLE IF NOT EXISTS pause_versions (
+    scope_key TEXT PRIMARY KEY NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tombstones (
+    key TEXT PRIMARY KEY NOT NULL,
+    version INTEGER NOT NULL
+);
 """
 
-# Schema version 2: the columns a version 1 file lacks (table, column, how an
-# existing row fills it in), then their indexes.
+# Schema versions 2 and 3: the columns an older file lacks (table, column, how
+# an existing row fills it in), then their indexes. (Version 3's tables are in
+# `_SCHEMA`, created where missing.)
 _ADDED_COLUMNS = (
     ("documents", "claim_worker", "json_extract(document, '$.current_claim.worker_id')"),
     ("audit", "request_id", None),
+    ("documents", "definition", "json_extract(document, '$.definition_id')"),
 )
 _ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS documents_by_claim_worker"
@@ -97,7 +122,7 @@ _ADDED_INDEXES = (
 
 _DOCUMENT = (
     "key, version, document, tenant, application, state, priority, created_at,"
-    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker"
+    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition"
 )
 _AUDIT = (
     "sequence, transaction_id, key, version, actor, operation, tenant, application, at,"
@@ -106,10 +131,21 @@ _AUDIT = (
 
 _READ = f"SELECT {_DOCUMENT} FROM documents WHERE key = :key"
 _FIND_RESULT = "SELECT key FROM documents WHERE result_id = :result_id"
+# Paused scopes are left out in the query itself (`Pauses`): a pause of the
+# tenant or the application is one uncorrelated test (run once, however many
+# rows), a pause of a definition a lookup per row in `pauses_by_scope`.
+_NOT_PAUSED = (
+    " AND NOT EXISTS (SELECT 1 FROM pauses INDEXED BY pauses_by_scope"
+    " WHERE tenant = :tenant AND (application IS NULL OR application = :application)"
+    " AND definition IS NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM pauses INDEXED BY pauses_by_scope"
+    " WHERE tenant = :tenant AND application = :application"
+    " AND definition = documents.definition)"
+)
 _CLAIMABLE = (
     f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_claimable"
     " WHERE tenant = :tenant AND application = :application"
-    " AND eligible_at IS NOT NULL AND eligible_at <= :now"
+    " AND eligible_at IS NOT NULL AND eligible_at <= :now" + _NOT_PAUSED
 )
 _CLAIM_ORDER = " ORDER BY priority DESC, created_at, key LIMIT :limit"
 _CLAIM_CANDIDATES = _CLAIMABLE + _CLAIM_ORDER
@@ -164,14 +200,17 @@ def _read_many(count: int) -> str:
 _INSERT = (
     f"INSERT INTO documents ({_DOCUMENT}) VALUES (:key, :version, :document, :tenant,"
     " :application, :state, :priority, :created_at, :eligible_at, :lease_expires_at,"
-    " :next_deadline_at, :result_id, :claim_worker)"
+    " :next_deadline_at, :result_id, :claim_worker, :definition)"
 )
+#: The version a purged key's next document follows (`_INSERT` of a key purged
+#: before is at this + 1), read under the write lock just before the insert.
+_TOMBSTONE = "SELECT version FROM tombstones WHERE key = :key"
 _UPDATE = (
     "UPDATE documents SET version = :version, document = :document, tenant = :tenant,"
     " application = :application, state = :state, priority = :priority,"
     " created_at = :created_at, eligible_at = :eligible_at,"
     " lease_expires_at = :lease_expires_at, next_deadline_at = :next_deadline_at,"
-    " result_id = :result_id, claim_worker = :claim_worker"
+    " result_id = :result_id, claim_worker = :claim_worker, definition = :definition"
     " WHERE key = :key AND version = :expected"
 )
 _APPEND_AUDIT = (
@@ -179,6 +218,43 @@ _APPEND_AUDIT = (
     " at, digest, worker, attempt, result, fencing_token, request_id) VALUES (:transaction_id,"
     " :key, :version, :actor, :operation, :tenant, :application, :at, :digest, :worker,"
     " :attempt, :result, :fencing_token, :request_id)"
+)
+
+# Pauses (`Pauses`): the pause in force is a row of `pauses`; each pause and
+# resume counts one more in `pause_versions` (its audit record's version).
+_PAUSE_COLUMNS = "scope_key, tenant, application, definition, since, actor, reason, request_id"
+_ADD_PAUSE = (
+    f"INSERT INTO pauses ({_PAUSE_COLUMNS}) VALUES (:scope_key, :tenant, :application,"
+    " :definition, :since, :actor, :reason, :request_id) ON CONFLICT (scope_key) DO NOTHING"
+)
+_REMOVE_PAUSE = "DELETE FROM pauses WHERE scope_key = :scope_key"
+_PAUSE_VERSION = "SELECT version FROM pause_versions WHERE scope_key = :scope_key"
+_COUNT_PAUSE = (
+    "INSERT INTO pause_versions (scope_key, version) VALUES (:scope_key, :version)"
+    " ON CONFLICT (scope_key) DO UPDATE SET version = excluded.version"
+)
+_PAUSED = (
+    f"SELECT {_PAUSE_COLUMNS} FROM pauses"
+    " WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY scope_key"
+)
+
+
+# Purges (`Purges`): terminal documents by key, and the delete that leaves a
+# tombstone (the purge's version, which the key's next document follows).
+def _purgeable(count: int, *, first: bool) -> str:
+    """The query of a page of documents in one of `count` states (`:s0`, `:s1`...), by key."""
+    states = ", ".join(f":s{number}" for number in range(count))
+    after = "" if first else "key > :after AND "
+    return (
+        f"SELECT {_DOCUMENT} FROM documents WHERE {after}state IN ({states})"
+        " ORDER BY key LIMIT :limit"
+    )
+
+
+_PURGE = "DELETE FROM documents WHERE key = :key AND version = :expected"
+_BURY = (
+    "INSERT INTO tombstones (key, version) VALUES (:key, :version)"
+    " ON CONFLICT (key) DO UPDATE SET version = excluded.version"
 )
 
 #: The queries `query_plans` explains, and parameters of the right types for
@@ -195,6 +271,7 @@ _EXPLAINED: Mapping[str, str] = {
     "audit_log": _AUDIT_LOG,
     "held_claims": _HELD_CLAIMS,
     "find_request": _FIND_REQUEST,
+    "purgeable": _purgeable(2, first=False),
 }
 _EXAMPLE: Mapping[str, Any] = {
     "key": "k",
@@ -208,6 +285,8 @@ _EXAMPLE: Mapping[str, Any] = {
     "after": 0,
     "worker": "w",
     "request_id": "q",
+    "s0": "DONE",
+    "s1": "FAILED",
 }
 
 _NEXT_INSTANTS = (
@@ -259,6 +338,7 @@ def _document_params(
         "next_deadline_at": index.next_deadline_at,
         "result_id": index.result_id,
         "claim_worker": index.claim_worker,
+        "definition": index.definition,
     }
 
 
@@ -284,7 +364,7 @@ def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:
 
 
 def _add_columns(conn: sqlite3.Connection) -> None:
-    """Bring a version 1 file to version 2 (in the schema transaction): add, fill, index."""
+    """Bring an older file to this version (in the schema transaction): add, fill, index."""
     for table, column, fill in _ADDED_COLUMNS:
         present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in present:
@@ -308,7 +388,7 @@ def _newer_schema(path: str, found: int) -> StoreFailure:
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
-    """Create the tables if missing, bring a version 1 file to this version, refuse a newer one.
+    """Create the tables if missing, bring an older file to this version, refuse a newer one.
 
     Run inside the caller's write transaction, which a refusal rolls back.
     """

@@ -30,7 +30,12 @@ the work signal (`WakeUps`), and batches (`BatchStore`: `write_many`
 outcomes, conflicts, duplicate keys, result id clashes and audit records;
 `read_many`; `claim_batch` pages, limits and compare-and-swaps, and two
 concurrent callers, each with its own store object when `reopen` is given,
-never offered one document).
+never offered one document), pauses (`Pauses`: kept, listed and audited,
+repeats writing nothing; `claim_candidates` and `claim_batch` leave out a
+paused tenant, application or definition until it is resumed; a resume wakes
+the work signal) and purges (`Purges`: `purgeable` paging, the purge's
+compare-and-swap and audit record, a key created again by `write` or
+`write_many` continuing after its tombstone, the result id freed).
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ from workwarden.storage.base import (
     DueInstants,
     IndexFields,
     NextInstants,
+    PauseRecord,
+    Pauses,
+    PauseScope,
+    Purges,
     Store,
     StoreConflict,
     StoredDocument,
@@ -115,6 +124,7 @@ def _index(
     next_deadline_at: int | None = None,
     result_id: str | None = None,
     claim_worker: str | None = None,
+    definition: str | None = None,
 ) -> IndexFields:
     return IndexFields(
         tenant=tenant,
@@ -127,6 +137,7 @@ def _index(
         next_deadline_at=next_deadline_at,
         result_id=result_id,
         claim_worker=claim_worker,
+        definition=definition,
     )
 
 
@@ -275,6 +286,8 @@ def _documents_round_trip_exactly(store: Store) -> None:
                 lease_expires_at=_BIG - 1,
                 next_deadline_at=0,
                 result_id="result ☃",
+                claim_worker="worker ☃",
+                definition="definition ☃",
             ),
         ),
     }
@@ -1268,6 +1281,312 @@ def _concurrent_claim_batches_never_choose_one_document_twice(
     _equal(_keys(store.claim_candidates("t", "a", 0, 100)), [], "candidates left")
 
 
+# -- pauses (`Pauses`) -------------------------------------------------------------------
+
+
+def _pauses(store: Store) -> Pauses | None:
+    return store if isinstance(store, Pauses) else None
+
+
+def _pause_audit(scope: PauseScope, operation: str, step: int) -> AuditRecord:
+    return AuditRecord(
+        transaction_id=f"tx-{scope.key}-{step}",
+        key=scope.key,
+        version=0,
+        actor="operator",
+        operation=operation,
+        tenant=scope.tenant,
+        application=scope.application or "*",
+        at=2_000 + step,
+        digest=f"digest-{scope.key}-{step}",
+        request_id=f"req-{scope.key}-{step}",
+    )
+
+
+def _pause(pauses: Pauses, scope: PauseScope, step: int, reason: str | None = None) -> bool:
+    record = PauseRecord(scope, 2_000 + step, "operator", reason, f"req-{scope.key}-{step}")
+    return pauses.set_pause(scope, record, _pause_audit(scope, "pause", step))
+
+
+def _resume(pauses: Pauses, scope: PauseScope, step: int) -> bool:
+    return pauses.set_pause(scope, None, _pause_audit(scope, "resume", step))
+
+
+def _pauses_are_kept_listed_and_audited(store: Store) -> None:
+    pauses = _pauses(store)
+    if pauses is None:
+        return
+    _equal(pauses.paused(), [], "pauses of a new store")
+    tenant = PauseScope("t")
+    app = PauseScope("t", "a")
+    definition = PauseScope("t", "a", "d ☃")
+    other = PauseScope("u", "a")
+    for step, scope in enumerate((definition, other, tenant, app), start=1):
+        _expect(_pause(pauses, scope, step, reason=f"why {step}"), f"pausing {scope.key}")
+    records = {
+        scope.key: PauseRecord(
+            scope, 2_000 + step, "operator", f"why {step}", f"req-{scope.key}-{step}"
+        )
+        for step, scope in enumerate((definition, other, tenant, app), start=1)
+    }
+    _equal(pauses.paused(), [records[key] for key in sorted(records)], "the pauses in force")
+    _equal(
+        pauses.paused("t"),
+        [records[key] for key in sorted(records) if key.startswith("pause/t/")],
+        "the pauses of one tenant",
+    )
+    _equal(pauses.paused("nobody"), [], "the pauses of a tenant with none")
+    before = _snapshot(store)
+    _expect(not _pause(pauses, app, 9, reason="again"), "pausing a paused scope answered True")
+    _unchanged(store, before, "pausing a paused scope", ())
+    _equal(
+        pauses.paused(),
+        [records[key] for key in sorted(records)],
+        "the pauses in force after pausing a paused scope (the first pause kept)",
+    )
+    _expect(_resume(pauses, app, 10), "resuming a paused scope answered False")
+    after = _snapshot(store)
+    _expect(not _resume(pauses, app, 11), "resuming a scope not paused answered True")
+    _unchanged(store, after, "resuming a scope not paused", ())
+    _expect(_pause(pauses, app, 12), "pausing a resumed scope")
+    _expect(_resume(pauses, app, 13), "resuming it again")
+    _equal(
+        [record.scope for record in pauses.paused()],
+        sorted((definition, tenant, other), key=lambda scope: scope.key),
+        "the pauses in force after resuming one",
+    )
+    log = [record for record in store.audit_log() if record.key == app.key]
+    _equal(
+        [(record.operation, record.version, record.transaction_id) for record in log],
+        [
+            ("pause", 1, f"tx-{app.key}-4"),
+            ("resume", 2, f"tx-{app.key}-10"),
+            ("pause", 3, f"tx-{app.key}-12"),
+            ("resume", 4, f"tx-{app.key}-13"),
+        ],
+        "audit records of a scope's pauses and resumes (versions counting them)",
+    )
+    _equal(
+        replace(log[0], sequence=0),
+        replace(_pause_audit(app, "pause", 4), version=1),
+        "the audit record of a pause, as given",
+    )
+    _equal(len(store.audit_log()), 7, "audit records of 5 pauses and 2 resumes")
+
+
+def _paused_readies(store: Store) -> dict[str, list[str]]:
+    """READY documents of definitions d1, d2 and none in t/a, and in t/b and u/a; keys by scope."""
+    writer = _Writer(store)
+    made: dict[str, list[str]] = {"t/a": [], "t/b": [], "u/a": []}
+    for number in range(12):
+        definition = ("d1", "d2", None)[number % 3]
+        key = f"k{number:02d}-{definition}"
+        writer.put(key, _index(created_at=number, eligible_at=0, definition=definition))
+        made["t/a"].append(key)
+    for tenant, application in (("t", "b"), ("u", "a")):
+        for number in range(3):
+            key = f"{tenant}{application}{number}"
+            writer.put(
+                key, _index(tenant, application, created_at=number, eligible_at=0, definition="d1")
+            )
+            made[f"{tenant}/{application}"].append(key)
+    return made
+
+
+def _offered(store: Store, tenant: str, application: str) -> tuple[list[str], list[str]]:
+    """The keys `claim_candidates` pages (2 at a time) and `claim_batch` offers (nothing chosen)."""
+    paged: list[str] = []
+    after: CandidateCursor | None = None
+    while page := store.claim_candidates(tenant, application, 0, 2, after):
+        paged += _keys(page)
+        last = page[-1]
+        after = CandidateCursor(last.index.priority, last.index.created_at, last.key)
+    batch = _batch(store)
+    if batch is None:
+        return paged, paged
+    chooser = _Chooser(0)
+    batch.claim_batch(tenant, application, 0, 100, chooser)
+    return paged, [key for page in chooser.pages for key in page]
+
+
+def _claims_leave_out_paused_scopes_at_each_level(store: Store) -> None:
+    pauses = _pauses(store)
+    if pauses is None:
+        return
+    made = _paused_readies(store)
+    everything = {scope: (keys, keys) for scope, keys in made.items()}
+
+    def offered() -> dict[str, tuple[list[str], list[str]]]:
+        return {scope: _offered(store, *scope.split("/")) for scope in made}
+
+    _equal(offered(), everything, "candidates with nothing paused")
+    not_d1 = [key for key in made["t/a"] if not key.endswith("-d1")]
+    levels = (
+        (PauseScope("t"), {"t/a": [], "t/b": [], "u/a": made["u/a"]}),
+        (PauseScope("t", "a"), {"t/a": [], "t/b": made["t/b"], "u/a": made["u/a"]}),
+        (PauseScope("t", "a", "d1"), {"t/a": not_d1, "t/b": made["t/b"], "u/a": made["u/a"]}),
+        (PauseScope("u", "b"), {"t/a": made["t/a"], "t/b": made["t/b"], "u/a": made["u/a"]}),
+        (PauseScope("t", "b", "d2"), {"t/a": made["t/a"], "t/b": made["t/b"], "u/a": made["u/a"]}),
+    )
+    for step, (scope, expected) in enumerate(levels, start=1):
+        _expect(_pause(pauses, scope, step), f"pausing {scope.key}")
+        _equal(
+            offered(),
+            {name: (keys, keys) for name, keys in expected.items()},
+            f"candidates (claim_candidates, claim_batch) while {scope.key} is paused",
+        )
+        _expect(_resume(pauses, scope, step), f"resuming {scope.key}")
+        _equal(offered(), everything, f"candidates after {scope.key} was resumed")
+    _pause(pauses, PauseScope("t", "a", "d1"), 10)
+    _pause(pauses, PauseScope("t", "a", "d2"), 11)
+    only_none = [key for key in made["t/a"] if key.endswith("-None")]
+    _equal(
+        offered()["t/a"],
+        (only_none, only_none),
+        "candidates of t/a while two of its definitions are paused",
+    )
+
+
+def _a_resume_wakes_the_work_signal_of_the_scopes_it_frees(store: Store) -> None:
+    pauses = _pauses(store)
+    if pauses is None or not isinstance(store, WakeUps):
+        return
+    _Writer(store).put("k", _index(eligible_at=0, definition="d"))
+    for step, scope in enumerate((PauseScope("t"), PauseScope("t", "a", "d")), start=1):
+        _pause(pauses, scope, step)
+        signal = store.work_signal("t", "a")
+        try:
+            _expect(not signal.wait(0.05), "a work signal woke with nothing written")
+            _resume(pauses, scope, step)
+            _expect(signal.wait(5.0), f"resuming {scope.key} did not wake the signal of t/a")
+        finally:
+            signal.close()
+
+
+# -- purges (`Purges`) --------------------------------------------------------------------
+
+
+def _purges(store: Store) -> Purges | None:
+    return store if isinstance(store, Purges) else None
+
+
+def _purge_audit(key: str, step: int) -> AuditRecord:
+    return replace(_audit(key, _index(), step), operation="purge", actor="retention")
+
+
+def _purgeable_pages_documents_in_the_given_states_by_key(store: Store) -> None:
+    purges = _purges(store)
+    if purges is None:
+        return
+    writer = _Writer(store)
+    states = {"a": "DONE", "b": "READY", "c": "FAILED", "d": "DONE", "é": "DONE", "e": "CLAIMED"}
+    stored = {key: writer.put(key, _index(state=state)) for key, state in states.items()}
+    terminal = ["a", "c", "d", "é"]
+    _equal(
+        _keys(purges.purgeable(["DONE", "FAILED"], None, 100)),
+        terminal,
+        "purgeable documents, by key",
+    )
+    pages: list[str] = []
+    after: str | None = None
+    while page := purges.purgeable(["FAILED", "DONE"], after, 1):
+        _equal(len(page), 1, "a page of purgeable documents")
+        pages += _keys(page)
+        after = page[-1].key
+    _equal(pages, terminal, "purgeable documents paged one at a time")
+    _equal(list(purges.purgeable(["DONE"], "a", 100)), [stored["d"], stored["é"]], "after 'a'")
+    _equal(list(purges.purgeable(["DONE"], None, 0)), [], "purgeable with limit 0")
+    _equal(list(purges.purgeable([], None, 100)), [], "purgeable of no states")
+    _equal(list(purges.purgeable(["GONE"], None, 100)), [], "purgeable of a state no one has")
+
+
+def _a_purge_is_a_compare_and_swap_with_its_audit_record(store: Store) -> None:
+    purges = _purges(store)
+    if purges is None:
+        return
+    writer = _Writer(store)
+    writer.put("k", _index(eligible_at=0))
+    writer.put("k", _index(state="DONE", lease_expires_at=5, next_deadline_at=5))
+    writer.put("other", _index(eligible_at=0))
+    before = _snapshot(store, ["k"])
+    for stale in (1, 3):
+        _expect(
+            not purges.purge("k", stale, _purge_audit("k", 9)),
+            f"a purge expecting version {stale} of a key at version 2 answered True",
+        )
+        _unchanged(store, before, "a purge on a stale version", ["k"])
+    _expect(not purges.purge("absent", 1, _purge_audit("absent", 9)), "a purge of a missing key")
+    _unchanged(store, before, "a purge of a missing key", ["k"])
+    records = len(store.audit_log())
+    _expect(purges.purge("k", 2, _purge_audit("k", 10)), "a purge on the current version")
+    _equal(store.read("k"), None, "a purged key")
+    _equal(_keys(store.scan()), ["other"], "documents after a purge")
+    _equal(_keys(store.claim_candidates("t", "a", 0, 10)), ["other"], "candidates after a purge")
+    _equal(list(store.expired_leases(_BIG, 10)), [], "leases after a purge")
+    _equal(list(store.deadlines_due(_BIG, 10)), [], "deadlines after a purge")
+    log = store.audit_log()
+    _equal(len(log), records + 1, "audit records added by a purge")
+    _equal(
+        replace(log[-1], sequence=0),
+        replace(_purge_audit("k", 10), version=3),
+        "the audit record of a purge (its version the deleted one + 1)",
+    )
+    after = _snapshot(store, ["k"])
+    _expect(not purges.purge("k", 2, _purge_audit("k", 11)), "purging a purged key again")
+    _unchanged(store, after, "purging a purged key again", ["k"])
+
+
+def _a_key_created_again_after_a_purge_continues_its_versions(store: Store) -> None:
+    purges = _purges(store)
+    if purges is None:
+        return
+    writer = _Writer(store)
+    writer.put("k", _index())
+    writer.put("k", _index(state="DONE"))
+    _expect(purges.purge("k", 2, _purge_audit("k", 1)), "a purge of k at version 2")
+    _equal(writer.put("k", _index(eligible_at=0)).version, 4, "a write creating a purged key")
+    _expect(purges.purge("k", 4, _purge_audit("k", 2)), "a purge of k at version 4")
+    batch = _batch(store)
+    if batch is not None:
+        writes = [
+            _write_of("k", _index(eligible_at=0), None, 30),
+            _write_of("fresh", _index(), None, 31),
+        ]
+        _equal(batch.write_many(writes), [6, 1], "a batch creating a purged key and a new one")
+        _equal(
+            store.read("k"),
+            StoredDocument("k", 6, writes[0].document, writes[0].index),
+            "a purged key created again by a batch",
+        )
+    else:
+        writer.put("k", _index(eligible_at=0))
+    _equal(
+        [record.version for record in store.audit_log() if record.key == "k"],
+        [1, 2, 3, 4, 5, 6],
+        "the versions of a key's audit records across two purges (none repeated)",
+    )
+    _conflicts(
+        "a create of a key created again after its purge",
+        lambda: store.write("k", "{}", _index(), None, _audit("k", _index(), 40)),
+    )
+
+
+def _a_purge_frees_the_result_id(store: Store) -> None:
+    purges = _purges(store)
+    if purges is None:
+        return
+    writer = _Writer(store)
+    done = writer.put("k", _index(state="DONE", result_id="r"))
+    _expect(
+        purges.purge("k", done.version, _purge_audit("k", 1)), "a purge of a document with a result"
+    )
+    _equal(store.find_result("r"), None, "a purged document's result id")
+    _equal(
+        writer.put("other", _index(state="DONE", result_id="r")).version, 1, "another key taking it"
+    )
+    _equal(store.find_result("r"), "other", "the result id's new owner")
+
+
 # -- running the checks ----------------------------------------------------------------
 
 _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
@@ -1337,6 +1656,28 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         _CONCURRENT_CLAIMS,
         partial(_concurrent_claim_batches_never_choose_one_document_twice, reopen=None),
     ),
+    ("pauses_are_kept_listed_and_audited", _pauses_are_kept_listed_and_audited),
+    (
+        "claims_leave_out_paused_scopes_at_each_level",
+        _claims_leave_out_paused_scopes_at_each_level,
+    ),
+    (
+        "a_resume_wakes_the_work_signal_of_the_scopes_it_frees",
+        _a_resume_wakes_the_work_signal_of_the_scopes_it_frees,
+    ),
+    (
+        "purgeable_pages_documents_in_the_given_states_by_key",
+        _purgeable_pages_documents_in_the_given_states_by_key,
+    ),
+    (
+        "a_purge_is_a_compare_and_swap_with_its_audit_record",
+        _a_purge_is_a_compare_and_swap_with_its_audit_record,
+    ),
+    (
+        "a_key_created_again_after_a_purge_continues_its_versions",
+        _a_key_created_again_after_a_purge_continues_its_versions,
+    ),
+    ("a_purge_frees_the_result_id", _a_purge_frees_the_result_id),
 )
 
 CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
@@ -1547,3 +1888,31 @@ class StoreConformance:
     def test_concurrent_claim_batches_never_choose_one_document_twice(self) -> None:
         """Two concurrent `claim_batch` callers are never offered the same document."""
         self._check("concurrent_claim_batches_never_choose_one_document_twice")
+
+    def test_pauses_are_kept_listed_and_audited(self) -> None:
+        """Pauses are kept, listed by scope key, audited; repeating one writes nothing."""
+        self._check("pauses_are_kept_listed_and_audited")
+
+    def test_claims_leave_out_paused_scopes_at_each_level(self) -> None:
+        """No candidate of a paused tenant, application or definition; a resume restores them."""
+        self._check("claims_leave_out_paused_scopes_at_each_level")
+
+    def test_a_resume_wakes_the_work_signal_of_the_scopes_it_frees(self) -> None:
+        """Resuming a pause wakes the work signals of the scopes it frees."""
+        self._check("a_resume_wakes_the_work_signal_of_the_scopes_it_frees")
+
+    def test_purgeable_pages_documents_in_the_given_states_by_key(self) -> None:
+        """`purgeable` pages the documents in the given states by key."""
+        self._check("purgeable_pages_documents_in_the_given_states_by_key")
+
+    def test_a_purge_is_a_compare_and_swap_with_its_audit_record(self) -> None:
+        """A purge deletes only the expected version, with its audit record."""
+        self._check("a_purge_is_a_compare_and_swap_with_its_audit_record")
+
+    def test_a_key_created_again_after_a_purge_continues_its_versions(self) -> None:
+        """A key created again after a purge, by `write` or `write_many`, follows its tombstone."""
+        self._check("a_key_created_again_after_a_purge_continues_its_versions")
+
+    def test_a_purge_frees_the_result_id(self) -> None:
+        """A purged document's result id may be taken by another key."""
+        self._check("a_purge_frees_the_result_id")

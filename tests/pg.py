@@ -117,6 +117,9 @@ class PostgresServer(PrivateServer):
                 "SET lock_timeout = '10s';"
                 " DELETE FROM workwarden_documents;"
                 " DELETE FROM workwarden_audit;"
+                " DELETE FROM workwarden_pauses;"
+                " DELETE FROM workwarden_pause_versions;"
+                " DELETE FROM workwarden_tombstones;"
                 " SELECT setval(pg_get_serial_sequence('workwarden_audit', 'sequence'), 1, false)"
             )
             self._free.append(name)

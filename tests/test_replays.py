@@ -498,7 +498,7 @@ def test_a_version_1_sqlite_file_gains_the_lookups_filled_in_from_its_documents(
         assert warden.claim_next("t", "app", "w1", CAPS, 11_500, LEASE, request_id="r1") == claim
         assert len(store.audit_log()) == 2
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
     conn.close()
 
 
@@ -523,4 +523,4 @@ def test_a_version_1_postgres_database_gains_the_lookups_filled_in_from_its_docu
             assert len(store.audit_log()) == 2
         with psycopg.connect(dsn) as conn:
             row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
-            assert row == (2,)
+            assert row == (3,)

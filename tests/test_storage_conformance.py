@@ -31,6 +31,9 @@ from workwarden.storage import (
 )
 from workwarden.storage.base import (
     ChooseClaims,
+    Pauses,
+    Purges,
+    StoredDocument,
     Write,
     WriteOutcome,
 )
@@ -269,3 +272,51 @@ def test_a_batch_store_not_holding_its_pages_offers_one_document_to_two_callers(
     else:
         pytest.fail("five races of a store not holding its pages all passed the check")
     assert "offered to two claim_batch callers" in why
+
+
+# -- pauses and purges: every backend offers them, and broken ones are caught -------------
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_every_backend_keeps_pauses_and_purges_so_their_checks_run(backend: str) -> None:
+    with BACKENDS[backend]() as store:
+        assert isinstance(store, Pauses)
+        assert isinstance(store, Purges)
+
+
+class ForgetsTombstones(MemoryStore):
+    """Broken on purpose: a purged key's version is forgotten, so a new document starts at 1."""
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        purged = super().purge(key, expected_version, audit)
+        self._tombstones.clear()
+        return purged
+
+
+class IgnoresDefinitionPauses(MemoryStore):
+    """Broken on purpose: the claim gate sees the pauses of tenants and applications only."""
+
+    def _claimable(self, tenant: str, application: str, now: int) -> list[StoredDocument]:
+        kept = self._pauses
+        self._pauses = {key: p for key, p in kept.items() if p.scope.definition is None}
+        try:
+            return super()._claimable(tenant, application, now)
+        finally:
+            self._pauses = kept
+
+
+def test_a_store_reusing_a_purged_keys_versions_fails_the_suite() -> None:
+    failures = failures_of(ForgetsTombstones)
+    assert set(failures) == {"a_key_created_again_after_a_purge_continues_its_versions"}
+    assert (
+        "a write creating a purged key: expected 4, got 1"
+        in failures["a_key_created_again_after_a_purge_continues_its_versions"]
+    )
+
+
+def test_a_store_offering_work_of_a_paused_definition_fails_the_suite() -> None:
+    failures = failures_of(IgnoresDefinitionPauses)
+    assert set(failures) == {"claims_leave_out_paused_scopes_at_each_level"}
+    assert (
+        "while pause/t/a/d1 is paused" in failures["claims_leave_out_paused_scopes_at_each_level"]
+    )

@@ -4,19 +4,28 @@ The source is a SQLite store holding workloads in several states; the target
 is each backend of `tests/backends.py` in turn. An export imported elsewhere
 exports the same bytes, importing twice changes nothing, and a file that
 conflicts with the target changes nothing and names the workload.
+
+Then the schema upgrade: a SQLite file or a PostgreSQL database of schema
+version 2 (no definition column, no pauses, no tombstones) opened by this
+release is brought to version 3, each document's definition filled in from
+the document, and pauses and purges work on it at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from backends import BACKENDS
+from pg import postgres_database
 from support import CAPS, request, store_snapshot
 from support import authority as make_authority
 from workwarden.cli import main
@@ -26,6 +35,8 @@ from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.spec import default_spec
 from workwarden.storage import AuditRecord, SQLiteStore, Store
+from workwarden.storage.base import Pauses, Purges
+from workwarden.storage.postgres import PostgresStore
 
 NOW = 99_000
 
@@ -331,3 +342,73 @@ def test_a_refused_import_into_a_new_store_leaves_no_file_behind(
     assert main(["import", "--store", str(copy), "--create", str(dump)]) == 1
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work.jsonl"]
+
+
+# -- the schema upgrade: version 2 to version 3 ------------------------------------------
+
+
+def committed(store: Store) -> list[tuple[str, int, str, Any]]:
+    """Every document with its version, text and index fields, by key."""
+    return [(doc.key, doc.version, doc.document, doc.index) for doc in store.scan()]
+
+
+def works_after_the_upgrade(store: Store, before: list[tuple[str, int, str, Any]]) -> None:
+    """The documents as they were, their definitions filled in; pauses and purges at work."""
+    assert committed(store) == before
+    assert {index.definition for _, _, _, index in before} == {"send"}
+    assert isinstance(store, Pauses)
+    assert isinstance(store, Purges)
+    authority = make_authority(store)
+    authority.pause("ops", NOW, tenant="t", application="app", definition="send")
+    assert store.claim_candidates("t", "app", NOW, 100) == []
+    authority.pause("ops", NOW, tenant="t", application="other", definition="other")
+    assert [doc.key for doc in store.claim_candidates("t", "other", NOW, 100)] != []
+    assert authority.resume("ops", NOW, tenant="t", application="app", definition="send")
+    assert store.claim_candidates("t", "app", NOW, 100) != []
+    done = next(doc for doc in store.scan() if doc.index.state == "SUCCEEDED")
+    audit = AuditRecord("tx-purge", done.key, 0, "ops", "purge", "t", "app", NOW, "digest")
+    assert store.purge(done.key, done.version, audit)
+    assert store.find_result("result-3") is None
+    again = AuditRecord("tx-again", done.key, 0, "ops", "import", "t", "app", NOW, "digest")
+    assert store.write(done.key, done.document, done.index, None, again) == done.version + 2
+
+
+def test_a_version_2_sqlite_file_is_brought_to_version_3_with_its_definitions(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v2.db"
+    with SQLiteStore(path) as store:
+        populate(store)
+        before = committed(store)
+    # What a file of schema version 2 was: no definition column, no pauses, no tombstones.
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "DROP TABLE pauses; DROP TABLE pause_versions; DROP TABLE tombstones;"
+        " ALTER TABLE documents DROP COLUMN definition; UPDATE schema_version SET version = 2;"
+    )
+    conn.close()
+
+    with SQLiteStore(path) as store:
+        works_after_the_upgrade(store, before)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    conn.close()
+
+
+@pytest.mark.postgres
+def test_a_version_2_postgres_database_is_brought_to_version_3_with_its_definitions() -> None:
+    with postgres_database() as dsn:
+        with contextlib.closing(PostgresStore(dsn)) as store:
+            populate(store)
+            before = committed(store)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE workwarden_pauses, workwarden_pause_versions")
+            conn.execute("DROP TABLE workwarden_tombstones")
+            conn.execute("ALTER TABLE workwarden_documents DROP COLUMN definition")
+            conn.execute("DELETE FROM workwarden_schema_version WHERE version > 2")
+
+        with contextlib.closing(PostgresStore(dsn)) as store:
+            works_after_the_upgrade(store, before)
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
+            assert row == (3,)

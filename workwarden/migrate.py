@@ -38,10 +38,11 @@ from workwarden.statemachine.authority import invalid_from_validation, serialise
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.spec import Spec, default_spec
-from workwarden.storage.base import AuditRecord, Store, StoreConflict, StoreError
+from workwarden.storage.base import AuditRecord, Store, StoreConflict, StoredDocument, StoreError
 
 __all__ = [
     "ImportReport",
+    "export_line",
     "export_lines",
     "export_workloads",
     "import_workloads",
@@ -70,6 +71,19 @@ def _storage_failure(exc: StoreError) -> errors.WorkloadError:
     return errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}")
 
 
+def export_line(doc: StoredDocument) -> str:
+    """One stored document as an export line (without its newline), as `export_lines` writes."""
+    try:
+        document = json.loads(doc.document)
+    except ValueError:
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE,
+            f"stored document {doc.key} version {doc.version} is not JSON",
+            {"workload_id": doc.key},
+        ) from None
+    return _line(doc.key, doc.version, document)
+
+
 def _line(key: str, version: int, document: Any) -> str:
     return json.dumps(
         {"document": document, "key": key, "version": version},
@@ -83,15 +97,7 @@ def export_lines(store: Store) -> Iterator[str]:
     """Every workload of `store` as one export line (without its newline), by key."""
     try:
         for doc in store.scan():
-            try:
-                document = json.loads(doc.document)
-            except ValueError:
-                raise errors.WorkloadError(
-                    errors.STORAGE_FAILURE,
-                    f"stored document {doc.key} version {doc.version} is not JSON",
-                    {"workload_id": doc.key},
-                ) from None
-            yield _line(doc.key, doc.version, document)
+            yield export_line(doc)
     except StoreError as exc:
         raise _storage_failure(exc) from None
 

@@ -123,6 +123,8 @@ _MODULES = (
     "workwarden.cli.serve",
     "workwarden.cli.worker",
     "workwarden.cli.scheduler",
+    "workwarden.cli.pauses",
+    "workwarden.cli.retention",
 )
 
 

@@ -1,0 +1,123 @@
+"""Retention: finished work older than the spec's age is purged, audited; dead letters stay.
+
+On every backend: a purge deletes terminal workloads whose last change is old
+enough, keeps the `[retention] keep` states and younger work, records an audit
+record for each, exports each first when asked, never reuses a version when a
+purged key is admitted again, and the `workwarden purge` command does the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support import CAPS, VERIFIER, request, store_snapshot
+from workwarden.cli import main
+from workwarden.statemachine import Authority, RetryPolicy, WorkloadError, errors
+from workwarden.storage import SQLiteStore, Store, StoredDocument
+
+NOW = 10_000
+DAY = 86_400_000
+LEASE = 30_000
+
+
+def _finish(authority: Authority, key: str, now: int) -> str:
+    workload_id = authority.admit(request(idempotency_key=key), now).workload.workload_id
+    claim = authority.claim(workload_id, "w", CAPS, now, LEASE)
+    authority.start(workload_id, claim.fence, now)
+    authority.complete(workload_id, claim.fence, f"result-{key}", {"ok": True}, now + 1)
+    return workload_id
+
+
+def _dead_letter(authority: Authority, key: str, now: int) -> str:
+    workload_id = authority.admit(
+        request(idempotency_key=key, retry_policy=RetryPolicy(max_attempts=1)), now
+    ).workload.workload_id
+    claim = authority.claim(workload_id, "w", CAPS, now, LEASE)
+    authority.start(workload_id, claim.fence, now)
+    authority.fail(workload_id, claim.fence, "validation", "bad input", now + 1)
+    return workload_id
+
+
+def test_a_purge_deletes_old_finished_work_and_keeps_dead_letters_and_young_work(
+    authority: Authority, store: Store
+) -> None:
+    old = _finish(authority, "old", NOW)
+    dead = _dead_letter(authority, "dead", NOW)
+    young = _finish(authority, "young", NOW + 40 * DAY)
+    waiting = authority.admit(request(idempotency_key="waiting"), NOW).workload.workload_id
+    assert authority.get(dead).state == "DEAD_LETTER"
+    exported: list[StoredDocument] = []
+    report = authority.purge(NOW + 45 * DAY, actor="ops", export=exported.append)
+    assert report.purged == [old]
+    assert (report.kept, report.young) == (1, 1)
+    assert [doc.key for doc in exported] == [old]
+    with pytest.raises(WorkloadError) as gone:
+        authority.get(old)
+    assert gone.value.code == errors.NOT_FOUND
+    for kept in (dead, young, waiting):
+        authority.get(kept)
+    (record,) = [r for r in store.audit_log() if r.operation == "purge"]
+    assert (record.key, record.actor, record.at) == (old, "ops", NOW + 45 * DAY)
+    # A later purge with a shorter age takes the young one too; dead letters stay.
+    assert authority.purge(NOW + 45 * DAY, older_than_ms=DAY).purged == [young]
+    authority.get(dead)
+
+
+def test_a_dry_run_writes_nothing_and_a_bad_age_is_refused(
+    authority: Authority, store: Store
+) -> None:
+    old = _finish(authority, "old", NOW)
+    before = store_snapshot(store)
+    assert authority.purge(NOW + 45 * DAY, dry_run=True).purged == [old]
+    for bad in (-1, 1.5, "30d", True):
+        with pytest.raises(WorkloadError) as refused:
+            authority.purge(NOW + 45 * DAY, older_than_ms=bad)  # type: ignore[arg-type]
+        assert refused.value.code == errors.INVALID
+    assert store_snapshot(store) == before
+
+
+def test_a_purged_key_admitted_again_never_reuses_a_version(
+    authority: Authority, store: Store
+) -> None:
+    old = _finish(authority, "again", NOW)
+    last = store.read(old)
+    assert last is not None
+    authority.purge(NOW + 45 * DAY)
+    assert store.read(old) is None
+    again = authority.admit(request(idempotency_key="again"), NOW + 46 * DAY)
+    assert again.created
+    assert again.workload.workload_id == old
+    fresh = store.read(old)
+    assert fresh is not None
+    assert fresh.version > last.version + 1, "past the purge's own audited version"
+    # Its result id was freed with it: the new attempt may record it again.
+    claim = authority.claim(old, "w", CAPS, NOW + 46 * DAY, LEASE)
+    authority.start(old, claim.fence, NOW + 46 * DAY)
+    authority.complete(old, claim.fence, "result-again", {"ok": 2}, NOW + 46 * DAY + 1)
+
+
+def test_the_purge_command_exports_then_deletes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        warden = Authority(store, grants=VERIFIER)
+        old = _finish(warden, "old", NOW)
+        _dead_letter(warden, "dead", NOW)
+    out = tmp_path / "purged.jsonl"
+    now = str(NOW + 45 * DAY)
+    assert main(["purge", "--store", str(db), "--dry-run", "--now", now]) == 0
+    assert capsys.readouterr().out.split() == [old]
+    argv = ["purge", "--store", str(db), "--export", str(out), "--now", now]
+    assert main(argv) == 0
+    assert "purged 1 workload(s); kept 1" in capsys.readouterr().err
+    (line,) = out.read_text(encoding="ascii").splitlines()
+    exported = json.loads(line)
+    assert exported["key"] == old
+    assert exported["document"]["state"] == "SUCCEEDED"
+    with SQLiteStore(db) as store:
+        assert store.read(old) is None
+    assert main(["purge", "--store", str(db), "--older-than", "soon"]) == 2
