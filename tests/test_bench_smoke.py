@@ -136,6 +136,32 @@ def test_the_procrastinate_harness_says_how_to_install_procrastinate(
         bench("procrastinate").main(["--systems", "procrastinate", *_common(tmp_path)])
 
 
+@pytest.mark.postgres
+def test_the_throughput_harness_drains_and_checks_every_side(bench: Any, tmp_path: Path) -> None:
+    sides = ["workwarden", "workwarden-batched", "workwarden-batched-claim-starts"]
+    if importlib.util.find_spec("pgqueuer") is not None:
+        sides.insert(0, "pgqueuer")
+    if HAS_PROCRASTINATE:
+        sides.insert(0, "procrastinate")
+    sizes = ["--jobs", "8", "--workers", "1", "--batch", "3", "--chunk", "5"]
+    sqlite = ["--sqlite-lifecycles", "20", "--sqlite-batch", "10"]
+    server_dsn = ["--server-dsn", _admin_dsn()]
+    bench("throughput").main(
+        [*sizes, *sqlite, "--sides", ",".join(sides), *server_dsn, *_common(tmp_path)]
+    )
+    result = _written(tmp_path, "throughput")
+    assert sorted(result["drain"]) == sorted(sides)
+    for side in sides:
+        (run,) = result["drain"][side]["runs"]
+        assert run["checked"] == {"rows": 8, "done": 8, "once": 8}
+        assert run["drain_per_s"] > 0
+        assert run["admission_per_s"] > 0
+    runs = {side: result["drain"][side]["runs"][0] for side in sides}
+    assert runs["workwarden-batched"]["starts_reported"] == 8
+    assert runs["workwarden-batched-claim-starts"]["starts_reported"] == 0
+    assert result["sqlite"]["batched / raw"]["median"] > 0
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("workwarden.statemachine.check.checker") is None,
     reason="the model checker module is not there",
