@@ -16,7 +16,11 @@ one workload through a store of its own (another connection, as another
 process would) and records the time until the handler starts; then waits a
 random 50-250 ms; `--latency-n` times. Wall-clock instants throughout.
 
-    python -m bench.runtime --idle-s 10 --latency-n 200
+    python -m bench.runtime --idle-s 10 --latency-n 200 [--no-batch]
+
+The worker holds one attempt at a time here, so its reports go at once
+whether batched (the default) or not (`--no-batch`): the figures do not
+depend on the batching default.
 """
 
 from __future__ import annotations
@@ -60,8 +64,9 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 class _Bench:
-    def __init__(self, fixture: Fixture) -> None:
+    def __init__(self, fixture: Fixture, *, batch: bool = True) -> None:
         self.fixture = fixture
+        self.batch = batch
         self.started: dict[str, float] = {}
         self.arrived = threading.Condition()
         self.app = App()
@@ -80,6 +85,7 @@ class _Bench:
             self.app,
             tenant=TENANT,
             application=APPLICATION,
+            batch=self.batch,
         )
         thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
         thread.start()
@@ -139,6 +145,7 @@ def _measure(
         row = {
             "backend": name,
             "mode": mode,
+            "batch": bench.batch,
             "idle_cpu_s": round(cpu, 3),
             "idle_s": args.idle_s,
             "latency_n": len(lat),
@@ -162,8 +169,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-n", type=int, default=200, help="admissions timed per mode")
     parser.add_argument("--server-dsn", default=None, help="use this PostgreSQL server")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="workers make one call per claim and report (default: batched; one worker "
+        "holding one attempt sends each report at once either way)",
+    )
     args = parser.parse_args(argv)
-    bench = _Bench(Fixture(TENANT, APPLICATION))
+    bench = _Bench(Fixture(TENANT, APPLICATION), batch=not args.no_batch)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="workwarden-bench-runtime-") as directory:
         path = Path(directory) / "store.db"

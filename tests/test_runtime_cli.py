@@ -15,6 +15,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from support import CAPS, SIGNER, authority, grant_for, request
 from workwarden.storage import SQLiteStore
 
@@ -105,6 +107,34 @@ def test_a_worker_process_runs_every_workload_to_success_and_exits_when_idle(
     assert all("attempt=1" in line and "token=" in line for line in claimed)
     assert len(_events(stderr, "completed")) == 6
     assert _events(stderr, "stopped")
+
+
+@pytest.mark.parametrize(
+    ("flags", "window"),
+    [((), "batch_window_ms=2"), (("--no-batch",), "batch=off")],
+    ids=["batch", "no-batch"],
+)
+def test_the_batch_switch_and_window_reach_the_worker(
+    tmp_path: Path, flags: tuple[str, ...], window: str
+) -> None:
+    _admit(tmp_path / "store.db", 4)
+    worker = _worker(tmp_path, "--until-idle", "--concurrency", "2", *flags)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    assert _states(tmp_path / "store.db") == ["SUCCEEDED"] * 4
+    (started,) = _events(stderr, "started")
+    assert window in started.split()
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "soon"])
+def test_a_batch_window_that_is_not_whole_milliseconds_is_a_usage_error(
+    tmp_path: Path, value: str
+) -> None:
+    worker = _worker(tmp_path, "--batch-window-ms", value)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 2
+    assert stderr.startswith("WORKWARDEN_USAGE: ")
+    assert "--batch-window-ms" in stderr
 
 
 def test_sigterm_lets_the_running_handler_finish_then_exits_zero(tmp_path: Path) -> None:

@@ -11,12 +11,17 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from support import CAPS, SIGNER, authority, grant_for, request
 from workwarden import App, Job, Sweeper, Worker
 from workwarden.runtime import ManualClock
 from workwarden.runtime.testing import ManualExecutor
 from workwarden.statemachine import Authority
 from workwarden.storage import MemoryStore
+
+#: Batched reports and one call each are followed alike.
+BOTH_MODES = pytest.mark.parametrize("batch", [True, False], ids=["batch", "one-call"])
 
 T0 = 10_000
 LEASE = 3_000
@@ -33,7 +38,9 @@ def _app(log: list[Job], outcome: Any = "done") -> App:
     return app
 
 
-def _worker(auth: Authority, app: App, clock: ManualClock, executor: ManualExecutor) -> Worker:
+def _worker(
+    auth: Authority, app: App, clock: ManualClock, executor: ManualExecutor, batch: bool
+) -> Worker:
     return Worker(
         auth,
         app,
@@ -43,14 +50,16 @@ def _worker(auth: Authority, app: App, clock: ManualClock, executor: ManualExecu
         clock=clock,
         executor=executor,
         lease_ms=LEASE,
+        batch=batch,
     )
 
 
-def test_heartbeats_extend_the_lease_every_third_of_it_while_the_handler_runs() -> None:
+@BOTH_MODES
+def test_heartbeats_extend_the_lease_every_third_of_it_while_the_handler_runs(batch: bool) -> None:
     auth = authority(MemoryStore())
     wid = auth.admit(request(), T0).workload.workload_id
     clock, executor, log = ManualClock(T0), ManualExecutor(), []
-    worker = _worker(auth, _app(log), clock, executor)
+    worker = _worker(auth, _app(log), clock, executor, batch)
     due = worker.step()
     assert due == T0 + LEASE // 3, "the first heartbeat is due a third of the lease in"
     for _ in range(6):
@@ -68,11 +77,12 @@ def test_heartbeats_extend_the_lease_every_third_of_it_while_the_handler_runs() 
     assert auth.get(wid).state == "SUCCEEDED"
 
 
-def test_a_lost_lease_sets_job_lost_and_nothing_is_reported_for_it() -> None:
+@BOTH_MODES
+def test_a_lost_lease_sets_job_lost_and_nothing_is_reported_for_it(batch: bool) -> None:
     auth = authority(MemoryStore())
     wid = auth.admit(request(), T0).workload.workload_id
     clock, executor, log = ManualClock(T0), ManualExecutor(), []
-    worker = _worker(auth, _app(log), clock, executor)
+    worker = _worker(auth, _app(log), clock, executor, batch)
     worker.step()
     # The worker stalls (no step) past its lease; the sweeper recovers the work.
     clock.advance(LEASE + 1)
@@ -98,11 +108,12 @@ def test_a_lost_lease_sets_job_lost_and_nothing_is_reported_for_it() -> None:
     assert worker.counts["completed"] == 1
 
 
-def test_a_refused_heartbeat_stops_the_extensions() -> None:
+@BOTH_MODES
+def test_a_refused_heartbeat_stops_the_extensions(batch: bool) -> None:
     auth = authority(MemoryStore())
     wid = auth.admit(request(), T0).workload.workload_id
     clock, executor = ManualClock(T0), ManualExecutor()
-    worker = _worker(auth, _app([]), clock, executor)
+    worker = _worker(auth, _app([]), clock, executor, batch)
     worker.step()
     clock.advance(LEASE + 1)
     auth.recover_expired(clock.now())
@@ -122,11 +133,12 @@ def test_a_refused_heartbeat_stops_the_extensions() -> None:
     assert claim.worker_id == "w2"
 
 
-def test_cancellation_is_seen_within_one_heartbeat_and_ends_cancelled() -> None:
+@BOTH_MODES
+def test_cancellation_is_seen_within_one_heartbeat_and_ends_cancelled(batch: bool) -> None:
     auth = authority(MemoryStore())
     wid = auth.admit(request(), T0).workload.workload_id
     clock, executor, log = ManualClock(T0), ManualExecutor(), []
-    worker = _worker(auth, _app(log), clock, executor)
+    worker = _worker(auth, _app(log), clock, executor, batch)
     worker.step()
     assert auth.cancel(wid, "operator-1", clock.advance(10)) == "CANCELLATION_REQUESTED"
     job_view = worker.held[0]

@@ -177,9 +177,11 @@ class WorkerMachine(RuleBasedStateMachine):
     @rule()
     def step_worker(self) -> None:
         before = self.clock.now()
-        down = self.store.down
+        was_down, losing = self.store.down, self.store.lose_next_reply
         claimed = self.worker.counts.get("claimed", 0)
         self.worker.step()
+        # A reply lost under this step is a store failure, as a store that is down is.
+        down = was_down or (losing and not self.store.lose_next_reply)
         for held in self.worker._held:
             if held.job is not None and held.job.lost:
                 self.lost_fences.add((held.workload_id, held.fence.token))

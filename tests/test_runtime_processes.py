@@ -566,6 +566,7 @@ def _chaos_drain(
     count: int,
     *,
     workers: int = 4,
+    worker_args: Sequence[str] = (),
 ) -> tuple[dict[str, int], Fleet]:
     rng = random.Random(2026)
     modes = ["flaky" if i % 10 == 0 else "invalid" if i % 25 == 1 else "ok" for i in range(count)]
@@ -577,7 +578,7 @@ def _chaos_drain(
             admitted = admit(make_authority(store), modes, sleep_ms=25)
             names = [f"w{i}" for i in range(workers)]
             for name in names:
-                f.worker(name)
+                f.worker(name, *worker_args)
             f.sweeper()
             kills = 0
             started = time.monotonic()
@@ -598,7 +599,7 @@ def _chaos_drain(
                 victim.signal(signal.SIGKILL)
                 victim.popen.wait()
                 kills += 1
-                f.worker(victim.name)
+                f.worker(victim.name, *worker_args)
             wait_until(lambda: terminal_count(be.count_states) == count, 300, "the drain", f)
             elapsed = time.monotonic() - started
             statuses = f.stop()
@@ -618,13 +619,14 @@ def _chaos_drain(
             store.close()
 
 
+@pytest.mark.parametrize("mode", ["--batch", "--no-batch"])
 @pytest.mark.parametrize("kind", BACKEND_KINDS)
 def test_workers_killed_at_random_drain_every_workload_once(
-    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, kind: str, mode: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    figures, _ = _chaos_drain(tmp_path, kind, DRAIN_WORKLOADS)
+    figures, _ = _chaos_drain(tmp_path, kind, DRAIN_WORKLOADS, worker_args=[mode])
     with capsys.disabled():
-        print(f"\n[{kind}] drain under SIGKILL: {json.dumps(figures, sort_keys=True)}")
+        print(f"\n[{kind} {mode}] drain under SIGKILL: {json.dumps(figures, sort_keys=True)}")
     assert figures["kills"] > 0
     # Retried work read its first attempt's checkpoint, and work taken over from a
     # killed worker read the lost attempt's.

@@ -8,6 +8,8 @@ would. The worker is driven step by step on a simulated clock.
 
 from __future__ import annotations
 
+import pytest
+
 from support import CAPS, SwitchedStore, authority, request
 from workwarden import App, Job, Sweeper, Worker
 from workwarden.runtime import ManualClock
@@ -18,6 +20,9 @@ from workwarden.storage import (
 )
 
 T0 = 10_000
+
+#: Batched reports and one call each are followed alike.
+BOTH_MODES = pytest.mark.parametrize("batch", [True, False], ids=["batch", "one-call"])
 
 
 class FlakyStore(SwitchedStore):
@@ -41,7 +46,8 @@ def _operations(store: FlakyStore, operation: str) -> list[AuditRecord]:
     return [r for r in store.audit_log() if r.operation == operation]
 
 
-def test_a_store_that_is_down_is_backed_off_with_growing_jittered_delays() -> None:
+@BOTH_MODES
+def test_a_store_that_is_down_is_backed_off_with_growing_jittered_delays(batch: bool) -> None:
     store = FlakyStore()
     auth = authority(store)
     wid = auth.admit(request(), T0).workload.workload_id
@@ -55,6 +61,7 @@ def test_a_store_that_is_down_is_backed_off_with_growing_jittered_delays() -> No
         executor=ManualExecutor(),
         backoff_base_ms=100,
         backoff_cap_ms=3_000,
+        batch=batch,
     )
     store.down = True
     delays = []
@@ -70,9 +77,10 @@ def test_a_store_that_is_down_is_backed_off_with_growing_jittered_delays() -> No
     assert auth.get(wid).state == "RUNNING"
 
 
-def test_a_result_reported_while_the_store_is_down_is_reported_again_with_the_same_result_id() -> (
-    None
-):
+@BOTH_MODES
+def test_a_result_reported_while_the_store_is_down_is_reported_again_with_the_same_result_id(
+    batch: bool,
+) -> None:
     store = FlakyStore()
     auth = authority(store)
     wid = auth.admit(request(), T0).workload.workload_id
@@ -85,6 +93,7 @@ def test_a_result_reported_while_the_store_is_down_is_reported_again_with_the_sa
         clock=clock,
         executor=executor,
         lease_ms=10_000,
+        batch=batch,
     )
     worker.step()
     store.down = True
@@ -99,12 +108,17 @@ def test_a_result_reported_while_the_store_is_down_is_reported_again_with_the_sa
     assert len(_operations(store, "complete")) == 1
 
 
-def test_a_completion_whose_reply_was_lost_is_repeated_and_answered_by_the_replay() -> None:
+@BOTH_MODES
+def test_a_completion_whose_reply_was_lost_is_repeated_and_answered_by_the_replay(
+    batch: bool,
+) -> None:
     store = FlakyStore()
     auth = authority(store)
     wid = auth.admit(request(), T0).workload.workload_id
     clock, executor = ManualClock(T0), ManualExecutor()
-    worker = Worker(auth, _app(), tenant="t", application="app", clock=clock, executor=executor)
+    worker = Worker(
+        auth, _app(), tenant="t", application="app", clock=clock, executor=executor, batch=batch
+    )
     worker.step()
     executor.run_all()
     store.lose_next_reply = True
@@ -117,13 +131,20 @@ def test_a_completion_whose_reply_was_lost_is_repeated_and_answered_by_the_repla
     assert len(_operations(store, "complete")) == 1, "the repeat wrote nothing"
 
 
-def test_a_claim_whose_reply_was_lost_is_answered_again_by_its_request_id() -> None:
+@BOTH_MODES
+def test_a_claim_whose_reply_was_lost_is_answered_again_by_its_request_id(batch: bool) -> None:
     store = FlakyStore()
     auth = authority(store)
     wid = auth.admit(request(), T0).workload.workload_id
     clock = ManualClock(T0)
     worker = Worker(
-        auth, _app(), tenant="t", application="app", clock=clock, executor=InlineExecutor()
+        auth,
+        _app(),
+        tenant="t",
+        application="app",
+        clock=clock,
+        executor=InlineExecutor(),
+        batch=batch,
     )
     store.lose_next_reply = True
     clock.instant = worker.step()

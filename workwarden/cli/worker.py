@@ -13,8 +13,13 @@ and no database credentials. `--metrics-port N` serves the process's counts
 to Prometheus on that port (`workwarden.service.metrics.runtime_registry`).
 
 Signals: the first SIGTERM or SIGINT stops claiming and lets running
-handlers finish within `--grace-s`, then the command exits 0; a second
-signal exits at once, with status 143 (SIGTERM) or 130 (SIGINT).
+handlers finish within `--grace-s`, then the command exits 0 (every report
+still buffered for a batch is sent first); a second signal exits at once,
+with status 143 (SIGTERM) or 130 (SIGINT).
+
+Batching: `--batch` (the default) claims with `claim_many` and sends reports
+with `report_many`, each waiting at most `--batch-window-ms`; `--no-batch`
+makes one call per claim and per report.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 from workwarden.cli import STORE_HELP, opened_store, positive_int, positive_seconds
 from workwarden.runtime import App, Sweeper, Worker
+from workwarden.runtime.reports import DEFAULT_WINDOW_MS
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
@@ -39,6 +45,17 @@ __all__ = ["TOKEN_VARIABLE", "load_app", "register"]
 #: Where `--warden` reads its bearer token when `--token` is not given.
 TOKEN_VARIABLE = "WORKWARDEN_TOKEN"
 _EXTRA = "pip install 'workwarden[service]'"
+
+
+def _window_ms(text: str) -> int:
+    """`--batch-window-ms`: whole milliseconds, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: give whole milliseconds, 0 or more")
+    return value
 
 
 def _configure_logging() -> None:
@@ -142,6 +159,8 @@ def _worker(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             lease_ms=args.lease_ms,
             grace_s=args.grace_s,
+            batch=args.batch,
+            batch_window_ms=args.batch_window_ms,
         )
         _serve_metrics(args.metrics_port, lambda: worker.counts)
         if args.until_idle:
@@ -224,6 +243,25 @@ def register(subparsers: Any) -> None:
         "--until-idle",
         action="store_true",
         help="exit once nothing is claimable, held or eligible within a lease",
+    )
+    worker.add_argument(
+        "--batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=(
+            "claim every free slot in one claim_many and send the reports of many attempts "
+            "in one report_many (default: on; over --warden, only when the service offers them)"
+        ),
+    )
+    worker.add_argument(
+        "--batch-window-ms",
+        type=_window_ms,
+        default=DEFAULT_WINDOW_MS,
+        metavar="N",
+        help=(
+            "how long a report waits for others to join its batch, in ms; 0 sends at once "
+            f"(default: {DEFAULT_WINDOW_MS})"
+        ),
     )
     _metrics_option(worker)
     worker.set_defaults(handler=_worker)

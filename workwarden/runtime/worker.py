@@ -8,10 +8,20 @@ instant and returns the instant it next has something to do:
   the `Job` to the handler (on the executor), heartbeat every
   `heartbeat_fraction` of the lease while the handler runs, and report the
   outcome once it has returned or raised;
-- while it holds fewer than `concurrency` attempts, it claims more with
-  `claim_next`, until nothing is claimable; then it waits until the next
-  eligible instant the store knows of (bounded by `poll_ms`), or until the
-  store's wake-up signal says work may have become claimable.
+- while it holds fewer than `concurrency` attempts, it claims more, all
+  its free slots in one `claim_many` (one `claim_next` each when batching
+  is off or the authority has no batch calls), until nothing is claimable;
+  then it waits until the next eligible instant the store knows of
+  (bounded by `poll_ms`), or until the store's wake-up signal says work may
+  have become claimable.
+
+With batching (the default) the fenced reports of every attempt (starts,
+heartbeats, checkpoints, completions, failures, confirmed cancellations)
+are gathered for at most `batch_window_ms` and sent in one `report_many`
+(`workwarden.runtime.reports`); each report's answer is followed exactly as
+the one call's would be. A claim that started its attempt in its own
+commit (`ClaimReply.started_at`, a spec whose claim names `then`) is not
+started again.
 
 `run()` calls `step()` in a loop and sleeps in between (woken early by a
 handler finishing, a wake-up, or `stop()`); a test calls `step()` itself on
@@ -29,6 +39,7 @@ backoff with jitter; `give_up` and `fix_request` end the report (logged as
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 import signal
@@ -44,9 +55,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from workwarden.runtime.clock import Backoff, Clock, WallClock, event
 from workwarden.runtime.handlers import App, Fail, HandlerSpec, Job, Retry, result_id_for
-from workwarden.runtime.scope import HandledOnly
+from workwarden.runtime.reports import (
+    DEFAULT_BATCH_MAX,
+    DEFAULT_WINDOW_MS,
+    BatchCalls,
+    Report,
+    ReportBuffer,
+    send_one,
+    state_of,
+)
+from workwarden.runtime.scope import HandledOnly, handled_only
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.models import Checkpoint, ClaimReply, Fence
 from workwarden.storage.base import DueInstants, StoreError, WakeUps, WorkSignal
@@ -124,6 +145,7 @@ class _Held:
     retry_at: int = 0
     conflicts: int = 0
     report: _Report | None = None
+    pending: bool = False  # a report of it waits in the batch buffer
 
     @property
     def workload_id(self) -> str:
@@ -160,6 +182,13 @@ class Worker:
       again (default 1 s without a wake-up signal, 5 s with one).
     - `grace_s`: how long `stop()` lets running handlers finish (default 30).
     - `backoff_base_ms`, `backoff_cap_ms`: the backoff after a store failure.
+    - `batch`: claim with `claim_many` and send reports with `report_many`
+      (default True; used only when the authority has them, see
+      `reports.BatchCalls`: an `HttpAuthority` without them is called one
+      call at a time).
+    - `batch_window_ms`: the longest a report waits for others to join its
+      batch (default `reports.DEFAULT_WINDOW_MS`; 0 sends at once).
+    - `batch_max`: the most reports in one batch (default 100, at most 1,000).
 
     Thread-safety: `run()` and `step()` belong to one thread; `stop()` may
     be called from any thread (or a signal handler).
@@ -184,6 +213,9 @@ class Worker:
         grace_s: float = 30.0,
         backoff_base_ms: int = 100,
         backoff_cap_ms: int = 5_000,
+        batch: bool = True,
+        batch_window_ms: int = DEFAULT_WINDOW_MS,
+        batch_max: int = DEFAULT_BATCH_MAX,
     ) -> None:
         if concurrency < 1:
             raise errors.bad_argument("concurrency", "concurrency must be at least 1")
@@ -197,6 +229,15 @@ class Worker:
             )
         if not app.definitions:
             raise errors.bad_argument("handler", "the app has no handlers")
+        if isinstance(batch_window_ms, bool) or not isinstance(batch_window_ms, int):
+            raise errors.bad_argument("batch_window_ms", "batch_window_ms must be whole ms")
+        if batch_window_ms < 0:
+            raise errors.bad_argument("batch_window_ms", "batch_window_ms must be 0 or more")
+        if isinstance(batch_max, bool) or not isinstance(batch_max, int):
+            raise errors.bad_argument("batch_max", "batch_max must be a whole number")
+        if not 1 <= batch_max <= MAX_BATCH:
+            raise errors.bad_argument("batch_max", f"batch_max must be from 1 to {MAX_BATCH}")
+        self._wake = threading.Event()
         self.app = app
         self.tenant = tenant
         self.application = application
@@ -216,12 +257,25 @@ class Worker:
         self.wake_ups = isinstance(self.store, WakeUps)
         self.poll_ms = poll_ms if poll_ms is not None else (5_000 if self.wake_ups else 1_000)
         self.authority: Authority | HttpAuthority = authority
+        self._view: HandledOnly | None = None
         if isinstance(authority, Authority):
+            self._view = handled_only(authority.store, app.definitions)
             self.authority = Authority(
-                HandledOnly(authority.store, app.definitions),
+                self._view,
                 grants=authority.grants,
                 spec=authority.spec,
                 remember=authority.remember,
+            )
+        #: The batch calls the worker makes, None when it calls one at a time.
+        self.batches: BatchCalls | None = (
+            self.authority if batch and isinstance(self.authority, BatchCalls) else None
+        )
+        self.batch_window_ms = batch_window_ms
+        self.batch_max = batch_max
+        self._buffer: ReportBuffer | None = None
+        if self.batches is not None:
+            self._buffer = ReportBuffer(
+                self.batches, window_ms=batch_window_ms, max_size=batch_max, wake=self._wake.set
             )
         self._spec = authority.spec
         self._held: list[_Held] = []
@@ -230,7 +284,6 @@ class Worker:
         self._claim_request: str | None = None
         self._idle = False
         self._next_eligible: int | None = None
-        self._wake = threading.Event()
         self._stopping = False
         self._stop_deadline: float | None = None
         self._signals = 0
@@ -258,15 +311,22 @@ class Worker:
     def step(self) -> int:
         """Do everything due at the clock's instant; the instant something is next due."""
         now = self.clock.now()
+        if self._buffer is not None:
+            self._buffer.take_checkpoints(now)
         for held in list(self._held):
             self._advance(held, now)
-        if not self._stopping:
-            self._claim_more(now)
-        return self._next_due(now)
+        while True:
+            if not self._stopping:
+                self._claim_more(now)
+            # A flush that ends attempts frees slots to claim into at once.
+            if not self._flush_due(now):
+                return self._next_due(now)
 
     def _next_due(self, now: int) -> int:
         due: list[int] = []
         for held in self._held:
+            if held.pending:
+                continue  # its answer comes with the buffer's flush
             if held.phase == "run":
                 assert held.job is not None
                 if held.future is not None and held.future.done():
@@ -278,6 +338,9 @@ class Worker:
                 due.append(held.retry_at)
         if not self._stopping and len(self._held) < self.concurrency:
             due.append(self._claim_at)
+        flush_at = self._buffer.due() if self._buffer is not None else None
+        if flush_at is not None:
+            due.append(flush_at)
         return max(now, min(due)) if due else now + self.poll_ms
 
     def notify_work(self) -> None:
@@ -290,50 +353,81 @@ class Worker:
     def _claim_more(self, now: int) -> None:
         while len(self._held) < self.concurrency and now >= self._claim_at:
             # A claim whose reply was lost is asked for again under the same
-            # request id, and answered with the claim it made (`own_claim`).
+            # request id, and answered with the claims it made (`own_claim`).
             if self._claim_request is None:
                 self._claim_request = f"{self.worker_id}-{uuid.uuid4().hex[:12]}"
+            free = self.concurrency - len(self._held)
+            call = "claim_many" if self.batches is not None else "claim_next"
             try:
-                claim = self.authority.claim_next(
-                    self.tenant,
-                    self.application,
-                    self.worker_id,
-                    self.capabilities,
-                    now,
-                    self.lease_ms,
-                    request_id=self._claim_request,
-                )
+                claims = self._claim(now, min(free, MAX_BATCH))
             except (WorkloadError, StoreError) as exc:
-                self._claim_at = now + self._store_error("claim_next", exc, self._claim_backoff)
+                self._claim_at = now + self._store_error(call, exc, self._claim_backoff)
                 return
             self._claim_request = None
             self._claim_backoff.reset()
-            if claim is None:
+            if not claims:
                 self._idle = True
                 self._claim_at = self._when_to_look(now)
                 return
             self._idle = False
-            held = _Held(
-                claim=claim,
-                phase="start",
-                backoff=Backoff(self.backoff_base_ms, self.backoff_cap_ms),
-                expires_at=claim.expires_at,
-                next_heartbeat=now + self.heartbeat_ms,
+            for claim in claims:
+                self._take(claim, now)
+
+    def _claim(self, now: int, limit: int) -> list[ClaimReply]:
+        """Up to `limit` claims: one `claim_many`, or one `claim_next` (at most one claim)."""
+        if self.batches is not None:
+            return self.batches.claim_many(
+                self.tenant,
+                self.application,
+                self.worker_id,
+                self.capabilities,
+                now,
+                self.lease_ms,
+                limit,
+                request_id=self._claim_request,
             )
-            self._held.append(held)
-            self._describe(held)
-            self._count(
-                "claimed",
-                workload=claim.workload_id,
-                attempt=held.attempt or None,
-                token=claim.fencing_token,
-                definition=held.definition_id or None,
-                worker=self.worker_id,
-            )
-            self._advance(held, now)
+        claim = self.authority.claim_next(
+            self.tenant,
+            self.application,
+            self.worker_id,
+            self.capabilities,
+            now,
+            self.lease_ms,
+            request_id=self._claim_request,
+        )
+        return [] if claim is None else [claim]
+
+    def _take(self, claim: ClaimReply, now: int) -> None:
+        """Hold a new claim and move it on; a claim that started its attempt needs no start."""
+        held = _Held(
+            claim=claim,
+            phase="start" if claim.started_at is None else "context",
+            backoff=Backoff(self.backoff_base_ms, self.backoff_cap_ms),
+            expires_at=claim.expires_at,
+            next_heartbeat=now + self.heartbeat_ms,
+        )
+        self._held.append(held)
+        self._describe(held)
+        self._count(
+            "claimed",
+            workload=claim.workload_id,
+            attempt=held.attempt or None,
+            token=claim.fencing_token,
+            definition=held.definition_id or None,
+            worker=self.worker_id,
+        )
+        self._advance(held, now)
 
     def _describe(self, held: _Held) -> None:
-        """Read the claimed workload's definition and attempt number (left unset on a failure)."""
+        """The claimed workload's definition and attempt number (left unset on a failure).
+
+        Known from the claim's own write when the worker claims through a
+        store (`HandledOnly.claimed`); read otherwise.
+        """
+        known = self._view.claimed(held.workload_id, held.fence.token) if self._view else None
+        if known is not None:
+            held.definition_id, held.attempt = known
+            return
         try:
             workload = self.authority.get(held.workload_id)
         except (WorkloadError, StoreError):
@@ -392,41 +486,187 @@ class Worker:
         return "refused"
 
     def _advance(self, held: _Held, now: int) -> None:
-        if held.phase != "report" and held.job is not None and held.job.lost:
-            if held.future is None or held.future.done():
-                self._drop(held)
-            return
-        if held.phase != "run" and now < held.retry_at:
-            return
-        if held.phase in ("start", "context") and now >= held.expires_at:
-            self._lose(held, "lease_lapsed")
-            return
-        try:
-            if held.phase == "start":
-                self._start(held, now)
-            if held.phase == "context":
-                self._begin(held, now)
-            if held.phase == "run":
-                self._watch(held, now)
-            if held.phase == "report":
-                self._report(held, now)
-        except (WorkloadError, StoreError) as exc:
-            answer = self._answer(held, held.phase, exc, now)
-            if answer == "refused":
-                code = exc.code if isinstance(exc, WorkloadError) else type(exc).__name__
-                self._count("refused", workload=held.workload_id, call=held.phase, code=code)
-                if held.phase in ("start", "context") and self._cancelling(held):
-                    held.report = _Report("confirm_cancel")
-                    held.phase = "report"
-                    held.retry_at = now
-                elif held.future is None or held.future.done():
+        """Move the attempt on as far as it goes at `now` without waiting on the authority."""
+        while held in self._held and not held.pending:
+            if held.phase != "report" and held.job is not None and held.job.lost:
+                if held.future is None or held.future.done():
                     self._drop(held)
+                return
+            if held.phase != "run" and now < held.retry_at:
+                return
+            if held.phase in ("start", "context") and now >= held.expires_at:
+                self._lose(held, "lease_lapsed")
+                return
+            phase = held.phase
+            try:
+                report = self._due_report(held, now)
+            except (WorkloadError, StoreError) as exc:
+                self._refused(held, phase, exc, now)
+                return
+            if report is None:
+                return
+            if self._buffer is not None:
+                held.pending = True
+                self._buffer.add(held, report, now)
+                return
+            try:
+                reply = send_one(self.authority, report, now)
+            except (WorkloadError, StoreError) as exc:
+                self._refused(held, held.phase, exc, now)
+                return
+            if not self._answered(held, reply, now):
+                return
 
-    def _start(self, held: _Held, now: int) -> None:
-        self.authority.start(held.workload_id, held.fence, now)
+    def _due_report(self, held: _Held, now: int) -> Report | None:
+        """The report the attempt is waiting to make now, after its local steps; None if none."""
+        wid, fence = held.workload_id, held.fence
+        if held.phase == "start":
+            return {"op": "start", "workload_id": wid, "fence": fence}
+        if held.phase == "context":
+            self._begin(held, now)
+        if held.phase == "run":
+            assert held.job is not None
+            assert held.future is not None
+            if held.future.done():
+                held.report = self._outcome(held, now)
+                held.phase = "report"
+                held.retry_at = 0
+                held.conflicts = 0
+            elif now >= held.expires_at:
+                self._lose(held, "lease_lapsed")
+                return None
+            elif now < max(held.next_heartbeat, held.retry_at):
+                return None
+            else:
+                return {
+                    "op": "heartbeat",
+                    "workload_id": wid,
+                    "fence": fence,
+                    "extend_ms": self.lease_ms,
+                }
+        if held.phase == "report":
+            report = held.report
+            assert report is not None
+            if report.operation == "complete":
+                return {
+                    "op": "complete",
+                    "workload_id": wid,
+                    "fence": fence,
+                    "result_id": result_id_for(fence),
+                    "output": report.output,
+                }
+            if report.operation == "confirm_cancel":
+                return {"op": "confirm_cancel", "workload_id": wid, "fence": fence}
+            return {
+                "op": "fail",
+                "workload_id": wid,
+                "fence": fence,
+                "kind": report.kind,
+                "error": report.error,
+                "effect": report.effect,
+            }
+        return None
+
+    def _flush_due(self, now: int) -> bool:
+        """Send the buffered reports when due, follow each answer, and send what follows.
+
+        True when it sent anything.
+        """
+        buffer = self._buffer
+        sent = False
+        if buffer is None:
+            return sent
+        while True:
+            # Nothing can join when every attempt held is waiting on an answer.
+            waiting = buffer.waiting()
+            at_once = self._stopping or all(h.workload_id in waiting for h in self._held)
+            if not buffer.is_due(now, at_once=at_once):
+                return sent
+            sent = True
+            for held, answer in buffer.flush(now):
+                held.pending = False
+                if held not in self._held:
+                    continue
+                if isinstance(answer, (WorkloadError, StoreError)):
+                    self._refused(held, held.phase, answer, now)
+                elif self._answered(held, answer, now):
+                    self._advance(held, now)
+
+    def _answered(self, held: _Held, reply: Any, now: int) -> bool:
+        """Follow the authority's reply to the attempt's report; True when it moves on at once."""
         held.backoff.reset()
         held.conflicts = 0
-        held.phase = "context"
+        if held.phase == "start":
+            held.phase = "context"
+            return True
+        if held.phase == "run":
+            self._heartbeat_answered(held, reply, now)
+            return False
+        report = held.report
+        assert report is not None
+        fields: dict[str, object] = {
+            "workload": held.workload_id,
+            "attempt": held.attempt,
+            "token": held.fence.token,
+        }
+        if report.operation == "complete":
+            self._count("completed", **fields, result=reply.result_id)
+        elif report.operation == "confirm_cancel":
+            self._count("cancelled", **fields)
+        else:
+            state = state_of(reply)
+            name = "retried" if state in self._spec.roles.queued else "failed"
+            self._count(
+                name,
+                **fields,
+                kind=report.kind,
+                effect=report.effect,
+                state=state,
+                error=report.error,
+            )
+        self._drop(held)
+        return False
+
+    def _heartbeat_answered(self, held: _Held, claim: Any, now: int) -> None:
+        job = held.job
+        assert job is not None
+        held.expires_at = claim.expires_at
+        job._expires_at = claim.expires_at
+        held.next_heartbeat = now + self.heartbeat_ms
+        self.counts["heartbeats"] = self.counts.get("heartbeats", 0) + 1
+        if job.cancel_requested:
+            return
+        # The heartbeat's reply is the lease, which does not say: read the state.
+        try:
+            state = self.authority.get(held.workload_id).state
+        except (WorkloadError, StoreError) as exc:
+            self._refused(held, "run", exc, now)
+            return
+        if state in self._spec.roles.cancelling:
+            job._mark_cancel_requested()
+            event("cancel_requested", workload=held.workload_id, token=held.fence.token)
+
+    def _refused(self, held: _Held, call: str, exc: Exception, now: int) -> None:
+        """Follow a refusal (or a store failure) of the attempt's call by its class."""
+        if (
+            call == "report"
+            and isinstance(exc, WorkloadError)
+            and exc.error_class in ("give_up", "fix_request")
+            and self._rethink(held, exc)
+        ):
+            held.retry_at = now
+            return
+        answer = self._answer(held, call, exc, now)
+        if answer != "refused":
+            return
+        code = exc.code if isinstance(exc, WorkloadError) else type(exc).__name__
+        self._count("refused", workload=held.workload_id, call=call, code=code)
+        if call in ("start", "context") and self._cancelling(held):
+            held.report = _Report("confirm_cancel")
+            held.phase = "report"
+            held.retry_at = now
+        elif held.future is None or held.future.done():
+            self._drop(held)
 
     def _begin(self, held: _Held, now: int) -> None:
         """Read what the handler needs, build its job and hand it to the executor."""
@@ -466,34 +706,6 @@ class Worker:
         held.future = self.executor.submit(_call_handler, handler, job)
         held.future.add_done_callback(lambda _: self._wake.set())
 
-    def _watch(self, held: _Held, now: int) -> None:
-        """While the handler runs: heartbeat when due; once it ended, decide what to report."""
-        assert held.job is not None
-        assert held.future is not None
-        if held.future.done():
-            held.report = self._outcome(held, now)
-            held.phase = "report"
-            held.retry_at = 0
-            held.conflicts = 0
-            return
-        if now >= held.expires_at:
-            self._lose(held, "lease_lapsed")
-            return
-        if now < max(held.next_heartbeat, held.retry_at):
-            return
-        claim = self.authority.heartbeat(held.workload_id, held.fence, now, self.lease_ms)
-        held.backoff.reset()
-        held.conflicts = 0
-        held.expires_at = claim.expires_at
-        held.job._expires_at = claim.expires_at
-        held.next_heartbeat = now + self.heartbeat_ms
-        self.counts["heartbeats"] = self.counts.get("heartbeats", 0) + 1
-        if not held.job.cancel_requested:
-            state = self.authority.get(held.workload_id).state
-            if state in self._spec.roles.cancelling:
-                held.job._mark_cancel_requested()
-                event("cancel_requested", workload=held.workload_id, token=held.fence.token)
-
     def _outcome(self, held: _Held, now: int) -> _Report:
         """What the ended handler's return or exception reports (fixed from now on)."""
         job, future = held.job, held.future
@@ -519,40 +731,6 @@ class Worker:
         return _Report(
             "fail", kind=self.app.failure_kind, error=text[:ERROR_TEXT_LIMIT], effect=effect
         )
-
-    def _report(self, held: _Held, now: int) -> None:
-        report = held.report
-        assert report is not None
-        wid, fence = held.workload_id, held.fence
-        fields: dict[str, object] = {"workload": wid, "attempt": held.attempt, "token": fence.token}
-        try:
-            if report.operation == "complete":
-                result = self.authority.complete(
-                    wid, fence, result_id_for(fence), report.output, now
-                )
-                self._count("completed", **fields, result=result.result_id)
-            elif report.operation == "confirm_cancel":
-                self.authority.confirm_cancel(wid, fence, now)
-                self._count("cancelled", **fields)
-            else:
-                state = self.authority.fail(
-                    wid, fence, report.kind, report.error, now, effect=report.effect
-                )
-                name = "retried" if state in self._spec.roles.queued else "failed"
-                self._count(
-                    name,
-                    **fields,
-                    kind=report.kind,
-                    effect=report.effect,
-                    state=state,
-                    error=report.error,
-                )
-        except WorkloadError as exc:
-            if exc.error_class in ("give_up", "fix_request") and self._rethink(held, exc):
-                held.retry_at = now
-                return
-            raise
-        self._drop(held)
 
     def _cancelling(self, held: _Held) -> bool:
         try:
@@ -586,27 +764,52 @@ class Worker:
         return False
 
     def _checkpoint(self, job: Job, state: Any, sequence: int) -> Checkpoint:
-        """`Job.checkpoint`, from the handler's thread: repeated under the same sequence."""
+        """`Job.checkpoint`, from the handler's thread: repeated under the same sequence.
+
+        With batching, while the loop runs on another thread, each try goes
+        with the loop's next batch and this thread waits for its answer.
+        """
         backoff = Backoff(self.backoff_base_ms, self.backoff_cap_ms)
         conflicts = 0
         while True:
             now = self.clock.now()
-            try:
-                return self.authority.checkpoint(
-                    job.workload_id, job.fence, state, now, sequence=sequence
+            report: Report = {
+                "op": "checkpoint",
+                "workload_id": job.workload_id,
+                "fence": job.fence,
+                "state": state,
+                "sequence": sequence,
+            }
+            answer: Any
+            if self._buffer is None:
+                answer = self._checkpoint_once(report, now)
+            else:
+                answer = self._buffer.checkpoint(
+                    report, functools.partial(self._checkpoint_once, report, now)
                 )
-            except WorkloadError as exc:
-                if exc.error_class == "attempt_over":
-                    job._mark_lost()
-                    raise
-                if exc.error_class == "conflict_retry_now" and conflicts < CONFLICT_TRIES:
-                    conflicts += 1
-                    continue
-                # Past the lease it last knew of, the attempt is as good as lost.
-                if exc.error_class != "retry_later" or job.lost or now >= job._expires_at:
-                    raise
-                delay = self._store_error("checkpoint", exc, backoff)
-                self.sleep(delay / 1000)
+            if isinstance(answer, Checkpoint):
+                return answer
+            if not isinstance(answer, WorkloadError):
+                raise answer
+            exc = answer
+            if exc.error_class == "attempt_over":
+                job._mark_lost()
+                raise exc
+            if exc.error_class == "conflict_retry_now" and conflicts < CONFLICT_TRIES:
+                conflicts += 1
+                continue
+            # Past the lease it last knew of, the attempt is as good as lost.
+            if exc.error_class != "retry_later" or job.lost or now >= job._expires_at:
+                raise exc
+            delay = self._store_error("checkpoint", exc, backoff)
+            self.sleep(delay / 1000)
+
+    def _checkpoint_once(self, report: Report, now: int) -> Any:
+        """One checkpoint call: its reply, or the `WorkloadError` it raised."""
+        try:
+            return send_one(self.authority, report, now)
+        except WorkloadError as exc:
+            return exc
 
     # -- running ---------------------------------------------------------------------
 
@@ -668,13 +871,18 @@ class Worker:
             application=self.application,
             concurrency=self.concurrency,
             lease_ms=self.lease_ms,
+            batch="on" if self._buffer is not None else "off",
+            batch_window_ms=self.batch_window_ms if self._buffer is not None else None,
         )
+        if self._buffer is not None:
+            self._buffer.open()
         try:
             while True:
                 self._wake.clear()
                 due = self.step()
                 now = self.clock.now()
                 if self._finished(until_idle, now):
+                    self._flush_all(now)
                     break
                 timeout = (due - now) / 1000
                 if self._stopping and self._stop_deadline is not None:
@@ -682,6 +890,8 @@ class Worker:
                 if timeout > 0:
                     self._wake.wait(timeout)
         finally:
+            if self._buffer is not None:
+                self._buffer.close()
             halted.set()
             if listener is not None:
                 listener.join()
@@ -690,6 +900,19 @@ class Worker:
             if restore is not None:
                 restore()
             event("stopped", worker=self.worker_id, abandoned=len(self._held))
+
+    def _flush_all(self, now: int) -> None:
+        """Send whatever is still buffered (the grace period ended with reports waiting)."""
+        buffer = self._buffer
+        while buffer is not None and len(buffer):
+            for held, answer in buffer.flush(now):
+                held.pending = False
+                if held not in self._held:
+                    continue
+                if isinstance(answer, (WorkloadError, StoreError)):
+                    self._refused(held, held.phase, answer, now)
+                else:
+                    self._answered(held, answer, now)
 
     def _listen(self, work_signal: WorkSignal, halted: threading.Event) -> None:
         while not halted.is_set():
