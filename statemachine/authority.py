@@ -227,6 +227,8 @@ class Authority:
         """Read and decide `command` at `now`; nothing is written until `commit()`."""
         parsed = inputs.as_command(command)
         inputs.check_now(now)
+        if isinstance(parsed, ClaimCommand):
+            self._refuse_paused(parsed.workload_id)
         return self._prepare(parsed, now, parsed.op)
 
     def _prepare(self, command: Command, now: int, operation: str) -> Prepared:
@@ -374,6 +376,8 @@ class Authority:
             return self.prepare(command, now).commit()
         parsed = inputs.as_command(command)
         inputs.check_now(now)
+        if isinstance(parsed, ClaimCommand):
+            self._refuse_paused(parsed.workload_id)
         return self._run(parsed, now, parsed.op, self._speculate(parsed, now, parsed.op))
 
     def _call(self, model: type[Command], now: int, /, **fields: Any) -> Any:
@@ -592,7 +596,6 @@ class Authority:
         running workload is (`specs/README.md`, "Replays", `own_claim`).
         """
         caps = inputs.as_names(capabilities)
-        self._refuse_paused(workload_id)
         claim: ClaimReply = self._call(
             ClaimCommand,
             now,

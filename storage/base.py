@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import quote
 
 __all__ = [
     "CLAIM_PAGES",
@@ -417,8 +418,14 @@ class PauseScope:
 
     @property
     def key(self) -> str:
-        """The scope as one string: its audit records' key (`pause/TENANT/APP/DEFINITION`)."""
-        return f"pause/{self.tenant}/{self.application or '*'}/{self.definition or '*'}"
+        """The scope as one string: its audit records' key (`pause/TENANT/APP/DEFINITION`).
+
+        `*` stands for every application or definition; each name is
+        percent-encoded (`/`, `*` and `%` included), so two scopes never share
+        a key.
+        """
+        parts = (self.tenant, self.application, self.definition)
+        return "pause/" + "/".join("*" if part is None else quote(part, safe="") for part in parts)
 
     def covers(self, tenant: str, application: str, definition: str) -> bool:
         """Does the scope include work of this tenant, application and definition?"""

@@ -147,3 +147,34 @@ def test_the_pause_commands_pause_list_and_resume_a_store(
         claim = warden.claim_next("t", "app", "w", CAPS, 30_000, LEASE)
         assert claim is not None
         assert claim.workload_id == workload_id
+
+
+def test_a_claim_command_executed_directly_is_refused_in_a_paused_scope(
+    authority: Authority,
+) -> None:
+    workload_id = _admit(authority, "one")
+    authority.pause("ops", NOW, tenant="t")
+    command = {
+        "op": "claim",
+        "workload_id": workload_id,
+        "worker_id": "w",
+        "capabilities": list(CAPS),
+        "lease_ms": LEASE,
+    }
+    for call in (authority.execute, lambda c, now: authority.prepare(c, now).commit()):
+        with pytest.raises(WorkloadError) as refused:
+            call(command, NOW + 1)
+        assert refused.value.code == errors.NOT_READY
+    assert authority.get(workload_id).state == "READY"
+
+
+def test_names_that_look_like_the_wildcard_are_scopes_of_their_own(
+    authority: Authority, store: Store
+) -> None:
+    star = authority.pause("ops", NOW, tenant="t", application="*")
+    whole = authority.pause("ops", NOW + 1, tenant="t")
+    assert star.scope.key != whole.scope.key
+    assert whole.since == NOW + 1, "the tenant's pause was written, not answered by the other"
+    assert len(authority.pauses("t")) == 2
+    slash = authority.pause("ops", NOW + 2, tenant="t", application="a/b")
+    assert slash.scope.key == "pause/t/a%2Fb/*"

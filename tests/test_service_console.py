@@ -4,7 +4,9 @@ Playwright drives Debian's Chromium (`/usr/bin/chromium`; Playwright's own
 browser download is never used). The overview counts what was admitted and
 claimed; a workload page shows the history and the diagram; an operator signs
 in and re-arms a dead letter from the console, which moves it back to READY
-and lands in the audit log under the operator's name. Each page is saved as a
+and lands in the audit log under the operator's name; an operator pauses a
+scope from the Pauses page (no claim takes its work, the overview marks it)
+and resumes it, both audited. Each page is saved as a
 screenshot: into `docs/images/console-*.png` when `WORKWARDEN_SCREENSHOTS=1`,
 else into the test's temporary folder.
 """
@@ -12,6 +14,7 @@ else into the test's temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +31,7 @@ from workwarden.statemachine import Grant, Subject
 
 CHROMIUM = "/usr/bin/chromium"
 IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+_MESSAGE = re.compile(r"/console/pauses\?message=")
 
 
 @pytest.fixture(scope="module")
@@ -186,4 +190,77 @@ def test_a_rearm_without_an_operators_token_is_refused_and_changes_nothing(
     assert reply.status == 403
     with service.client() as client:
         assert client.get(ids["dead"]).state == "DEAD_LETTER"
+    page.close()
+
+
+@pytest.fixture
+def quiet_console() -> Iterator[RunningService]:
+    """A service whose store holds READY work of two applications, and no pause."""
+    with running_service(grant_keys={KEY_ID: SECRET}, startup_timeout_s=120) as service:
+        now = wall_clock_ms()
+        with service.client(service.token("worker", "w1")) as client:
+            client.admit(_request("mail-0", "acme", "mail"), now)  # type: ignore[arg-type]
+            client.admit(_request("bill-0", "acme", "billing"), now)  # type: ignore[arg-type]
+        yield service
+
+
+def test_an_operator_pauses_a_scope_from_the_console_and_resumes_it_audited(
+    browser: Browser, quiet_console: RunningService, shots: Path
+) -> None:
+    service = quiet_console
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(service.url + "/console/pauses")
+    assert page.locator("#pause-form").count() == 0  # read-only until an operator signs in
+    assert "No pause in force" in page.locator("#pauses").inner_text()
+    refused = page.request.post(
+        service.url + "/console/pauses", form={"tenant": "acme", "reason": "sneaky"}
+    )
+    assert refused.status == 403
+    with service.client() as client:
+        assert client.pauses() == []
+
+    page.goto(service.url + "/console/login?next=/console/pauses")
+    page.fill("#token", service.token("operator", "alice"))
+    page.click("#sign-in")
+    page.wait_for_url("**/console/pauses")
+    page.fill("#pause-tenant", "acme")
+    page.fill("#pause-application", "mail")
+    page.fill("#pause-reason", "mail relay down")
+    page.click("#pause")
+    page.wait_for_url(_MESSAGE)
+    assert "paused pause/acme/mail/* by alice" in page.locator("#message").inner_text()
+    row = page.locator('#pauses tr[data-scope="pause/acme/mail/*"]')
+    assert row.count() == 1
+    assert "alice" in row.inner_text()
+    assert "mail relay down" in row.inner_text()
+    page.screenshot(path=str(shots / "console-pauses.png"), full_page=True)
+
+    with service.client() as client:
+        [record] = client.pauses()
+        assert (record.scope.key, record.actor) == ("pause/acme/mail/*", "alice")
+        now = wall_clock_ms()
+        assert client.claim_next("acme", "mail", "w1", CAPS, now, 60_000) is None
+
+    page.goto(service.url + "/console/")
+    assert page.locator("#pause-count").inner_text() == "1"
+    mail = page.locator('#counts tr[data-tenant="acme"][data-application="mail"]')
+    billing = page.locator('#counts tr[data-tenant="acme"][data-application="billing"]')
+    assert mail.locator("td[data-claiming]").inner_text().strip() == "paused"
+    assert billing.locator("td[data-claiming]").inner_text().strip() == "runs"
+
+    page.goto(service.url + "/console/audit")
+    paused = page.locator('#audit tr[data-operation="pause"][data-actor="alice"]')
+    assert paused.count() == 1
+    assert "pause/acme/mail/*" in paused.inner_text()
+
+    page.goto(service.url + "/console/pauses")
+    page.locator('#pauses tr[data-scope="pause/acme/mail/*"] button').click()
+    page.wait_for_url(_MESSAGE)
+    assert "resumed by alice" in page.locator("#message").inner_text()
+    assert page.locator('#pauses tr[data-scope="pause/acme/mail/*"]').count() == 0
+    with service.client() as client:
+        assert client.pauses() == []
+        assert client.claim_next("acme", "mail", "w1", CAPS, wall_clock_ms(), 60_000) is not None
+    page.goto(service.url + "/console/audit")
+    assert page.locator('#audit tr[data-operation="resume"][data-actor="alice"]').count() == 1
     page.close()

@@ -19,7 +19,7 @@ from typing import Any
 
 from workwarden.cli import STORE_HELP, instant, opened_store, print_table
 from workwarden.statemachine import Authority, GrantVerifier
-from workwarden.storage.base import PauseRecord
+from workwarden.storage.base import PauseRecord, PauseScope
 
 __all__ = ["register"]
 
@@ -67,7 +67,7 @@ def _resume(args: argparse.Namespace) -> int:
             definition=args.definition,
             request_id=args.request_id,
         )
-    key = f"pause/{args.tenant}/{args.application or '*'}/{args.definition or '*'}"
+    key = PauseScope(args.tenant, args.application, args.definition).key
     print(f"resumed {key}" if resumed else f"{key} was not paused; nothing written")
     return 0
 

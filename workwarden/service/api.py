@@ -8,9 +8,11 @@ call's instant is the service's clock (or the test clock's
 token whose actor class the spec's operations table allows
 (`workwarden.service.auth`); a refusal is a problem document
 (`workwarden.service.problems`). The batch endpoints are added from
-`workwarden.service.batches`. `docs/service.md` lists the endpoints.
+`workwarden.service.batches`, the operators' pauses and purge from
+`workwarden.service.operators`. `docs/service.md` lists the endpoints.
 """
 
+import dataclasses
 import json
 from typing import Annotated, Any
 
@@ -21,6 +23,7 @@ from starlette.responses import Response
 from workwarden.service import tracing
 from workwarden.service.auth import Caller, forbidden
 from workwarden.service.batches import batch_routes
+from workwarden.service.operators import operator_routes
 from workwarden.service.routing import Authed, Now, json_reply
 from workwarden.service.state import Service
 from workwarden.statemachine import errors
@@ -82,12 +85,27 @@ def api_router(service: Service) -> APIRouter:
 
     @router.post("/claim", response_model=ClaimReply, summary="Claim READY work by id")
     async def claim(body: ClaimCommand, who: Authed, at: Now) -> Response:
-        """`Authority.claim`: a lease until now + lease_ms under a new fencing token."""
+        """`Authority.claim`: a lease until now + lease_ms under a new fencing token.
+
+        Refused `WORKLOAD_NOT_READY` (`details.paused`) while the work's scope
+        is paused: `Authority.claim` checks the pauses, `execute` does not.
+        """
+
+        def go() -> ClaimReply:
+            return service.authority.claim(
+                body.workload_id,
+                body.worker_id,
+                body.capabilities,
+                at,
+                body.lease_ms,
+                request_id=body.request_id,
+            )
+
         return json_reply(
             service.call(
                 "claim",
                 who,
-                lambda: run(body, at),
+                go,
                 acting_as=body.worker_id,
                 workload_id=body.workload_id,
             )
@@ -253,6 +271,7 @@ def api_router(service: Service) -> APIRouter:
         )
 
     batch_routes(router, service)
+    operator_routes(router, service)
     if service.config.allow_reset:
         _test_routes(router, service)
     return router
@@ -286,6 +305,12 @@ def _test_routes(router: APIRouter, service: Service) -> None:
                 for d in service.store.scan()
             ]
         )
+
+    @router.get("/test/audit", tags=["test"], summary="Every audit record (serve --allow-reset)")
+    async def audit(who: Authed) -> Response:
+        """Every audit record, in order, as JSON: what a test compares before and after a call."""
+        _operator(who)
+        return json_reply([dataclasses.asdict(r) for r in service.store.audit_log()])
 
 
 def _operator(caller: Caller) -> None:

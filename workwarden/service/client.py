@@ -3,9 +3,10 @@
 It has `Authority`'s method names and signatures (`admit`, `claim`,
 `claim_next`, `start`, `heartbeat`, `execution_context`, `checkpoint`,
 `complete`, `fail`, `confirm_cancel`, `cancel`, `timeout`, `retry`,
-`operate`, `recover_expired`, `enforce_deadlines`, `get`, `list`, and the
-batch calls `admit_many`, `claim_many`, `report_many`) and returns the same
-models (a batch slot's refusal as the `WorkloadError` in its slot), so
+`operate`, `recover_expired`, `enforce_deadlines`, `get`, `list`, the
+batch calls `admit_many`, `claim_many`, `report_many`, and the operators'
+`pause`, `resume`, `pauses` and `purge`) and returns the same models and
+records (a batch slot's refusal as the `WorkloadError` in its slot), so
 anything written against an `Authority` (the worker runtime's
 `Worker(authority, app)`) runs over HTTP with a token instead of database
 credentials. A refusal is raised as the `WorkloadError` the
@@ -28,7 +29,7 @@ span, a call carries its `traceparent`, so the service's span is its child.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -37,6 +38,16 @@ from pydantic import BaseModel, TypeAdapter
 
 from workwarden.service import tracing
 from workwarden.service.auth import peek_actor_class
+from workwarden.service.operator_models import (
+    PauseReply,
+    PauseRequest,
+    PurgeReply,
+    PurgeRequest,
+    ResumeReply,
+    ResumeRequest,
+    pause_record,
+    purge_report,
+)
 from workwarden.service.state import NOW_HEADER
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS
@@ -69,7 +80,9 @@ from workwarden.statemachine.models import (
     Result,
     Workload,
 )
+from workwarden.statemachine.retention import PurgeReport
 from workwarden.statemachine.spec import Spec, default_spec
+from workwarden.storage.base import PauseRecord, StoredDocument
 
 __all__ = ["HttpAuthority", "problem_error", "raise_problem"]
 
@@ -77,6 +90,7 @@ _T = TypeVar("_T")
 _IDS: TypeAdapter[builtins.list[str]] = TypeAdapter(builtins.list[str])
 _WORKLOADS: TypeAdapter[builtins.list[Workload]] = TypeAdapter(builtins.list[Workload])
 _CLAIMS: TypeAdapter[builtins.list[ClaimReply]] = TypeAdapter(builtins.list[ClaimReply])
+_PAUSES: TypeAdapter[builtins.list[PauseReply]] = TypeAdapter(builtins.list[PauseReply])
 # The reply model of each report, by its op (what the one-call method returns, as a model).
 _REPORT_REPLIES: dict[str, type[BaseModel]] = {
     "start": Attempt,
@@ -503,6 +517,105 @@ class HttpAuthority:
             now=now,
         )
         return StateReply.model_validate(data).state
+
+    # -- pauses and retention ---------------------------------------------------------
+
+    def pause(
+        self,
+        actor: str,
+        now: int,
+        *,
+        tenant: str,
+        application: str | None = None,
+        definition: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> PauseRecord:
+        """`Authority.pause` over HTTP: the pause in force (`actor` is the token's subject)."""
+        inputs.check_now(now)
+        body = inputs.build(
+            PauseRequest,
+            tenant=tenant,
+            application=application,
+            definition=definition,
+            actor=actor,
+            reason=reason,
+            request_id=request_id,
+        )
+        data = self._operator("POST", "pause", body.model_dump(mode="json"), now)
+        return pause_record(PauseReply.model_validate(data))
+
+    def resume(
+        self,
+        actor: str,
+        now: int,
+        *,
+        tenant: str,
+        application: str | None = None,
+        definition: str | None = None,
+        request_id: str | None = None,
+    ) -> bool:
+        """`Authority.resume` over HTTP: True if the scope was paused."""
+        inputs.check_now(now)
+        body = inputs.build(
+            ResumeRequest,
+            tenant=tenant,
+            application=application,
+            definition=definition,
+            actor=actor,
+            request_id=request_id,
+        )
+        data = self._operator("POST", "resume", body.model_dump(mode="json"), now)
+        return ResumeReply.model_validate(data).resumed
+
+    def pauses(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
+        """`Authority.pauses` over HTTP: the pauses in force, by scope key."""
+        params = None if tenant is None else {"tenant": inputs.as_name(tenant, "tenant")}
+        data = self.request("GET", "/v1/pauses", "pauses", params=params, actor_class="operator")
+        return [pause_record(reply) for reply in _PAUSES.validate_python(data)]
+
+    def purge(
+        self,
+        now: int,
+        *,
+        older_than_ms: int | None = None,
+        tenant: str | None = None,
+        application: str | None = None,
+        actor: str | None = None,
+        export: Callable[[StoredDocument], None] | None = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+    ) -> PurgeReport:
+        """`Authority.purge` over HTTP, less `export`, which runs only where the store is.
+
+        An `export` is refused (`WORKLOAD_INVALID`) without a round trip:
+        exporting each document before it goes cannot be done from here
+        (use `workwarden purge --export FILE` beside the store). Without
+        `actor`, the service records the operator token's subject.
+        """
+        inputs.check_now(now)
+        if export is not None:
+            raise errors.bad_argument(
+                "export",
+                "a purge over HTTP cannot export; run `workwarden purge --export FILE`"
+                " where the store is",
+            )
+        body = inputs.build(
+            PurgeRequest,
+            older_than_ms=older_than_ms,
+            tenant=tenant,
+            application=application,
+            actor=actor,
+            dry_run=dry_run,
+            limit=limit,
+        )
+        data = self._operator("POST", "purge", body.model_dump(mode="json"), now)
+        return purge_report(PurgeReply.model_validate(data))
+
+    def _operator(self, method: str, operation: str, body: Any, now: int) -> Any:
+        return self.request(
+            method, f"/v1/{operation}", operation, body=body, now=now, actor_class="operator"
+        )
 
     # -- sweeps and reads ---------------------------------------------------------------
 

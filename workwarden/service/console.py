@@ -12,15 +12,17 @@ JavaScript; each refreshes itself with `<meta http-equiv="refresh">`):
   Graphviz's `dot`);
 - `/console/dead-letters`: the workloads at rest in a state an operator's
   `retry` leaves (read from the table), each with a re-arm form;
+- `/console/pauses`: the pauses of claiming in force, a form to pause a
+  scope and a Resume button per pause (`Authority.pause`, `resume`);
 - `/console/audit`: the latest audit records;
 - `/console/check`: the checker's report given with `serve --check-report FILE`;
 - `/console/login`: an operator signs in with their token (kept in an
   HTTP-only, same-site cookie); `/console/logout` forgets it.
 
-Reading needs no credentials. An operator action (the re-arm) needs an
-operator's token, in the cookie or an `Authorization` header; it goes
-through `Service.call` like an API call, with the token's subject as the
-actor, so the authority's audit log records who did it.
+Reading needs no credentials. An operator action (a re-arm, a pause, a
+resume) needs an operator's token, in the cookie or an `Authorization`
+header; it goes through `Service.call` like an API call, with the token's
+subject as the actor, so the authority's audit log records who did it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
 from workwarden.statemachine.models import Workload
+from workwarden.storage.base import PauseRecord
 
 __all__ = ["COOKIE", "REFRESH_S", "console_router", "rearmable_states"]
 
@@ -121,6 +124,40 @@ class _Pages:
     def workloads(self) -> list[Workload]:
         return [Workload.model_validate_json(doc.document) for doc in self.service.store.scan()]
 
+    def sign_in_first(self, request: Request, action: str, back: str) -> Response:
+        """The sign-in form, refusing an action without an operator's token (403)."""
+        return self.page(
+            request,
+            "login.html",
+            status=403,
+            message=f"{action} needs an operator's token: sign in first.",
+            next=back,
+        )
+
+
+def _actor(caller: Caller) -> str:
+    """Whom the audit log names for an operator's console action."""
+    return caller.subject if caller.subject != ANY_SUBJECT else "console"
+
+
+def _pause_marks(pauses: list[PauseRecord], tenant: str, application: str) -> list[str]:
+    """What the overview says of a tenant and application's pauses (none: claiming runs)."""
+    marks = []
+    for record in pauses:
+        scope = record.scope
+        if scope.tenant != tenant or scope.application not in (None, application):
+            continue
+        if scope.definition is None:
+            marks.append("paused")
+        else:
+            marks.append(f"paused: {scope.definition}")
+    return marks
+
+
+def _optional(form: Mapping[str, str], name: str) -> str | None:
+    value = form.get(name, "").strip()
+    return value or None
+
 
 def console_router(service: Service) -> APIRouter:
     """The `/console` routes over `service`."""
@@ -141,6 +178,7 @@ def console_router(service: Service) -> APIRouter:
                 scope = (index.tenant, index.application)
                 oldest[scope] = min(oldest.get(scope, index.created_at), index.created_at)
         scopes = sorted({(t, a) for t, a, _ in counts})
+        pauses = service.authority.pauses()
         rows = [
             {
                 "tenant": t,
@@ -148,6 +186,7 @@ def console_router(service: Service) -> APIRouter:
                 "counts": [counts[(t, a, s)] for s in states],
                 "total": sum(counts[(t, a, s)] for s in states),
                 "oldest_queued": now - oldest[(t, a)] if (t, a) in oldest else None,
+                "paused": _pause_marks(pauses, t, a),
             }
             for t, a in scopes
         ]
@@ -163,6 +202,7 @@ def console_router(service: Service) -> APIRouter:
             totals=[sum(counts[(t, a, s)] for t, a in scopes) for s in states],
             recoveries=hour["recover_expired"],
             timeouts=hour["enforce_deadlines"] + hour["timeout"],
+            pause_count=len(pauses),
         )
 
     @router.get("/workloads")
@@ -230,14 +270,9 @@ def console_router(service: Service) -> APIRouter:
         form = _form(await request.body())
         caller = pages.operator(request)
         if caller is None:
-            return pages.page(
-                request,
-                "login.html",
-                status=403,
-                message="Re-arming needs an operator's token: sign in first.",
-                next=f"/console/workloads/{quote(workload_id, safe='')}",
-            )
-        actor = caller.subject if caller.subject != ANY_SUBJECT else "console"
+            back = f"/console/workloads/{quote(workload_id, safe='')}"
+            return pages.sign_in_first(request, "Re-arming", back)
+        actor = _actor(caller)
         reason = form.get("reason") or None
         try:
             state = service.call(
@@ -251,6 +286,69 @@ def console_router(service: Service) -> APIRouter:
             message = f"refused: {exc.code}: {exc.message}"
         target = f"/console/workloads/{quote(workload_id, safe='')}?message={quote(message)}"
         return RedirectResponse(target, status_code=303)
+
+    @router.get("/pauses")
+    async def pauses(request: Request) -> Response:
+        return pages.page(
+            request,
+            "pauses.html",
+            pauses=service.authority.pauses(),
+            message=request.query_params.get("message"),
+        )
+
+    @router.post("/pauses")
+    async def pause(request: Request) -> Response:
+        form = _form(await request.body())
+        caller = pages.operator(request)
+        if caller is None:
+            return pages.sign_in_first(request, "Pausing", "/console/pauses")
+        actor = _actor(caller)
+        at = service.wall_now()
+
+        def run() -> PauseRecord:
+            return service.authority.pause(
+                actor,
+                at,
+                tenant=form.get("tenant", "").strip(),
+                application=_optional(form, "application"),
+                definition=_optional(form, "definition"),
+                reason=_optional(form, "reason"),
+            )
+
+        try:
+            record = service.call("pause", caller, run, acting_as=actor)
+            # The library answers with the pause in force, new or not.
+            if record.actor == actor and record.since == at:
+                message = f"paused {record.scope.key} by {actor}"
+            else:
+                message = f"{record.scope.key} already paused by {record.actor}; nothing written"
+        except errors.WorkloadError as exc:
+            message = f"refused: {exc.code}: {exc.message}"
+        return RedirectResponse(f"/console/pauses?message={quote(message)}", status_code=303)
+
+    @router.post("/pauses/resume")
+    async def resume(request: Request) -> Response:
+        form = _form(await request.body())
+        caller = pages.operator(request)
+        if caller is None:
+            return pages.sign_in_first(request, "Resuming", "/console/pauses")
+        actor = _actor(caller)
+
+        def run() -> bool:
+            return service.authority.resume(
+                actor,
+                service.wall_now(),
+                tenant=form.get("tenant", "").strip(),
+                application=_optional(form, "application"),
+                definition=_optional(form, "definition"),
+            )
+
+        try:
+            resumed = service.call("resume", caller, run, acting_as=actor)
+            message = f"resumed by {actor}" if resumed else "it was not paused; nothing written"
+        except errors.WorkloadError as exc:
+            message = f"refused: {exc.code}: {exc.message}"
+        return RedirectResponse(f"/console/pauses?message={quote(message)}", status_code=303)
 
     @router.get("/audit")
     async def audit(request: Request) -> Response:

@@ -7,7 +7,10 @@ store was written with into the metrics; `Service.batch` does the same for a
 batch call, authorizing every operation of the batch before any of it runs.
 The store is wrapped to see each write (`ObservedStore`, and
 `ObservedBatchStore` over a store that takes batches), so a replay, which
-writes nothing, is never counted as a claim or a completion.
+writes nothing, is never counted as a claim or a completion. The wrapper
+keeps the wrapped store's pauses and purges (`Pauses`, `Purges`) exactly
+when the wrapped store has them: the authority asks the store it holds, so a
+wrapper that hid them would let a claim by id past a pause.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from workwarden.service import tracing
 from workwarden.service.auth import Caller, TokenVerifier, authorize
@@ -30,7 +33,12 @@ from workwarden.storage.base import (
     BatchStore,
     ChooseClaims,
     IndexFields,
+    PauseRecord,
+    Pauses,
+    PauseScope,
+    Purges,
     Store,
+    StoredDocument,
     Write,
     WriteOutcome,
 )
@@ -106,11 +114,75 @@ class ObservedBatchStore(ObservedStore, ForwardingBatchStore):
                 self.writes.append((write.audit, write.document, write.index))
 
 
+class _KeepsPauses(ForwardingStore):
+    """Forwards the `Pauses` methods; mixed in only over a store that keeps pauses."""
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """The wrapped store's `set_pause`."""
+        return cast(Pauses, self.inner).set_pause(scope, pause, audit)
+
+    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
+        """The wrapped store's `paused`."""
+        return cast(Pauses, self.inner).paused(tenant)
+
+
+class _Purges(ForwardingStore):
+    """Forwards the `Purges` methods; mixed in only over a store that purges."""
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """The wrapped store's `purgeable`."""
+        return cast(Purges, self.inner).purgeable(states, after, limit)
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """The wrapped store's `purge`."""
+        return cast(Purges, self.inner).purge(key, expected_version, audit)
+
+
+# `Pauses` and `Purges` are runtime protocols, as `BatchStore` is: each wrapper
+# below has the methods of exactly the capabilities its wrapped store has.
+class _ObservedP(_KeepsPauses, ObservedStore):
+    pass
+
+
+class _ObservedU(_Purges, ObservedStore):
+    pass
+
+
+class _ObservedPU(_KeepsPauses, _Purges, ObservedStore):
+    pass
+
+
+class _ObservedBP(_KeepsPauses, ObservedBatchStore):
+    pass
+
+
+class _ObservedBU(_Purges, ObservedBatchStore):
+    pass
+
+
+class _ObservedBPU(_KeepsPauses, _Purges, ObservedBatchStore):
+    pass
+
+
+# By (takes batches, keeps pauses, purges).
+_WRAPPERS: dict[tuple[bool, bool, bool], type[ObservedStore]] = {
+    (False, False, False): ObservedStore,
+    (False, True, False): _ObservedP,
+    (False, False, True): _ObservedU,
+    (False, True, True): _ObservedPU,
+    (True, False, False): ObservedBatchStore,
+    (True, True, False): _ObservedBP,
+    (True, False, True): _ObservedBU,
+    (True, True, True): _ObservedBPU,
+}
+
+
 def observed(inner: Store) -> ObservedStore:
-    """The observing wrapper of `inner`: one that takes batches exactly when `inner` does."""
-    if isinstance(inner, BatchStore):
-        return ObservedBatchStore(inner)
-    return ObservedStore(inner)
+    """The observing wrapper of `inner`, with the batches, pauses and purges `inner` has."""
+    kind = (isinstance(inner, BatchStore), isinstance(inner, Pauses), isinstance(inner, Purges))
+    return _WRAPPERS[kind](inner)
 
 
 @dataclass
