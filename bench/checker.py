@@ -1,12 +1,19 @@
 """The model checker's speed: distinct states per second on the default universe.
 
-Runs `workwarden.statemachine.check.checker.check(default_spec())` (what `workwarden
-check` runs) `--reps` times in this process, one core, and reports the states
-it explored, the wall time and states per second (target: 50,000 or more).
-`--profile` also writes a cProfile of one run to `results/checker-profile.txt`.
+Runs the checker on `default_spec()` `--reps` times, one core, and reports
+the states it explored, the wall time, states per second (target: 50,000 or
+more), the peak resident memory and the memory per state. `--engine`
+chooses the checker: `compiled` (what `workwarden check` runs: the compiled
+model, `check_compiled`, then its refinement against the real core, timed
+apart) or `reference` (`checker.check`, the core at every step). Each run is
+its own process, so each peak is its own. `--workers`, `--workloads` and
+`--max-states` change the universe (a chain of workloads, each depending on
+the one before). `--profile` also writes a cProfile of one run to
+`results/checker-profile.txt`.
 
     python -m bench.checker
-    python -m bench.checker --reps 3 --profile
+    python -m bench.checker --engine reference --reps 1
+    python -m bench.checker --workers 3 --workloads 3 --max-states 200000 --reps 1
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from __future__ import annotations
 import cProfile
 import importlib
 import io
+import multiprocessing
 import pstats
+import resource
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +41,7 @@ from bench.common import (
     summary,
 )
 from workwarden.statemachine import default_spec
+from workwarden.statemachine.check.compiled import COMPILED_CACHE_LIMIT
 
 __all__ = ["TARGET", "main"]
 
@@ -47,21 +57,74 @@ def _check() -> Any:
     return module.check
 
 
-def one_run(check: Any, max_states: int | None = None) -> dict[str, Any]:
-    """One exploration of the default universe: states, seconds, states per second."""
+def _peak_mib() -> float:
+    """This process's peak resident memory, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one_run(
+    check: Any,
+    max_states: int | None = None,
+    engine: str = "reference",
+    universe: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One exploration: states, seconds, states per second, peak memory and per state."""
+    from workwarden.statemachine.check.universe import Universe
+
     spec = default_spec()
+    bounds = Universe.from_spec(spec, **(universe or {}))
+    baseline = _peak_mib()
+    refine_seconds = None
     started = time.perf_counter()
-    report = check(spec) if max_states is None else check(spec, max_states=max_states)
-    seconds = time.perf_counter() - started
+    cpu_started = time.process_time()
+    if engine == "compiled":
+        from workwarden.statemachine.check.compiled import CompiledModel
+        from workwarden.statemachine.check.compiled_check import check_compiled
+        from workwarden.statemachine.check.refinement import refine
+        from workwarden.statemachine.check.universe import Model
+
+        compiled = CompiledModel(Model(spec, bounds, cache_limit=COMPILED_CACHE_LIMIT))
+        report = check_compiled(spec, compiled=compiled, max_states=max_states)
+        seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu_started
+        if report.complete:
+            report.refinement += refine(compiled, report)
+        refine_seconds = round(time.perf_counter() - started - seconds, 3)
+    else:
+        report = check(spec, bounds, max_states=max_states)
+        seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu_started
     states = int(report.states)
+    peak = _peak_mib()
     return {
+        "engine": engine,
+        "universe": bounds.to_dict(),
         "states": states,
         "transitions": int(getattr(report, "transitions", 0)),
         "seconds": round(seconds, 3),
         "states_per_s": states / seconds if seconds > 0 else 0.0,
+        # On a shared machine the wall time counts the other processes' turns too.
+        "cpu_seconds": round(cpu_seconds, 3),
+        "states_per_cpu_s": states / cpu_seconds if cpu_seconds > 0 else 0.0,
+        "refine_seconds": refine_seconds,
+        "peak_mib": round(peak, 1),
+        "kib_per_state": round((peak - baseline) * 1024 / states, 2) if states else 0.0,
         "complete": bool(getattr(report, "complete", True)),
         "ok": bool(getattr(report, "ok", True)),
+        "refinement_failures": len(getattr(report, "refinement", [])),
+        "tables": getattr(report, "tables", {}),
     }
+
+
+def _isolated(max_states: int | None, engine: str, universe: dict[str, Any]) -> dict[str, Any]:
+    """`one_run` in a fresh process (its own peak memory, nothing cached from the last)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result: dict[str, Any] = pool.apply(_run_in_child, (max_states, engine, universe))
+    return result
+
+
+def _run_in_child(max_states: int | None, engine: str, universe: dict[str, Any]) -> dict[str, Any]:
+    return one_run(_check(), max_states, engine, universe)
 
 
 def _plot(path: Path, runs: list[dict[str, Any]]) -> None:
@@ -84,24 +147,39 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--max-states", type=int, default=None, help="stop each run after this many states"
     )
+    parser.add_argument("--engine", choices=("compiled", "reference"), default="compiled")
+    parser.add_argument("--workers", type=int, default=None, help="workers in the universe")
+    parser.add_argument(
+        "--workloads", type=int, default=None, help="workloads in the chain of the universe"
+    )
     args = parser.parse_args(argv)
     check = _check()
     quiet = quiet_from(args)
+    universe = {
+        name: value
+        for name, value in (("workers", args.workers), ("workloads", args.workloads))
+        if value is not None
+    }
     runs: list[dict[str, Any]] = []
     for rep in range(args.reps):
         load = quiet.wait()
-        run = one_run(check, args.max_states)
+        run = _isolated(args.max_states, args.engine, universe)
         run["load"] = round(load, 2)
         runs.append(run)
         print(
             f"  rep {rep + 1}/{args.reps}: {run['states']:,} states in {run['seconds']:.2f} s,"
-            f" {run['states_per_s']:,.0f} states/s (load {load:.2f})",
+            f" {run['states_per_s']:,.0f} states/s ({run['cpu_seconds']:.1f} s of CPU,"
+            f" {run['states_per_cpu_s']:,.0f} states per CPU second),"
+            f" peak {run['peak_mib']:,.0f} MiB,"
+            f" {run['kib_per_state']:.2f} KiB/state, complete {run['complete']},"
+            f" refinement {run['refine_seconds']} s (load {load:.2f})",
             flush=True,
         )
     rate = summary([Sample(r["states_per_s"], r["load"]) for r in runs])
     result = {
         "command": command_line("bench.checker", argv),
         "machine": machine(),
+        "engine": args.engine,
         "states": runs[0]["states"],
         "states_per_s": rate,
         "target": TARGET,
@@ -113,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(one_run, check, args.max_states)
+        profiler.runcall(one_run, check, args.max_states, args.engine, universe)
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
         stats.sort_stats("tottime").print_stats(30)

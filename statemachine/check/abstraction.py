@@ -250,6 +250,22 @@ class Abstraction:
         )
         return (*projection, moved) if self.move_edges else projection
 
+    def projection(self, document: str, now: int) -> tuple[Any, ...]:
+        """What of `document` decides its future at `now` (see `_project_uncached`)."""
+        return self._project_uncached(document, now)
+
+    def fence_facts(self, document: str | None, token: int) -> tuple[Any, ...]:
+        """What a fence of `token` on `document` tells a later call (see `_fence_facts`)."""
+        return self._fence_facts(document, token)
+
+    def numbered(self, value: Hashable) -> tuple[int, int]:
+        """The numbers of an abstraction and of its mirror (see `_numbered`)."""
+        return self._numbered(value)
+
+    def number(self, value: Hashable) -> int:
+        """The number standing for `value` (given the first time it is asked for)."""
+        return self._numbers.setdefault(value, len(self._numbers))
+
     def _fence_facts(self, document: str | None, token: int) -> tuple[Any, ...]:
         """What a held fence's attempt tells a later call: its outcome and report."""
         w = self.workload(document)

@@ -67,7 +67,15 @@ from workwarden.statemachine.properties.writes import check_write
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import AuditRecord
 
-__all__ = ["CheckReport", "Finding", "check", "policy_findings", "state_violations"]
+__all__ = [
+    "CheckReport",
+    "Finding",
+    "StepFindings",
+    "check",
+    "policy_findings",
+    "state_violations",
+    "step_findings",
+]
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,13 @@ class CheckReport:
     #: rule (`rule:policy.decision`), from the initial state: the checker's
     #: witnesses, from which conformance vectors are made.
     witnesses: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    #: Steps where the compiled model and the real core disagree (`refinement.py`),
+    #: each with its trace: a failure of the check itself.
+    refinement: list[Finding] = field(default_factory=list)
+    #: Which model explored: `reference` (the core at every step) or `compiled`.
+    engine: str = "reference"
+    #: For the compiled engine: the sizes of its tables and how often each was asked.
+    tables: dict[str, Any] = field(default_factory=dict)
 
     @property
     def states_per_second(self) -> float:
@@ -118,8 +133,13 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        """No violation, no policy problem, no state that cannot finish."""
-        return not self.violations and not self.policy_problems and self.cannot_finish == 0
+        """No violation, no policy problem, no state that cannot finish, no refinement failure."""
+        return (
+            not self.violations
+            and not self.policy_problems
+            and self.cannot_finish == 0
+            and not self.refinement
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (keys sorted by the caller's dump)."""
@@ -143,6 +163,9 @@ class CheckReport:
             "cannot_finish": self.cannot_finish,
             "violations": [v.to_dict() for v in self.violations],
             "policy_problems": self.policy_problems,
+            "refinement": [v.to_dict() for v in self.refinement],
+            "engine": self.engine,
+            "tables": self.tables,
             "ok": self.ok,
         }
 
@@ -222,6 +245,60 @@ def _step_violations(
         for violation in check_write(model.spec, model.workload(before), new, record):
             out.append((violation.property, violation.message))
     return out
+
+
+@dataclass(frozen=True)
+class StepFindings:
+    """What one writing step showed: broken step properties, edges taken, rules deciding.
+
+    `names` are the coverage names (`edge:A -> B`, `rule:policy.decision`) in
+    the order the step reached them, for the checker's witnesses.
+    """
+
+    violations: tuple[tuple[str, str], ...]
+    edges: tuple[tuple[str, str], ...]
+    rules: tuple[tuple[str, str], ...]
+    names: tuple[str, ...]
+
+
+def step_findings(
+    model: Model,
+    state: CheckState,
+    action: Action,
+    step: Step,
+    proceeds: dict[str, tuple[str, str]],
+    policy_of_actor: dict[str, str],
+) -> StepFindings:
+    """The findings of a step that wrote (see `StepFindings`).
+
+    `proceeds` is `proceeding_rules(spec)` and `policy_of_actor` the
+    operation roles' map, passed in so a caller works them out once.
+    """
+    violations = tuple(_step_violations(model, state, action, step))
+    edges: list[tuple[str, str]] = []
+    rules: list[tuple[str, str]] = []
+    names: list[str] = []
+    proceed = proceeds.get(action.label)
+    if proceed is not None and step.refusal is None:
+        rules.append(proceed)
+        names.append(f"rule:{proceed[0]}.{proceed[1]}")
+    for _slot, before, after in step.decision_docs:
+        if after is None or after == before:
+            continue
+        new = model.workload(after)
+        old = model.workload(before)
+        assert new is not None
+        start = len(old.execution_history) if old is not None else 0
+        for event in new.execution_history[start:]:
+            key = (event.from_state or "", event.to)
+            edges.append(key)
+            names.append(f"edge:{key[0]} -> {key[1]}")
+            decision = event.evidence.get("decision")
+            policy = policy_of_actor.get(event.actor)
+            if decision is not None and policy is not None:
+                rules.append((policy, decision))
+                names.append(f"rule:{policy}.{decision}")
+    return StepFindings(violations, tuple(edges), tuple(rules), tuple(names))
 
 
 def _action_dict(action: Action, now: int) -> dict[str, Any]:
@@ -346,31 +423,16 @@ def _check(
             report.transitions += 1
             if step.wrote:
                 # Only a write can break a step property or take an edge.
-                for name, message in _step_violations(model, state, action, step):
+                findings = step_findings(model, state, action, step, proceeds, policy_of_actor)
+                for name, message in findings.violations:
                     violations.append(
                         Finding(name, message, explorer.trace(index, (action, state.now)))
                     )
-                found: list[str] = []
-                proceed = proceeds.get(action.label)
-                if proceed is not None and step.refusal is None:
-                    rules[proceed[0]].add(proceed[1])
-                    found.append(f"rule:{proceed[0]}.{proceed[1]}")
-                for _slot, before, after in step.decision_docs:
-                    if after is None or after == before:
-                        continue
-                    new = model.workload(after)
-                    old = model.workload(before)
-                    assert new is not None
-                    start = len(old.execution_history) if old is not None else 0
-                    for event in new.execution_history[start:]:
-                        key = (event.from_state or "", event.to)
-                        edges_taken[key] = edges_taken.get(key, 0) + 1
-                        found.append(f"edge:{key[0]} -> {key[1]}")
-                        decision = event.evidence.get("decision")
-                        policy = policy_of_actor.get(event.actor)
-                        if decision is not None and policy is not None:
-                            rules[policy].add(decision)
-                            found.append(f"rule:{policy}.{decision}")
+                for key in findings.edges:
+                    edges_taken[key] = edges_taken.get(key, 0) + 1
+                for policy, decision in findings.rules:
+                    rules[policy].add(decision)
+                found = findings.names
                 fresh = [name for name in found if name not in report.witnesses]
                 if fresh:
                     trace = explorer.trace(index, (action, state.now))

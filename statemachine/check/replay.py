@@ -184,7 +184,9 @@ class _Replayer:
         return None
 
     def _keep_or_release(self, action: Action, refusal: str | None) -> None:
-        if action.label.startswith("stale_") or action.label.startswith("prepare_"):
+        # Only a worker's own call through its fence lets the fence go (as in the
+        # model): an operator's or a sweeper's call names no worker.
+        if action.worker < 0 or action.label.startswith(("stale_", "prepare_")):
             return
         held, _ = self.workers[action.worker]
         if held is None:

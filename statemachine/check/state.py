@@ -21,7 +21,7 @@ __all__ = ["CheckState", "Pending", "Universe", "WorkerHold"]
 
 @dataclass(frozen=True)
 class Universe:
-    """The bounds of an exploration. Every field can be set in the spec's `[check]` table.
+    """The bounds of an exploration. Every field but `workloads` can be set in the `[check]` table.
 
     `moves` bounds the operations a spec adds with the effect `move` (a pause, a
     resume, an approval): how many of them each workload may take along one
@@ -42,6 +42,9 @@ class Universe:
     initial_delay_ms: int = 3
     max_delay_ms: int = 6
     dependent: bool = True
+    #: How many workloads a dependent universe admits, each depending on the one
+    #: before (a chain); set by `workwarden check --workloads`, not the `[check]` table.
+    workloads: int = 2
     racer: bool = False
     stale_workers: bool = True
     first_timeouts: dict[str, int] = field(default_factory=lambda: {"claim_ms": 8})
@@ -65,6 +68,7 @@ class Universe:
             "initial_delay_ms": self.initial_delay_ms,
             "max_delay_ms": self.max_delay_ms,
             "dependent": self.dependent,
+            "workloads": self.workloads,
             "racer": self.racer,
             "stale_workers": self.stale_workers,
             "first_timeouts": dict(self.first_timeouts),

@@ -220,10 +220,11 @@ class Model:
         self.decide_fn = decide_fn
         self.authority_cls = authority_cls
         self.commit_checks_version = commit_checks_version
-        count = 2 if self.universe.dependent else 1
+        count = max(1, self.universe.workloads) if self.universe.dependent else 1
         requests: list[CreateWorkload] = []
         for index in range(count):
-            parent = workload_id_for(requests[0]) if index == 1 else None
+            # A chain: each workload depends on the one admitted before it.
+            parent = workload_id_for(requests[index - 1]) if index >= 1 else None
             requests.append(_request(self.universe, index, parent))
         self.requests = tuple(requests)
         self.ids = tuple(workload_id_for(r) for r in self.requests)

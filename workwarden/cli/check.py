@@ -7,6 +7,12 @@ for `workwarden replay`), and 3 when it stopped early (`--max-states`) with
 nothing found so far: a partial exploration proves nothing. Bad input (an
 unknown mutant, an unwritable output, a spec given twice) is one line
 `CODE: message` with exit status 1, as for every command.
+
+`--engine compiled` (the default) explores the compiled model and then holds
+it to the real core (`refinement.refine`, `--samples` random walks besides
+the witnesses and counterexamples); a disagreement is printed as a
+REFINEMENT FAILURE with its trace (written as `trace-refinement.json`) and
+exits 1. `--engine reference` runs the core at every step.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ EXIT_INCOMPLETE = 3
 
 _UNIVERSE_INTS = (
     "workers",
+    "workloads",
     "max_attempts",
     "lease_ms",
     "horizon_ms",
@@ -57,6 +64,7 @@ def _universe(args: argparse.Namespace, spec: Any) -> Any:
 
 
 _BOUND_HELP = {
+    "workloads": "workloads admitted, each depending on the one before (not with --single)",
     "moves": "operations of effect move (pause, resume, approve...) per workload in one path",
     "operator_actions": "operator calls (cancel, timeout, retry) in one path",
 }
@@ -172,6 +180,14 @@ def _print_report(report: Any, out: Any) -> None:
     w(f" (cut off by the bounds {d['horizon_cut']})\n")
     for problem in d["policy_problems"]:
         w(f"  POLICY: {problem}\n")
+    w(f"  engine        {d['engine']}")
+    if d["tables"]:
+        w(f" ({d['tables']['classes']:,} document classes, {d['tables']['entries']:,} entries)")
+    w("\n")
+    for failure in d["refinement"]:
+        w(f"  REFINEMENT FAILURE: {failure['message']} ({len(failure['trace'])} steps)\n")
+        for number, step in enumerate(failure["trace"], start=1):
+            w(f"      {number:>3}. {json.dumps(step, sort_keys=True)}\n")
     if d["violations"]:
         w(f"  VIOLATIONS: {len(d['violations'])}\n")
         for v in d["violations"]:
@@ -189,9 +205,19 @@ def _run_check(args: argparse.Namespace) -> int:
 
     spec_file = spec_argument(args.spec, args.spec_option)
     mutant = _mutant(args.mutant)
+    if args.samples < 0:
+        raise errors.WorkloadError(
+            errors.INVALID, "--samples must be 0 or more", {"field": "--samples"}
+        )
     json_path = _writable_file(args.json, "--json") if args.json else None
     spec = load_spec(spec_file)
     universe = _universe(args, spec)
+    # The compiled engine asks its model only where a table lacks an entry.
+    limits: dict[str, Any] = {}
+    if args.engine == "compiled":
+        from workwarden.statemachine.check.compiled import COMPILED_CACHE_LIMIT
+
+        limits["cache_limit"] = COMPILED_CACHE_LIMIT
     if mutant is not None:
         spec = mutant.spec(spec)
         model = Model(
@@ -200,16 +226,20 @@ def _run_check(args: argparse.Namespace) -> int:
             decide_fn=mutant.decide_fn,
             authority_cls=mutant.authority_cls(),
             commit_checks_version=mutant.commit_checks_version,
+            **limits,
         )
     else:
-        model = Model(spec, universe)
+        model = Model(spec, universe, **limits)
     progress = _Progress(sys.stderr)
-    report = check(spec, universe, model=model, max_states=args.max_states, progress=progress)
-    progress.done()
+    if args.engine == "reference":
+        report = check(spec, universe, model=model, max_states=args.max_states, progress=progress)
+        progress.done()
+    else:
+        report = _check_compiled(args, spec, universe, model, mutant, progress)
     _print_report(report, sys.stdout)
     if json_path is not None:
         _write(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n", "--json")
-    if report.violations:
+    if report.violations or report.refinement:
         out_dir = Path(args.trace_dir)
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +249,7 @@ def _run_check(args: argparse.Namespace) -> int:
                 f"--trace-dir {out_dir}: cannot make the directory: {exc.strerror or exc}",
                 {"field": "--trace-dir"},
             ) from None
-        for finding in report.violations:
+        for finding in [*report.violations, *report.refinement[:1]]:
             trace = {
                 "spec": spec_file,
                 "mutant": args.mutant,
@@ -241,6 +271,30 @@ def _run_check(args: argparse.Namespace) -> int:
         )
         return EXIT_INCOMPLETE
     return 0
+
+
+def _check_compiled(
+    args: argparse.Namespace, spec: Any, universe: Any, model: Any, mutant: Any, progress: Any
+) -> Any:
+    """Explore through the compiled model, then hold it to the real core (`refinement.refine`)."""
+    from workwarden.statemachine.check.compiled import CompiledModel
+    from workwarden.statemachine.check.compiled_check import check_compiled
+    from workwarden.statemachine.check.refinement import refine
+
+    compiled = CompiledModel(model)
+    report = check_compiled(
+        spec, universe, compiled=compiled, max_states=args.max_states, progress=progress
+    )
+    progress.done()
+    if not report.refinement:
+        report.refinement += refine(
+            compiled,
+            report,
+            samples=args.samples,
+            authority_cls=None if mutant is None else mutant.authority_cls(),
+            wrap_store=None if mutant is None else mutant.wrap_store,
+        )
+    return report
 
 
 def _read_trace(path: str) -> dict[str, Any]:
@@ -439,6 +493,21 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", default=None, help="write the report as JSON to this file")
     parser.add_argument("--trace-dir", default=".", help="where counterexample traces go")
     parser.add_argument("--mutant", default=None, help="check a deliberately broken variant")
+    parser.add_argument(
+        "--engine",
+        choices=("compiled", "reference"),
+        default="compiled",
+        help=(
+            "compiled: explore the spec compiled into tables and hold them to the real core "
+            "(the default); reference: run the core at every step"
+        ),
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=16,
+        help="random traces of the compiled model replayed through the real core (compiled)",
+    )
     parser.set_defaults(handler=_run_check)
 
     replay: argparse.ArgumentParser = subparsers.add_parser(

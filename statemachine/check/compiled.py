@@ -1,0 +1,553 @@
+"""The compiled model: the universe as lookups over tuples of small integers.
+
+A compiled state is a tuple of numbers: for each workload the number of its
+document's *class* (its projection at the state's instant, as
+`abstraction.py` computes it, with what the actions read beside it: the
+operator's events, the fencing token, the facts of every fence its attempts
+handed out, the instants ahead where something changes), for each worker the
+numbers of the fence it holds and of the last one it lost, the racing
+writer's pending write, and the crash and prepare counters. The instant
+itself travels beside the tuple (only the time horizon reads it), as it does
+beside the reference model's key.
+
+The transitions are tables, one per group of actions, keyed by exactly the
+numbers a group reads: a worker's calls by its fences and the classes of the
+documents they name; the operator's calls, the moves and the sweeps by the
+document classes; the racing writer by its pending write, the fences and the
+classes; a move of the clock by the classes and the pending write. Each
+entry lists the group's enabled actions in the reference order with, for
+each, the numbers it writes, the code it is refused with and what it shows
+(edges taken, rules deciding, step properties broken).
+
+**Where the tables come from.** None of them is written by hand. The
+enabled actions come from the universe's offer (`Model.actions`, which reads
+the spec's transition table and operations table); each outcome is asked of
+the real core (`decide`, and a real `Authority` over a `MemoryStore` for the
+scheduler and the sweeps, through `Model.step`) once per distinct key, at a
+concrete state with those numbers, and kept: an *oracle* table generated
+from the spec and the core, so an extended spec (pause, approval, claim
+starts) is compiled the same way. A concrete state is rebuilt on demand by
+replaying the path that reached it through `Model.step` (the last few are
+kept). Every rebuilt state is held to the compiled one (its tuple and its
+key must be equal); a difference is a `RefinementError` with the trace.
+`refinement.py` holds the tables to the real `Authority` on a real store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from workwarden.statemachine.check.abstraction import keep
+from workwarden.statemachine.check.checker import StepFindings, state_violations, step_findings
+from workwarden.statemachine.check.state import CheckState
+from workwarden.statemachine.check.universe import Action, Model, Step
+from workwarden.statemachine.properties.coverage import proceeding_rules
+from workwarden.statemachine.properties.operations import operation_roles
+
+__all__ = [
+    "COMPILED_CACHE_LIMIT",
+    "ClassFacts",
+    "CompiledModel",
+    "Outcome",
+    "RefinementError",
+    "Table",
+]
+
+#: The number of an absent part (no document, no fence, no pending write).
+NONE = -1
+
+#: How many rebuilt concrete states the model keeps (they share their documents).
+CONCRETE_LIMIT = 4096
+
+#: The cache limit of the reference model a compiled model asks (`Model(cache_limit=...)`):
+#: it is asked only where a table lacks an entry, so small caches serve it.
+COMPILED_CACHE_LIMIT = 20_000
+
+
+class RefinementError(Exception):
+    """The compiled model and the real core disagree on a step (see `refinement.py`)."""
+
+    def __init__(self, message: str, trace: tuple[dict[str, Any], ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.trace = trace
+
+
+@dataclass(frozen=True, slots=True)
+class ClassFacts:
+    """What the compiled model reads of one document class.
+
+    `number` and `mirror` are the numbers the reference key gives the class's
+    projection (and its mirror, the workers exchanged); `marks` are the
+    instants ahead, relative to now, where something can change for it;
+    `document` and `at` are the first document seen in the class and the
+    instant it was seen at (the class's representative).
+    """
+
+    slot: int
+    state: str
+    terminal: bool
+    marks: tuple[int, ...]
+    number: int
+    mirror: int
+    document: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One enabled action of a group and what it does.
+
+    `patch` is the (position, number) pairs it writes into the compiled
+    state; `wrote` the workloads whose documents it wrote (a write to the
+    slot of a pending write makes that write stale); `cut` that the bounds
+    cut it off; `noop` that it is not a transition at all (a prepared call
+    that writes nothing); `rel` for a move of the clock, how far ahead it
+    goes.
+    """
+
+    action: Action
+    patch: tuple[tuple[int, int], ...]
+    refusal: str | None
+    wrote: tuple[int, ...]
+    findings: StepFindings | None
+    cut: bool = False
+    noop: bool = False
+    rel: int = 0
+
+
+Table = dict[tuple[Any, ...], tuple[Outcome, ...]]
+"""A group's table: its key, the numbers it reads, to its outcomes in order."""
+
+#: The groups an action falls in: a worker's calls through the fence it holds
+#: (or its claims), its calls through the fence it lost, the calls on the
+#: documents alone, the racing writer's, the clock's.
+WORKER, STALE, DOCS, RACER, CLOCK = 0, 1, 2, 3, 4
+
+
+#: A move of the clock as a table keeps it (its instant is the state's plus `rel`).
+_CLOCK = Action("jump", "clock")
+
+
+def group_of(action: Action) -> int:
+    """The group an action of the universe falls in."""
+    label = action.label
+    if label == "jump":
+        return CLOCK
+    if label == "commit" or label.startswith("prepare_"):
+        return RACER
+    if action.worker >= 0:
+        return STALE if label.startswith("stale_") else WORKER
+    return DOCS
+
+
+class CompiledModel:
+    """A universe's model compiled into tables over small integers (see the module).
+
+    `model` is the reference model it is compiled from (its `decide_fn` and
+    `authority_cls` are the core asked). `mistake`, for the refinement
+    check's own tests only, rewrites each outcome as it is compiled: a
+    deliberately wrong compiled rule.
+    """
+
+    def __init__(
+        self, model: Model, *, mistake: Callable[[Outcome], Outcome] | None = None
+    ) -> None:
+        self.model = model
+        self.spec = model.spec
+        self.universe = model.universe
+        self.mistake = mistake
+        self.abstraction = model.abstraction
+        self.slots = len(model.ids)
+        self.workers = len(model.worker_names)
+        n, w = self.slots, self.workers
+        #: Positions in a compiled state.
+        self.held_at = tuple(n + 2 * k for k in range(w))
+        self.lost_at = tuple(n + 2 * k + 1 for k in range(w))
+        self.pending_at = n + 2 * w
+        self.crashes_at = self.pending_at + 1
+        self.prepares_at = self.pending_at + 2
+        self.swap = w == 2
+        # Interned parts.
+        self.classes: list[ClassFacts] = []
+        self._class_numbers: dict[tuple[Any, ...], int] = {}
+        self._class_of: dict[tuple[str, int, int], int] = {}
+        self.holds: list[tuple[int, str, str, int]] = []
+        self._hold_numbers: dict[tuple[int, str, str, int], int] = {}
+        self.pendings: list[tuple[int, int, str | None, bool]] = []
+        self._pending_numbers: dict[tuple[int, int, str | None, bool], int] = {}
+        self._stale: dict[int, int] = {}
+        self._hold_key: dict[tuple[int, int], tuple[int, int]] = {}
+        self._pending_key: dict[int, tuple[int, int]] = {}
+        self._violations: dict[int, list[tuple[str, str]]] = {}
+        self._shifts: dict[tuple[int, int], int] = {}
+        # The tables.
+        self.tables: tuple[Table, ...] = ({}, {}, {}, {}, {})
+        self.misses = [0, 0, 0, 0, 0]
+        self._concrete: dict[int, CheckState] = {}
+        self._proceeds = proceeding_rules(self.spec)
+        self._policy_of_actor = operation_roles(self.spec).policy_of_actor
+        self._terminal = self.spec.terminal_states
+        self._queued = self.spec.roles.queued
+        self.initial_concrete = model.initial()
+        self.initial = self.compact(self.initial_concrete)
+
+    # -- numbering the parts of a concrete state ---------------------------
+
+    def class_of(self, document: str, now: int, slot: int) -> int:
+        """The number of the class of `document` (in workload `slot`) at `now`."""
+        key = (document, now, slot)
+        known = self._class_of.get(key)
+        if known is not None:
+            return known
+        a = self.abstraction
+        info = a.doc(document)
+        w = info.workload
+        projection = a.projection(document, now)
+        fences = tuple(a.fence_facts(document, t.fencing_token) for t in w.attempts)
+        marks = tuple(sorted({at - now for at in info.marks if at > now}))
+        claim = w.current_claim
+        value = (
+            slot,
+            projection,
+            info.operator_events,
+            info.moves,
+            w.fencing_token,
+            None if claim is None else claim.claim_id,
+            fences,
+            marks,
+        )
+        number = self._class_numbers.get(value)
+        if number is None:
+            number = self._class_numbers[value] = len(self.classes)
+            own, mirror = a.numbered(projection)
+            self.classes.append(
+                ClassFacts(
+                    slot=slot,
+                    state=w.state,
+                    terminal=w.state in self._terminal,
+                    marks=marks,
+                    number=own,
+                    mirror=mirror,
+                    document=document,
+                    at=now,
+                )
+            )
+        return keep(self._class_of, key, number, COMPILED_CACHE_LIMIT)
+
+    def hold_of(self, hold: tuple[int, str, str, int] | None) -> int:
+        """The number of a fence a worker holds (NONE for none)."""
+        if hold is None:
+            return NONE
+        number = self._hold_numbers.get(hold)
+        if number is None:
+            number = self._hold_numbers[hold] = len(self.holds)
+            self.holds.append(hold)
+        return number
+
+    def pending_of(self, state: CheckState) -> int:
+        """The number of the racing writer's pending write in `state` (NONE for none)."""
+        pending = state.pending
+        if pending is None:
+            return NONE
+        document = NONE
+        if pending.document is not None:
+            document = self.class_of(pending.document, state.now, pending.slot)
+        return self._pending((pending.slot, document, pending.refusal, pending.stale))
+
+    def _pending(self, value: tuple[int, int, str | None, bool]) -> int:
+        number = self._pending_numbers.get(value)
+        if number is None:
+            number = self._pending_numbers[value] = len(self.pendings)
+            self.pendings.append(value)
+        return number
+
+    def stale(self, pending: int) -> int:
+        """The number of `pending` once a write to its workload made it stale."""
+        known = self._stale.get(pending)
+        if known is None:
+            slot, document, refusal, _ = self.pendings[pending]
+            known = self._stale[pending] = self._pending((slot, document, refusal, True))
+        return known
+
+    def compact(self, state: CheckState) -> tuple[int, ...]:
+        """The compiled state of a concrete one."""
+        out = [
+            NONE if d is None else self.class_of(d, state.now, slot)
+            for slot, d in enumerate(state.docs)
+        ]
+        for held, lost in state.workers:
+            out.append(self.hold_of(held))
+            out.append(self.hold_of(lost))
+        out += (self.pending_of(state), state.crashes, state.prepares)
+        return tuple(out)
+
+    # -- the key -----------------------------------------------------------
+
+    def _hold_numbers_for(self, hold: int, document: int) -> tuple[int, int]:
+        """The reference key's numbers of what fence `hold` tells, on document class `document`."""
+        key = (hold, document)
+        known = self._hold_key.get(key)
+        if known is None:
+            slot, _, _, token = self.holds[hold]
+            text = None if document == NONE else self.classes[document].document
+            facts = (slot, self.abstraction.fence_facts(text, token))
+            known = self._hold_key[key] = self.abstraction.numbered(facts)
+        return known
+
+    def _pending_numbers_for(self, pending: int) -> tuple[int, int]:
+        known = self._pending_key.get(pending)
+        if known is None:
+            slot, document, refusal, stale = self.pendings[pending]
+            if document == NONE:
+                own, mirror = -1, -1
+            else:
+                facts = self.classes[document]
+                own, mirror = facts.number, facts.mirror
+            a = self.abstraction
+            known = self._pending_key[pending] = (
+                a.number(("pending", slot, refusal, stale, own)),
+                a.number(("pending", slot, refusal, stale, mirror)),
+            )
+        return known
+
+    def key(self, c: tuple[int, ...]) -> tuple[int, ...]:
+        """The compiled state's key: the reference model's key of any state it stands for."""
+        n = self.slots
+        classes = self.classes
+        own: list[int] = []
+        mirror: list[int] = []
+        for d in c[:n]:
+            if d < 0:
+                own.append(-1)
+                mirror.append(-1)
+            else:
+                facts = classes[d]
+                own.append(facts.number)
+                mirror.append(facts.mirror)
+        holds: list[tuple[int, int]] = []
+        hold_key = self._hold_key
+        all_holds = self.holds
+        for h in c[n : self.pending_at]:
+            if h < 0:
+                holds.append((-1, -1))
+            else:
+                document = c[all_holds[h][0]]
+                holds.append(hold_key.get((h, document)) or self._hold_numbers_for(h, document))
+        own += [pair[0] for pair in holds]
+        for k in reversed(range(0, len(holds), 2)):
+            mirror += (holds[k][1], holds[k + 1][1])
+        p = c[self.pending_at]
+        if p < 0:
+            own.append(-1)
+            mirror.append(-1)
+        else:
+            pair = self._pending_numbers_for(p)
+            own.append(pair[0])
+            mirror.append(pair[1])
+        own += (c[self.crashes_at], c[self.prepares_at])
+        first = tuple(own)
+        if not self.swap:
+            return first
+        mirror += (c[self.crashes_at], c[self.prepares_at])
+        second = tuple(mirror)
+        return first if first <= second else second
+
+    # -- facts of a compiled state ----------------------------------------
+
+    def all_terminal(self, c: tuple[int, ...]) -> bool:
+        """Is every workload of the compiled state in a terminal state?"""
+        classes = self.classes
+        return all(d < 0 or classes[d].terminal for d in c[: self.slots])
+
+    def class_violations(self, d: int) -> list[tuple[str, str]]:
+        """The properties the representative document of class `d` breaks (worked out once)."""
+        known = self._violations.get(d)
+        if known is None:
+            w = self.abstraction.workload(self.classes[d].document)
+            assert w is not None
+            known = self._violations[d] = state_violations(self.spec, w)
+        return known
+
+    # -- the tables --------------------------------------------------------
+
+    def outcomes(self, c: tuple[int, ...], concrete: Callable[[], CheckState]) -> Iterator[Outcome]:
+        """Every enabled action of compiled state `c`, in the reference order, with its outcome.
+
+        `concrete` rebuilds a concrete state `c` stands for; it is called only
+        when a table lacks an entry.
+        """
+        n = self.slots
+        docs = c[:n]
+        crashes = c[self.crashes_at]
+        tables = self.tables
+        holds = self.holds
+        worker_table = tables[WORKER]
+        stale_table = tables[STALE]
+        for k in range(self.workers):
+            held = c[self.held_at[k]]
+            lost = c[self.lost_at[k]]
+            # A worker's own calls read its fence, the document it names and the
+            # crash budget (its claims, every document); they write its fences.
+            if held < 0:
+                key: tuple[Any, ...] = (k, held, crashes, docs)
+            else:
+                key = (k, held, crashes, c[holds[held][0]])
+            found = worker_table.get(key)
+            if found is None:
+                found = self._compile(WORKER, key, c, concrete, k)
+            yield from found
+            if lost >= 0:
+                key = (k, lost, c[holds[lost][0]])
+                found = stale_table.get(key)
+                if found is None:
+                    found = self._compile(STALE, key, c, concrete, k)
+                yield from found
+        found = tables[DOCS].get(docs)
+        if found is None:
+            found = self._compile(DOCS, docs, c, concrete)
+        yield from found
+        if self.universe.racer:
+            # Its commit reads the pending write and the document it lands on;
+            # its prepares read the documents and the fences held.
+            pending = c[self.pending_at]
+            if pending >= 0:
+                key = (pending, c[self.pendings[pending][0]])
+            else:
+                key = (c[self.prepares_at], docs, *(c[at] for at in self.held_at))
+            found = tables[RACER].get(key)
+            if found is None:
+                found = self._compile(RACER, key, c, concrete)
+            yield from found
+        key = (docs, c[self.pending_at])
+        found = tables[CLOCK].get(key)
+        if found is None:
+            found = self._compile_clock(key)
+        yield from found
+
+    def shifted(self, d: int, delta: int) -> int:
+        """The class a document of class `d` is in `delta` milliseconds later.
+
+        Asked of the class's representative document: a projection is
+        relative to its instant, so every document of the class moves to the
+        same class.
+        """
+        key = (d, delta)
+        known = self._shifts.get(key)
+        if known is None:
+            facts = self.classes[d]
+            known = self._shifts[key] = self.class_of(facts.document, facts.at + delta, facts.slot)
+        return known
+
+    def _compile_clock(self, key: tuple[Any, ...]) -> tuple[Outcome, ...]:
+        """The moves of the clock: to the nearest instant ahead and the millisecond before it.
+
+        The instants are the classes' marks (from the index fields and the
+        deadline table: lease expiries, deadlines, eligibility), as
+        `Model.actions` offers them.
+        """
+        self.misses[CLOCK] += 1
+        docs, pending = key
+        ahead = [mark for d in docs if d >= 0 for mark in self.classes[d].marks]
+        out: list[Outcome] = []
+        if ahead:
+            nearest = min(ahead)
+            for rel in (nearest - 1, nearest):
+                if rel <= 0:
+                    continue
+                patch = [
+                    (slot, moved)
+                    for slot, d in enumerate(docs)
+                    if d >= 0 and (moved := self.shifted(d, rel)) != d
+                ]
+                if pending >= 0:
+                    slot, document, refusal, stale = self.pendings[pending]
+                    if document >= 0:
+                        moved_pending = self._pending(
+                            (slot, self.shifted(document, rel), refusal, stale)
+                        )
+                        if moved_pending != pending:
+                            patch.append((self.pending_at, moved_pending))
+                out.append(Outcome(_CLOCK, tuple(patch), None, (), None, rel=rel))
+        found = tuple(out)
+        self.tables[CLOCK][key] = found
+        return found
+
+    def apply(self, c: tuple[int, ...], outcome: Outcome) -> tuple[int, ...]:
+        """The compiled state after `outcome` in `c` (`c` itself when nothing changes)."""
+        patch = outcome.patch
+        pending = c[self.pending_at]
+        stale = (
+            pending >= 0
+            and not self.pendings[pending][3]
+            and self.pendings[pending][0] in outcome.wrote
+            and group_of(outcome.action) != RACER
+        )
+        if not patch and not stale:
+            return c
+        out = list(c)
+        for position, number in patch:
+            out[position] = number
+        if stale:
+            out[self.pending_at] = self.stale(pending)
+        return tuple(out)
+
+    def _compile(
+        self,
+        group: int,
+        key: tuple[Any, ...],
+        c: tuple[int, ...],
+        concrete: Callable[[], CheckState],
+        worker: int = -1,
+    ) -> tuple[Outcome, ...]:
+        """Ask the reference model for a group's outcomes at a concrete state of `c`."""
+        self.misses[group] += 1
+        state = concrete()
+        model = self.model
+        out: list[Outcome] = []
+        for action in model.actions(state):
+            if group_of(action) != group or (group in (WORKER, STALE) and action.worker != worker):
+                continue
+            out.append(self._outcome(group, c, state, action))
+        if self.mistake is not None:
+            out = [self.mistake(outcome) for outcome in out]
+        found = tuple(out)
+        self.tables[group][key] = found
+        return found
+
+    def _outcome(
+        self, group: int, c: tuple[int, ...], state: CheckState, action: Action
+    ) -> Outcome:
+        model = self.model
+        if group == CLOCK:
+            # Moved without the horizon: whether it cuts depends on the instant only.
+            moved = CheckState(
+                action.to, state.docs, state.workers, state.pending, state.crashes, state.prepares
+            )
+            after = self.compact(moved)
+            return Outcome(action, _diff(c, after), None, (), None, rel=action.to - state.now)
+        step = model.step(state, action)
+        if step.cut or step.noop:
+            return Outcome(action, (), step.refusal, (), None, cut=step.cut, noop=step.noop)
+        findings = None
+        if step.wrote:
+            findings = step_findings(
+                model, state, action, step, self._proceeds, self._policy_of_actor
+            )
+        patch: tuple[tuple[int, int], ...] = ()
+        if step.state is not state:
+            patch = _diff(c, self.compact(step.state))
+            if group != RACER:
+                # The pending write goes stale by the rule `apply` keeps.
+                patch = tuple(p for p in patch if p[0] != self.pending_at)
+        return Outcome(action, patch, step.refusal, step.wrote, findings)
+
+    def take(self, state: CheckState, action: Action) -> Step:
+        """The reference model's step (for rebuilding concrete states)."""
+        return self.model.step(state, action)
+
+
+def _diff(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    return tuple((i, v) for i, (u, v) in enumerate(zip(before, after, strict=True)) if u != v)

@@ -1,0 +1,257 @@
+"""Breadth-first exploration of the compiled model (`compiled.py`), reported as `check` reports.
+
+`check_compiled` explores the same universe as `checker.check`, in the same
+order, through the compiled model's tables instead of the core: the same
+states (by the same keys), transitions, edge and rule coverage, witnesses
+and violations, at a fraction of the cost. A concrete state is rebuilt only
+when a table lacks an entry, by replaying its path through the reference
+model from the nearest state kept; each rebuilt state must compile to the
+compiled state it stands for, or the check reports a refinement failure
+(`CheckReport.refinement`) with the trace to it. `refinement.refine` then
+holds witnesses, counterexamples and random traces to the real `Authority`.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import deque
+from collections.abc import Callable
+
+from workwarden.statemachine.check.abstraction import keep
+from workwarden.statemachine.check.checker import (
+    CheckReport,
+    Finding,
+    _cannot_finish,
+    _Explorer,
+    _first_per_property,
+    policy_findings,
+)
+from workwarden.statemachine.check.compiled import (
+    CONCRETE_LIMIT,
+    CompiledModel,
+    RefinementError,
+)
+from workwarden.statemachine.check.state import CheckState, Universe
+from workwarden.statemachine.check.universe import Action, Model
+from workwarden.statemachine.properties.coverage import (
+    Reached,
+    edges_never_taken,
+    rules_never_decided,
+    states_never_at_rest,
+    unreached,
+)
+from workwarden.statemachine.spec import Spec
+
+__all__ = ["check_compiled", "concrete_along"]
+
+
+def concrete_along(compiled: CompiledModel, steps: list[tuple[Action, int]]) -> CheckState:
+    """The concrete state the reference model reaches along `steps` from the initial one."""
+    state = compiled.initial_concrete
+    for action, _now in steps:
+        state = compiled.take(state, action).state
+    return state
+
+
+def check_compiled(
+    spec: Spec,
+    universe: Universe | None = None,
+    *,
+    model: Model | None = None,
+    compiled: CompiledModel | None = None,
+    max_states: int | None = None,
+    stop_at_first: bool = True,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> CheckReport:
+    """Explore the universe through the compiled model; the report `checker.check` makes.
+
+    `compiled` (made from `model`, or from a model of `universe` under
+    `spec`) may be given to keep its tables for later (`refinement.refine`
+    walks them). The collector is frozen as `checker.check` does.
+    """
+    freeze = gc.get_freeze_count() == 0
+    if compiled is None:
+        compiled = CompiledModel(model or Model(spec, universe or Universe.from_spec(spec)))
+    try:
+        return _explore(spec, compiled, max_states, stop_at_first, progress, freeze)
+    finally:
+        if freeze:
+            gc.unfreeze()
+
+
+def _explore(
+    spec: Spec,
+    compiled: CompiledModel,
+    max_states: int | None,
+    stop_at_first: bool,
+    progress: Callable[[int, int, int], None] | None,
+    freeze: bool,
+) -> CheckReport:
+    model = compiled.model
+    report = CheckReport(spec=spec.source, universe=model.universe.to_dict())
+    report.policy_problems = policy_findings(spec)
+    started = time.perf_counter()
+    explorer = _Explorer(model, progress)
+    horizon = model.universe.horizon_ms
+    init = compiled.initial
+    seen: dict[tuple[int, ...], int] = {compiled.key(init): 0}
+    # Compiled states already placed (finer than keys: a quick first look).
+    placed: dict[tuple[int, ...], int] = {init: 0}
+    frontier: deque[tuple[tuple[int, ...], int, int, int]] = deque([(init, 0, 0, 0)])
+    edges_taken: dict[tuple[str, str], int] = {}
+    rules: dict[str, set[str]] = {name: set() for name in spec.policies}
+    at_rest: set[str] = set()
+    checked: set[int] = set()
+    classes = compiled.classes
+    n = compiled.slots
+    explorer.finished.append(1 if compiled.all_terminal(init) else 0)
+    explorer.cut.append(0)
+    for doc in compiled.initial_concrete.docs:
+        w = model.workload(doc)
+        if w is not None:
+            at_rest.add(w.state)
+            for event in w.execution_history:
+                edge = (event.from_state or "", event.to)
+                edges_taken[edge] = edges_taken.get(edge, 0) + 1
+                report.witnesses.setdefault(f"edge:{edge[0]} -> {edge[1]}", ())
+    for d in init[:n]:
+        if d >= 0:
+            checked.add(d)
+    kept: dict[int, CheckState] = {}
+    violations: list[Finding] = []
+    depth = 0
+
+    def concrete_of(index: int, c: tuple[int, ...]) -> Callable[[], CheckState]:
+        def rebuild() -> CheckState:
+            chain: list[int] = []
+            j = index
+            while j > 0 and j not in kept:
+                chain.append(j)
+                j = explorer.parent[j]
+            state = kept[j] if j > 0 else compiled.initial_concrete
+            for i in reversed(chain):
+                via = explorer.via[i]
+                assert via is not None
+                state = compiled.take(state, via[0]).state
+                keep(kept, i, state, CONCRETE_LIMIT)
+            rebuilt = compiled.compact(state)
+            if rebuilt != c:
+                raise RefinementError(
+                    "the compiled state differs from the reference model's state on the "
+                    f"same path: compiled {c}, reference {rebuilt}",
+                    explorer.trace(index),
+                )
+            return state
+
+        return rebuild
+
+    try:
+        while frontier:
+            c, index, level, now = frontier.popleft()
+            depth = max(depth, level)
+            if progress is not None and index % 2000 == 0:
+                progress(len(seen), report.transitions, level)
+            if freeze and index % 4096 == 0:
+                gc.freeze()
+            for outcome in compiled.outcomes(c, concrete_of(index, c)):
+                action = outcome.action
+                at = now
+                if outcome.rel:
+                    at = now + outcome.rel
+                    action = Action("jump", "clock", to=at)
+                    if at > horizon:
+                        explorer.cut[index] = 1
+                        continue
+                elif outcome.cut:
+                    explorer.cut[index] = 1
+                    continue
+                if outcome.noop:
+                    continue
+                report.transitions += 1
+                findings = outcome.findings
+                if findings is not None:
+                    for name, message in findings.violations:
+                        violations.append(
+                            Finding(name, message, explorer.trace(index, (action, now)))
+                        )
+                    for edge in findings.edges:
+                        edges_taken[edge] = edges_taken.get(edge, 0) + 1
+                    for policy, decision in findings.rules:
+                        rules[policy].add(decision)
+                    fresh = [name for name in findings.names if name not in report.witnesses]
+                    if fresh:
+                        trace = explorer.trace(index, (action, now))
+                        for name in fresh:
+                            report.witnesses[name] = trace
+                nxt = compiled.apply(c, outcome)
+                if nxt is c:
+                    target = index
+                else:
+                    known = placed.get(nxt)
+                    if known is None:
+                        digest = compiled.key(nxt)
+                        known = seen.get(digest)
+                        if known is None:
+                            known = len(seen)
+                            seen[digest] = known
+                            explorer.parent.append(index)
+                            explorer.via.append((action, now))
+                            explorer.finished.append(1 if compiled.all_terminal(nxt) else 0)
+                            explorer.cut.append(0)
+                            for d in nxt[:n]:
+                                if d < 0 or d in checked:
+                                    continue
+                                checked.add(d)
+                                at_rest.add(classes[d].state)
+                                for name, message in compiled.class_violations(d):
+                                    violations.append(Finding(name, message, explorer.trace(known)))
+                            frontier.append((nxt, known, level + 1, at))
+                        placed[nxt] = known
+                    target = known
+                explorer.edges.append(index)
+                explorer.edges.append(target)
+                if violations and stop_at_first:
+                    break
+            if violations and stop_at_first:
+                break
+            if max_states is not None and len(seen) >= max_states:
+                report.complete = False
+                break
+    except RefinementError as failure:
+        report.refinement.append(Finding("refinement", failure.message, failure.trace))
+        report.complete = False
+    report.seconds = time.perf_counter() - started
+    report.states = len(seen)
+    report.depth = depth
+    report.violations = _first_per_property(violations)
+    if violations and stop_at_first:
+        report.complete = False
+    report.edges_taken = {
+        f"{a} -> {b}": k for (a, b), k in sorted(edges_taken.items()) if (a, b) in spec.edges
+    }
+    report.edges_never_taken = [f"{a} -> {b}" for a, b in edges_never_taken(spec, edges_taken)]
+    report.never_at_rest = states_never_at_rest(spec, at_rest)
+    report.rules_taken = {name: sorted(found) for name, found in sorted(rules.items())}
+    report.rules_never_taken = rules_never_decided(spec, rules)
+    report.terminal_unreached = states_never_at_rest(spec, at_rest, {"terminal"})
+    report.sometimes = unreached(spec, Reached(edges_taken, rules, at_rest))
+    report.horizon_cut = sum(explorer.cut)
+    if report.complete:
+        report.cannot_finish, stuck = _cannot_finish(explorer, len(seen))
+        if stuck is not None:
+            report.violations.append(
+                Finding(
+                    "work_can_always_finish",
+                    f"{report.cannot_finish} reachable states cannot reach one where every "
+                    "workload is terminal",
+                    explorer.trace(stuck),
+                )
+            )
+    report.engine = "compiled"
+    report.tables = {
+        "classes": len(compiled.classes),
+        "entries": sum(len(table) for table in compiled.tables),
+        "misses": list(compiled.misses),
+    }
+    return report
