@@ -18,7 +18,11 @@ own fresh file or database with the same schema:
   the document before every call.
 
 It reports lifecycles per second and the ratio to the limit, raw writes per
-second divided by 4 (the target is 0.5 or more on SQLite and PostgreSQL).
+second divided by 4 (the target is 0.5 or more on SQLite and PostgreSQL),
+and then, for each authority, the CPU time of each call (admit, claim, start,
+complete: the median over the repetitions of the mean over one sample's
+lifecycles, on one thread), which is the Python cost per call on the memory
+store.
 
     python -m bench.cas                        # every backend, 5 repetitions
     python -m bench.cas --backends sqlite-full,postgres --lifecycles 500
@@ -45,6 +49,7 @@ import psycopg
 from bench.common import (
     NOW,
     Fixture,
+    Quiet,
     Sample,
     alternate,
     base_parser,
@@ -115,6 +120,35 @@ def lifecycle(authority: Authority, fixture: Fixture, key: str, payload: int) ->
     claim = authority.claim(workload_id, "worker-1", ("bench",), NOW + 1, _LEASE_MS)
     authority.start(workload_id, claim.fence, NOW + 2)
     authority.complete(workload_id, claim.fence, f"result-{key}", {"ok": True}, NOW + 3)
+
+
+OPERATIONS = ("admit", "claim", "start", "complete")
+
+
+def timed_lifecycle(
+    authority: Authority, fixture: Fixture, key: str, payload: int, spent: dict[str, float]
+) -> None:
+    """`lifecycle`, adding each call's seconds (CPU time of this process) to `spent`.
+
+    CPU time, not wall time: on a shared machine it moves less with what
+    else runs, and the memory store spends no time waiting.
+    """
+    clock = time.process_time
+    request = fixture.request(key, payload)
+    started = clock()
+    admitted = authority.admit(request, NOW)
+    spent["admit"] += clock() - started
+    workload_id = admitted.workload.workload_id
+    started = clock()
+    claim = authority.claim(workload_id, "worker-1", ("bench",), NOW + 1, _LEASE_MS)
+    spent["claim"] += clock() - started
+    fence = claim.fence
+    started = clock()
+    authority.start(workload_id, fence, NOW + 2)
+    spent["start"] += clock() - started
+    started = clock()
+    authority.complete(workload_id, fence, f"result-{key}", {"ok": True}, NOW + 3)
+    spent["complete"] += clock() - started
 
 
 def record(fixture: Fixture, payload: int) -> list[Write]:
@@ -329,6 +363,16 @@ class Backend:
             return self.raw_writes_per_s(n)
         return self.lifecycles_per_s(side, n)
 
+    def per_operation_us(self, side: str, n: int) -> dict[str, float]:
+        """Mean CPU µs of each call over n lifecycles through one authority, on one thread."""
+        authority = self.authorities[side]
+        self._batch += 1
+        spent = dict.fromkeys(OPERATIONS, 0.0)
+        for i in range(n):
+            key = f"{self.name}-{self._batch}-{i:08d}"
+            timed_lifecycle(authority, self.fixture, key, self.payload, spent)
+        return {op: round(spent[op] / n * 1e6, 1) for op in OPERATIONS}
+
     def profile(self, side: str, n: int) -> str:
         """A cProfile of n lifecycles through one authority (top functions by own time)."""
         profiler = cProfile.Profile()
@@ -493,12 +537,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         quiet,
                         log=print,
                     )
+                    per_op = _per_operation(backend, n, args.reps, quiet)
                     if args.profile:
                         for side in SIDES[1:]:
                             profiles[f"{label} {side}"] = backend.profile(side, max(n // 2, 5))
                 finally:
                     backend.close()
                 rows.append(_row(label, threads, n, samples))
+                rows[-1]["per_operation_us"] = per_op
         finally:
             if pg_cm is not None:
                 pg_cm.__exit__(None, None, None)
@@ -521,6 +567,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not args.no_plot:
         _plot(args.out / "plots" / f"{name}.png", rows)
     return result
+
+
+def _per_operation(
+    backend: Backend, n: int, reps: int, quiet: Quiet
+) -> dict[str, dict[str, float]]:
+    """Per side, each call's CPU µs: the median over `reps` runs of n lifecycles each."""
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES[1:]}
+    for _ in range(reps):
+        quiet.wait()
+        for side in SIDES[1:]:
+            runs[side].append(backend.per_operation_us(side, n))
+    out: dict[str, dict[str, float]] = {}
+    for side, got in runs.items():
+        out[side] = {op: round(median([run[op] for run in got]), 1) for op in OPERATIONS}
+        out[side]["lifecycle"] = round(sum(out[side][op] for op in OPERATIONS), 1)
+        print(f"  {side}: CPU µs per call {out[side]}", flush=True)
+    return out
 
 
 def _row(label: str, threads: int, n: int, samples: dict[str, list[Sample]]) -> dict[str, Any]:

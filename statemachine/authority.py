@@ -86,6 +86,7 @@ from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     AuditRecord,
     CandidateCursor,
+    PauseRecord,
     Store,
     StoreConflict,
     StoredDocument,
@@ -111,7 +112,11 @@ def _in_scope(workload: Workload, tenant: str | None, application: str | None) -
 
 def serialise(workload: Workload) -> str:
     """The document text a store keeps for `workload`."""
-    return workload.model_dump_json(by_alias=True)
+    # `model_dump_json(by_alias=True)` exactly, without its keyword handling on every write.
+    return _DOCUMENT.to_json(workload, by_alias=True).decode()
+
+
+_DOCUMENT = Workload.__pydantic_serializer__
 
 
 class Prepared:

@@ -17,12 +17,23 @@ from workwarden.statemachine.spec import Spec
 __all__ = ["deadline_breach", "next_deadline_at"]
 
 
+#: A deadline kind's timeout field (`<kind>_ms`), named once per kind.
+_FIELDS: dict[str, str] = {}
+
+
 def _instants(spec: Spec, workload: Workload) -> list[tuple[str, int]]:
     if workload.contract_version < spec.deadline_contract_version:
         return []
+    # The timeouts' values by field name; most workloads set none, and then no deadline falls.
+    durations = workload.timeouts.__dict__
+    if all(value is None for value in durations.values()):
+        return []
     out: list[tuple[str, int]] = []
     for kind in spec.deadline_order:
-        duration = getattr(workload.timeouts, f"{kind}_ms")
+        field = _FIELDS.get(kind)
+        if field is None:
+            field = _FIELDS.setdefault(kind, f"{kind}_ms")
+        duration = durations[field]  # checked at load: every kind has its field
         if duration is None:
             continue
         table = spec.deadline_kinds[kind]

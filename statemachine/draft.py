@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.machine import fire
-from workwarden.statemachine.models import Event, Workload
+from workwarden.statemachine.models import Event, Workload, shallow_copy, trusted
 from workwarden.statemachine.spec import Spec
 
 __all__ = ["Draft", "editable_copy"]
@@ -26,13 +26,14 @@ def editable_copy(workload: Workload) -> Workload:
     results, once made, are never edited. So those lists are copied and their
     items shared, which is much cheaper than a deep copy.
     """
-    copy = workload.model_copy()
-    copy.execution_history = list(workload.execution_history)
-    copy.checkpoints = list(workload.checkpoints)
-    copy.attempts = [attempt.model_copy() for attempt in workload.attempts]
-    if workload.current_claim is not None:
-        copy.current_claim = workload.current_claim.model_copy()
-    return copy
+    claim = workload.current_claim
+    return shallow_copy(
+        workload,
+        execution_history=list(workload.execution_history),
+        checkpoints=list(workload.checkpoints),
+        attempts=[shallow_copy(attempt) for attempt in workload.attempts],
+        current_claim=shallow_copy(claim) if claim is not None else None,
+    )
 
 
 class Draft:
@@ -76,7 +77,9 @@ class Draft:
         w.state, event_type = fire(self.spec.machine, edge)
         w.updated_at = self.now
         history = w.execution_history
-        event = Event(
+        # Every value is the core's own: the spec's names, the actor, the instant, text evidence.
+        event = trusted(
+            Event,
             sequence=history[-1].sequence + 1 if history else 1,
             type=event_type,
             from_state=source,

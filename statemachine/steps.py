@@ -54,6 +54,8 @@ from workwarden.statemachine.models import (
     ExecutionContext,
     Result,
     Workload,
+    shallow_copy,
+    trusted,
 )
 from workwarden.statemachine.policies import apply_policy
 from workwarden.statemachine.predicates import Facts, attempt_budget, operator_retries
@@ -69,6 +71,7 @@ __all__ = [
     "Step",
     "claim_reply",
     "expire",
+    "json_copy",
 ]
 
 REQUEST_ID = "request_id"
@@ -84,13 +87,36 @@ def claim_reply(workload: Workload, claim: Claim, request_id: str | None) -> Cla
     The input and checkpoints are copies: nothing the caller receives shares
     a part of `workload`.
     """
-    return ClaimReply(
-        **claim.model_dump(),
+    return trusted(
+        ClaimReply,
+        **claim.__dict__,
         attempt_id=workload.attempts[-1].attempt_id,
-        input=copy.deepcopy(workload.input),
-        checkpoints=tuple(checkpoint.model_copy(deep=True) for checkpoint in workload.checkpoints),
+        input=json_copy(workload.input),
+        checkpoints=tuple(
+            shallow_copy(checkpoint, state=json_copy(checkpoint.state))
+            for checkpoint in workload.checkpoints
+        ),
         request_id=request_id,
     )
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of a JSON value (dicts and lists of text, numbers, booleans, None) sharing nothing.
+
+    What `copy.deepcopy` makes of it, without its bookkeeping; anything else
+    inside is deep-copied as `copy.deepcopy` would.
+    """
+    kind = type(value)
+    if kind is dict:
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [json_copy(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
 
 
 @dataclass(frozen=True)
@@ -246,7 +272,9 @@ def _lease(step: Step) -> Decision:
     d = step.draft.workload
     d.fencing_token += 1
     d.attempt_count += 1
-    claim = Claim(
+    # Built of the command's validated fields and the workload's own values.
+    claim = trusted(
+        Claim,
         claim_id=claim_id_for(d.workload_id, d.fencing_token, cmd.worker_id),
         workload_id=d.workload_id,
         worker_id=cmd.worker_id,
@@ -257,7 +285,8 @@ def _lease(step: Step) -> Decision:
         expires_at=now + cmd.lease_ms,
         last_heartbeat=now,
     )
-    attempt = Attempt(
+    attempt = trusted(
+        Attempt,
         attempt_id=attempt_id_for(d.workload_id, d.attempt_count),
         workload_id=d.workload_id,
         worker_id=cmd.worker_id,
@@ -279,7 +308,7 @@ def _start_attempt(step: Step) -> Decision:
     step.mark_attempt(attempt)
     attempt.started_at = step.now
     step.move(cmd.fence.worker_id)
-    return step.commit(attempt.model_copy(), cmd.fence.worker_id, cmd.fence.worker_id)
+    return step.commit(shallow_copy(attempt), cmd.fence.worker_id, cmd.fence.worker_id)
 
 
 def _extend_lease(step: Step) -> Decision:
@@ -291,7 +320,7 @@ def _extend_lease(step: Step) -> Decision:
     claim.last_heartbeat = step.now
     claim.expires_at = step.now + cmd.extend_ms
     d.updated_at = step.now
-    return step.commit(claim.model_copy(), cmd.fence.worker_id, cmd.fence.worker_id)
+    return step.commit(shallow_copy(claim), cmd.fence.worker_id, cmd.fence.worker_id)
 
 
 def _read_context(step: Step) -> Decision:
@@ -335,12 +364,13 @@ def _record_checkpoint(step: Step) -> Decision:
     attempt = d.attempts[-1]
     step.mark_attempt(attempt)
     sequence = len(d.checkpoints) + 1
-    checkpoint = Checkpoint(
+    checkpoint = trusted(
+        Checkpoint,
         checkpoint_id=checkpoint_id_for(d.workload_id, sequence),
         workload_id=d.workload_id,
         attempt_id=attempt.attempt_id,
         sequence=sequence,
-        state=cmd.state,
+        state=json_copy(cmd.state),  # the command may still be the caller's to change
         state_hash=step.reported_hash,
         created_at=step.now,
         produced_by=cmd.fence.worker_id,
@@ -359,11 +389,13 @@ def _record_result(step: Step) -> Decision:
     step.mark_attempt(attempt)
     attempt.ended_at = step.now
     attempt.result_hash = step.reported_hash
-    result = Result(
+    result = trusted(
+        Result,
         result_id=cmd.result_id,
         workload_id=d.workload_id,
         attempt_id=attempt.attempt_id,
-        output=cmd.output,
+        # A copy: the command (and its output) may still be the caller's to change.
+        output=json_copy(cmd.output),
         output_hash=step.reported_hash,
         artifacts=cmd.artifacts,
         provenance={"claim_id": cmd.fence.claim_id, "fencing_token": str(cmd.fence.token)},
