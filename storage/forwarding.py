@@ -5,6 +5,13 @@ the reads, record what was written, break a promise on purpose) and let the
 rest through unchanged. Every method of the `Store` protocol is written out,
 so that a type checker sees the wrapper as a `Store` and a subclass's
 override is checked against the protocol's signature.
+
+`BatchStore` is a runtime protocol: `isinstance(x, BatchStore)` asks only
+whether `x` has its methods. So a wrapper must not define them unless the
+store it wraps has them too, or the authority would take the batch path into
+a store that cannot follow it. `ForwardingStore` leaves them out;
+`ForwardingBatchStore` adds them, for a wrapped store that is a
+`BatchStore`; `forwarding_store(inner)` picks the one that fits.
 """
 
 from __future__ import annotations
@@ -13,13 +20,17 @@ from collections.abc import Iterator, Sequence
 
 from workwarden.storage.base import (
     AuditRecord,
+    BatchStore,
     CandidateCursor,
+    ChooseClaims,
     IndexFields,
     Store,
     StoredDocument,
+    Write,
+    WriteOutcome,
 )
 
-__all__ = ["ForwardingStore"]
+__all__ = ["ForwardingBatchStore", "ForwardingStore", "forwarding_store"]
 
 
 class ForwardingStore:
@@ -108,3 +119,49 @@ class ForwardingStore:
     def close(self) -> None:
         """Close the wrapped store."""
         self.inner.close()
+
+
+class ForwardingBatchStore(ForwardingStore):
+    """A `ForwardingStore` that forwards the `BatchStore` methods too; its inner store must be one.
+
+    Built over a store that is not a `BatchStore`, it raises `TypeError`:
+    offering batches the wrapped store cannot take would break the first
+    batch call. Subclasses override the batch methods as they override the
+    others (a wrapper that records every write records `write_many`'s and
+    `claim_batch`'s too).
+    """
+
+    def __init__(self, inner: Store) -> None:
+        if not isinstance(inner, BatchStore):
+            raise TypeError(
+                f"{type(inner).__name__} is not a BatchStore: wrap it in a ForwardingStore"
+            )
+        super().__init__(inner)
+        self.batch_inner: BatchStore = inner
+        """The wrapped store, as the `BatchStore` it is."""
+
+    def read_many(self, keys: Sequence[str]) -> dict[str, StoredDocument]:
+        """The wrapped store's `read_many`."""
+        return self.batch_inner.read_many(keys)
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """The wrapped store's `write_many`."""
+        return self.batch_inner.write_many(writes)
+
+    def claim_batch(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        choose: ChooseClaims,
+    ) -> list[tuple[Write, WriteOutcome]]:
+        """The wrapped store's `claim_batch`."""
+        return self.batch_inner.claim_batch(tenant, application, now, limit, choose)
+
+
+def forwarding_store(inner: Store) -> ForwardingStore:
+    """A wrapper forwarding every call to `inner`: batches too, exactly when `inner` takes them."""
+    if isinstance(inner, BatchStore):
+        return ForwardingBatchStore(inner)
+    return ForwardingStore(inner)

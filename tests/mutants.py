@@ -16,6 +16,10 @@ text; the real code is never changed.
   policy that retries past the attempt budget, deployed while the suite checks
   the shipped spec; `budgetless_spec()`: a policy file with no budget rule at
   all, checked as the user's own spec.
+- `batch_commits_refusals()`: a `report_many` that commits a report its
+  one-call method refuses for its fence (stale, expired, or no claim): the
+  batch decides it again under the workload's current claim and writes it,
+  audited with the caller's token. Only the batch path is broken.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
+from typing import Any
 
-from workwarden.statemachine import core, errors
+from workwarden.statemachine import batches, core, errors
 from workwarden.statemachine.authority import Authority, Prepared
 from workwarden.statemachine.commands import Command, CompleteCommand
 from workwarden.statemachine.deadlines import deadline_breach
@@ -38,6 +43,7 @@ __all__ = [
     "BudgetlessFailureAuthority",
     "UnfencedCompleteAuthority",
     "VersionBlindStore",
+    "batch_commits_refusals",
     "budgetless_failure_spec",
     "budgetless_spec",
     "late_deadlines",
@@ -150,3 +156,40 @@ class BudgetlessFailureAuthority(Authority):
         self, store: Store, *, grants: GrantVerifier, spec: Spec | None = None, remember: int = 0
     ) -> None:
         super().__init__(store, grants=grants, spec=budgetless_failure_spec(), remember=remember)
+
+
+_FENCE_REFUSALS = frozenset({errors.STALE_FENCE, errors.LEASE_EXPIRED, errors.CLAIM_INVALID})
+
+
+@contextmanager
+def batch_commits_refusals() -> Iterator[None]:
+    """(f) For the length of the block, `report_many` commits the reports refused for their fence.
+
+    A slot its one-call method refuses for the fence is decided again under the
+    workload's current claim, and written with the caller's token in its audit
+    record (what was accepted, from whom). The one-call methods are unchanged.
+    """
+
+    def committing(authority: Authority, command: Command, now: int, operation: str) -> Any:
+        answer = original(authority, command, now, operation)
+        fence = getattr(command, "fence", None)
+        if not isinstance(answer, errors.WorkloadError) or answer.code not in _FENCE_REFUSALS:
+            return answer
+        doc = authority.store.read(command.workload_id)
+        claim = Workload.model_validate_json(doc.document).current_claim if doc else None
+        if claim is None or fence is None:
+            return answer
+        current = command.model_copy(update={"fence": claim.fence})
+        try:
+            prepared = authority._prepare(current, now, operation)
+            prepared.fencing_token = fence.token
+            return prepared.commit()
+        except errors.WorkloadError as again:
+            return again
+
+    original = batches._single
+    batches._single = committing
+    try:
+        yield
+    finally:
+        batches._single = original

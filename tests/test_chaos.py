@@ -1,13 +1,14 @@
 """Processes killed at random against one store: nothing lost, nothing done twice, no stale write.
 
-`workwarden chaos` runs small here on SQLite and on PostgreSQL: four worker
-processes and a sweeper, one of them killed with SIGKILL every few hundred
-milliseconds and replaced, then a drain and an audit of the whole store and
-its audit log. The audit itself is held to account too: handed a store with
-a write committed under a stale fence, a missing audit record or a lost
-acknowledged completion, it says so. And a named regression test: a call
-whose instant is earlier than the workload's last change writes nothing
-(the chaos run found histories going back in time without it).
+`workwarden chaos` runs small here on SQLite and on PostgreSQL: four worker processes
+(two of them batched: `claim_many` and `report_many`, on the same store as the two that
+make one call per workload) and a sweeper, one of them killed with SIGKILL every few
+hundred milliseconds and replaced, then a drain and an audit of the whole store and its
+audit log. The audit itself is held to account too: handed a store with a write
+committed under a stale fence, a missing audit record or a lost acknowledged completion,
+it says so. And a named regression test: a call whose instant is earlier than the
+workload's last change writes nothing (the chaos run found histories going back in time
+without it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from workwarden.chaos import ChaosConfig, ChaosReport, print_report, run_chaos
 from workwarden.chaos.audit import audit_store, claim_ending_operations
 from workwarden.cli import main
 from workwarden.statemachine import Workload, WorkloadError, default_spec
-from workwarden.statemachine.errors import CONFLICT
+from workwarden.statemachine.errors import CONFLICT, INVALID
 from workwarden.storage import AuditRecord, MemoryStore, SQLiteStore, Store
 
 WORKLOADS = 1_200
@@ -52,6 +53,10 @@ def _assert_clean(report: ChaosReport) -> None:
     assert figures.recoveries > 0
     assert figures.claims > figures.completions > WORKLOADS // 2
     assert figures.acknowledged > 0
+    # The batched workers took part: claims by claim_many, reports by report_many.
+    assert report.counters["batch_claims"] > 0
+    assert report.counters["batch_reports"] > 0
+    assert report.counters["claims"] > report.counters["batch_claims"]
     assert "violations   0" in printed.getvalue()
 
 
@@ -88,9 +93,20 @@ def test_the_chaos_command_prints_its_figures_and_exits_0_when_nothing_is_violat
     status = main(["chaos", "--store", url, "--workloads", "30", "--seconds", "1"])
     out = capsys.readouterr().out
     assert status == 0, out
-    for label in ("kills", "drain        done", "outcomes", "audit", "conflicts"):
+    for label in ("(2 batched)", "kills", "drain        done", "outcomes", "audit", "batches"):
         assert label in out
     assert "violations   0" in out
+
+
+def test_a_run_with_more_batched_workers_than_workers_is_refused_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite://{tmp_path / 'never.db'}"
+    for batched in (5, -1):
+        with pytest.raises(WorkloadError) as refused:
+            run_chaos(ChaosConfig(url=url, workloads=5, workers=4, batched_workers=batched))
+        assert refused.value.code == INVALID
+    assert not (tmp_path / "never.db").exists()
 
 
 def test_the_chaos_command_refuses_a_store_that_already_holds_work(

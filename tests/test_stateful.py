@@ -9,17 +9,32 @@ profile's examples, the durable stores the profile's count.
 
 That the suite has teeth (it catches broken stores, authorities, deadline
 checks and policies) and reaches every reachable edge is shown in
-`test_stateful_mutants.py`.
+`test_stateful_mutants.py`. Its batch rules take the batch path over a store
+that is a `BatchStore` and the one-call path over one that is not: the
+recording wrapper it puts around the store offers batches exactly when the
+store does, which the last tests here pin down.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from backends import BACKENDS
+from support import CAPS, VERIFIER, request
+from workwarden.statemachine import Authority
+from workwarden.statemachine.commands import StartCommand
 from workwarden.storage import MemoryStore
-from workwarden.testing import authority_machine, run_authority_machine
+from workwarden.storage.base import BatchStore
+from workwarden.storage.forwarding import ForwardingBatchStore, ForwardingStore, forwarding_store
+from workwarden.testing import (
+    RecordingBatchStore,
+    authority_machine,
+    recording_store,
+    run_authority_machine,
+)
 
 #: How many of the profile's examples each backend runs (the memory store is fast).
 SHARE = {"memory": 2.0}
@@ -48,3 +63,40 @@ class TeamStore(MemoryStore):
 
 TestATeamsOwnStore = authority_machine(TeamStore).TestCase
 TestATeamsOwnStore.settings = settings(suite_settings("team"), max_examples=50)
+
+
+def test_a_store_without_batches_runs_the_batch_rules_one_call_at_a_time() -> None:
+    # A ForwardingStore offers no batch methods: the authority's batch calls
+    # fall back to one call per workload, with the same answers.
+    def factory() -> ForwardingStore:
+        return ForwardingStore(MemoryStore())
+
+    run_authority_machine(factory, settings=settings(suite_settings("memory"), max_examples=30))
+
+
+def test_the_recording_wrapper_offers_batches_exactly_when_the_store_does() -> None:
+    plain = ForwardingStore(MemoryStore())
+    assert not isinstance(plain, BatchStore)
+    assert not isinstance(recording_store(plain), BatchStore)
+    assert not isinstance(forwarding_store(plain), BatchStore)
+    assert isinstance(recording_store(MemoryStore()), BatchStore)
+    assert isinstance(forwarding_store(MemoryStore()), ForwardingBatchStore)
+    with pytest.raises(TypeError, match="not a BatchStore"):
+        ForwardingBatchStore(plain)
+
+
+def test_every_version_a_batch_commits_is_recorded() -> None:
+    store = recording_store(MemoryStore())
+    assert isinstance(store, RecordingBatchStore)
+    authority = Authority(store, grants=VERIFIER)
+    authority.admit_many([request(idempotency_key=f"k{i}") for i in range(3)], 10_000)
+    claims = authority.claim_many("t", "app", "w", CAPS, 10_001, 60_000, 3)
+    starts = [StartCommand(workload_id=c.workload_id, fence=c.fence) for c in claims]
+    authority.report_many(starts, 10_002)
+    audit = store.audit_log()
+    assert len(audit) == 9
+    assert sorted(store.versions) == sorted((r.key, r.version) for r in audit)
+    for record in audit:
+        doc_text = store.versions[(record.key, record.version)]
+        assert record.digest == hashlib.sha256(doc_text.encode()).hexdigest()
+    assert store.batch_conflicts == 0

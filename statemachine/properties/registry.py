@@ -307,6 +307,13 @@ PROPERTIES: dict[str, Property] = _table(
         "the authority agrees with the shadow model: the outcome of every call, and the "
         "committed documents after it",
     ),
+    _always(
+        "batch_slots_answer_as_single_calls",
+        ("call",),
+        "each slot of a batch (admit_many, claim_many, report_many) is answered as its one-call "
+        "method would answer it in turn (its reply, replay or own refusal), and the batch "
+        "writes exactly what those calls would",
+    ),
     # -- always: the spec ------------------------------------------------------------------------
     _always(
         "policies_are_total",

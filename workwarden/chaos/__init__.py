@@ -5,7 +5,10 @@ dependencies, `not_before` instants, deadlines, and a plan per attempt:
 complete, fail with a known or an unknown effect, stall past the lease, run
 past the execution deadline, be cancelled by an operator), then starts four
 worker processes and one sweeper process (lease recovery, deadline sweeps,
-operator cancellations) against the store. For `seconds` it kills a random
+operator cancellations) against the store. Half of the workers (by default)
+are batched: they claim several workloads with one `claim_many` and send
+their reports with `report_many`, on the same store as the others, which make
+one call per workload. For `seconds` it kills a random
 one of them with SIGKILL every few hundred milliseconds and starts a fresh
 one in its place under a new worker id. Then the kills stop and the
 processes drain the store, within `drain_seconds`; then they are stopped and
@@ -96,7 +99,13 @@ class ChaosConfig:
     seed: int = 7
     workers: int = 4
     drain_seconds: float = 120.0
+    batched_workers: int | None = None
+    """How many of the workers are batched (`claim_many`, `report_many`); None: half."""
     kill_every_ms: tuple[int, int] = (150, 450)
+
+    def batched(self) -> int:
+        """How many of the workers are batched: `batched_workers`, or half of them."""
+        return self.workers // 2 if self.batched_workers is None else self.batched_workers
 
 
 @dataclass
@@ -239,8 +248,16 @@ class _Fleet:
         self.generation = [0] * self.slots
         self.processes: list[BaseProcess | None] = [None] * self.slots
 
+    def batched(self, slot: int) -> bool:
+        """Is the worker of `slot` batched? (The last of the workers' slots are.)"""
+        workers = self.config.workers
+        return workers - self.config.batched() <= slot < workers
+
     def name(self, slot: int) -> str:
-        role = "sweeper" if slot == self.slots - 1 else f"worker-{slot}"
+        if slot == self.slots - 1:
+            role = "sweeper"
+        else:
+            role = f"{'batched-' if self.batched(slot) else ''}worker-{slot}"
         return f"{role}.{self.generation[slot]}"
 
     def start(self, slot: int) -> None:
@@ -268,6 +285,7 @@ class _Fleet:
                 self.shared,
                 self.stop,
                 self.log_dir,
+                self.batched(slot),
             )
         process = self.context.Process(target=target, args=args, name=name, daemon=True)
         process.start()
@@ -320,6 +338,10 @@ def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
     if config.workloads < 1 or config.workers < 1:
         raise codes.bad_argument(
             "workloads", "a chaos run needs at least one workload and one worker"
+        )
+    if not 0 <= config.batched() <= config.workers:
+        raise codes.bad_argument(
+            "batched_workers", f"batched_workers must be 0 to the {config.workers} workers"
         )
     report = ChaosReport(config=config)
     spec = default_spec()
@@ -410,8 +432,9 @@ def print_report(report: ChaosReport, out: TextIO) -> None:
     config, figures = report.config, report.figures
     write = out.write
     write(
-        f"workwarden chaos: {report.admitted} workloads, {config.workers} workers and 1 sweeper"
-        f" on {_redact(config.url)}, seed {config.seed}\n"
+        f"workwarden chaos: {report.admitted} workloads, {config.workers} workers"
+        f" ({config.batched()} batched) and 1 sweeper on {_redact(config.url)},"
+        f" seed {config.seed}\n"
     )
     kills = sum(report.kills.values())
     write(
@@ -432,6 +455,10 @@ def print_report(report: ChaosReport, out: TextIO) -> None:
         )
         write(f"  acknowledged {figures.acknowledged} completions, every one in the store\n")
     counters = report.counters
+    write(
+        f"  batches      {counters['batch_claims']} claims by claim_many,"
+        f" {counters['batch_reports']} report_many calls\n"
+    )
     write(
         f"  conflicts    {counters['refused ' + codes.CONFLICT]};"
         f" stale fences refused {counters['refused ' + codes.STALE_FENCE]},"

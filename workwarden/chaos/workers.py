@@ -3,11 +3,18 @@
 `worker_main` loops: claim the best claimable workload of either tenant
 under a short lease (300, 600 or 1000 ms), start it, read its execution
 context (the attempt's plan is in the input), checkpoint, then follow the
-plan: complete, fail with a known or an unknown effect, stall past the
-lease and report anyway, or run past the execution deadline. A worker asked
-to cancel confirms the cancellation. `sweeper_main` loops: recover expired
-leases, enforce deadlines, cancel what the operator planned to cancel, and
-cancel work whose dependency ended in a state that can never satisfy it.
+plan: complete, fail with a known or an unknown effect, stall past the lease
+and report anyway, or run past the execution deadline. A worker asked to
+cancel confirms the cancellation. A batched worker (`batched=True`) does the
+same for up to `BATCH_LIMIT` workloads at once: it claims them with one
+`claim_many`, under leases `BATCHED_LEASE_FACTOR` times as long, and sends
+the reports of all of them (their starts, checkpoints, heartbeats,
+completions and failure reports, confirmations) in one `report_many` each,
+reading each attempt's plan from its claim's reply (which carries the input)
+rather than from its execution context. `sweeper_main` loops: recover
+expired leases, enforce deadlines, cancel what the operator planned to
+cancel, and cancel work whose dependency ended in a state that can never
+satisfy it.
 
 Both read the wall clock (`wall_ms`) before every call. They count what
 happens in their slot of a block of shared memory, without locks (a process
@@ -23,16 +30,28 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from workwarden.statemachine import Authority, Claim, GrantVerifier, WorkloadError, default_spec
 from workwarden.statemachine import errors as codes
+from workwarden.statemachine.batches import Report
+from workwarden.statemachine.commands import (
+    CheckpointCommand,
+    CompleteCommand,
+    ConfirmCancelCommand,
+    FailCommand,
+    HeartbeatCommand,
+    StartCommand,
+)
+from workwarden.statemachine.models import ClaimReply, Result
 from workwarden.storage import open_store
 
 __all__ = [
     "APPLICATION",
+    "BATCHED_LEASE_FACTOR",
+    "BATCH_LIMIT",
     "CAPABILITIES",
     "COUNTERS",
     "OPERATOR",
@@ -47,6 +66,15 @@ APPLICATION = "chaos"
 CAPABILITIES = ("chaos",)
 LEASES_MS = (300, 600, 1000)
 OPERATOR = "operator-chaos"
+BATCH_LIMIT = 4
+"""The most workloads a batched worker claims with one `claim_many`."""
+BATCHED_LEASE_FACTOR = 2
+"""A batched worker's leases are this many times a worker's (300 ms becomes 600 ms)."""
+_FAILURES = {
+    "fail_transient": ("transient_connection", "none"),
+    "fail_validation": ("validation", "none"),
+    "fail_unknown": ("timeout", "unknown"),
+}
 
 #: What each process counts, one slot per process, in shared memory.
 COUNTERS = (
@@ -60,6 +88,8 @@ COUNTERS = (
     "operator_cancellations",
     "orphans_cancelled",
     "store_failures",
+    "batch_claims",
+    "batch_reports",
     *(
         f"refused {code}"
         for code in (
@@ -148,11 +178,7 @@ def _attempt(
             slot.add("completions")
             _acknowledge(fd, claim, result_id)
             return
-        kind, effect = {
-            "fail_transient": ("transient_connection", "none"),
-            "fail_validation": ("validation", "none"),
-            "fail_unknown": ("timeout", "unknown"),
-        }[plan]
+        kind, effect = _FAILURES[plan]
         authority.fail(wid, fence, kind, f"{kind} in the chaos run", wall_ms(), effect=effect)
         slot.add("failures")
     except WorkloadError as exc:
@@ -166,10 +192,174 @@ def _attempt(
                 slot.refused(again)
 
 
-def worker_main(
-    url: str, slot_index: int, name: str, seed: int, shared: Any, stop: Any, log_dir: str
+class _Batch:
+    """The claims a batched worker holds, and what it sends for each in one `report_many`."""
+
+    def __init__(
+        self, authority: Authority, slot: _Slot, claims: Sequence[ClaimReply], fd: int
+    ) -> None:
+        self.authority = authority
+        self.slot = slot
+        self.fd = fd
+        self.held: dict[str, Claim] = {claim.workload_id: claim for claim in claims}
+        # The claim's reply carries the work: no execution context to read first.
+        self.plans = {
+            claim.workload_id: _plan_of(claim.input, claim.fencing_token) for claim in claims
+        }
+        self.cancelling: list[Claim] = []
+
+    def report(self, of: Sequence[str], make: Callable[[Claim], Report]) -> list[tuple[Claim, Any]]:
+        """One `report_many` of `make(claim)` for each held workload of `of`; each claim with
+        its slot's answer. A refused report ends its attempt (the claim is no longer held);
+        one refused because cancellation was requested is confirmed later."""
+        claims = [self.held[wid] for wid in of if wid in self.held]
+        if not claims:
+            return []
+        self.slot.add("batch_reports")
+        answers = self.authority.report_many([make(claim) for claim in claims], wall_ms())
+        out: list[tuple[Claim, Any]] = []
+        for claim, answer in zip(claims, answers, strict=True):
+            if isinstance(answer, WorkloadError):
+                self.slot.refused(answer)
+                del self.held[claim.workload_id]
+                if answer.code == codes.TRANSITION_DENIED:
+                    # An operator asked for cancellation while this worker held the work.
+                    self.cancelling.append(claim)
+                continue
+            out.append((claim, answer))
+        return out
+
+    def planned(self, *plans: str) -> list[str]:
+        """The held workloads whose attempt's plan is one of `plans`."""
+        return sorted(wid for wid in self.held if self.plans.get(wid) in plans)
+
+    def finish(self, of: Sequence[str]) -> None:
+        """Complete or fail each of `of` as its plan says, in one `report_many`."""
+        for claim, answer in self.report(of, self._final):
+            del self.held[claim.workload_id]
+            if isinstance(answer, Result):
+                self.slot.add("completions")
+                _acknowledge(self.fd, claim, answer.result_id)
+            else:
+                self.slot.add("failures")
+
+    def _final(self, claim: Claim) -> Report:
+        wid, fence = claim.workload_id, claim.fence
+        plan = self.plans[wid]
+        if plan in _FAILURES:
+            kind, effect = _FAILURES[plan]
+            error = f"{kind} in the chaos run"
+            return FailCommand(workload_id=wid, fence=fence, kind=kind, error=error, effect=effect)
+        result_id = f"result-{wid}-{claim.fencing_token}"
+        return CompleteCommand(
+            workload_id=wid, fence=fence, result_id=result_id, output={"ok": True}
+        )
+
+    def heartbeat_until(self, of: Sequence[str], until: int, lease_ms: int) -> None:
+        """Heartbeat each of `of` every 80 ms, in one `report_many` each time, until `until`."""
+
+        def beat(claim: Claim) -> Report:
+            return HeartbeatCommand(
+                workload_id=claim.workload_id, fence=claim.fence, extend_ms=lease_ms
+            )
+
+        while wall_ms() < until and any(wid in self.held for wid in of):
+            time.sleep(0.08)
+            self.report(of, beat)
+
+    def confirm_cancellations(self) -> None:
+        """Confirm, in one `report_many`, each cancellation an operator requested."""
+        asked, self.cancelling = self.cancelling, []
+        for claim in asked:
+            self.held[claim.workload_id] = claim
+
+        def confirm(claim: Claim) -> Report:
+            return ConfirmCancelCommand(workload_id=claim.workload_id, fence=claim.fence)
+
+        confirmed = self.report([claim.workload_id for claim in asked], confirm)
+        self.slot.add("confirmed_cancellations", len(confirmed))
+        self.cancelling = []
+
+
+def _batched_attempts(
+    authority: Authority,
+    claims: Sequence[ClaimReply],
+    slot: _Slot,
+    rng: random.Random,
+    fd: int,
+    lease_ms: int,
 ) -> None:
-    """A worker process: claim, start, read, checkpoint, then follow the attempt's plan."""
+    """Run claimed attempts to their planned ends together, their reports batched."""
+    batch = _Batch(authority, slot, claims, fd)
+    every = sorted(batch.held)
+    batch.report(every, lambda c: StartCommand(workload_id=c.workload_id, fence=c.fence))
+    batch.report(
+        every,
+        lambda c: CheckpointCommand(
+            workload_id=c.workload_id, fence=c.fence, state={"step": 1, "attempt": c.fencing_token}
+        ),
+    )
+    # What completes or fails at once goes first, so that the others' pauses cost it nothing.
+    batch.finish(batch.planned("complete", *_FAILURES))
+    slow, cancel = batch.planned("slow"), batch.planned("cancel")
+    # Past the 250 ms execution deadline for the slow ones; a pause for the cancelled ones.
+    batch.heartbeat_until(slow, wall_ms() + 400, lease_ms)
+    if cancel:
+        time.sleep(rng.uniform(0.05, 0.2))
+        batch.heartbeat_until(cancel, wall_ms() + 1, lease_ms)
+    batch.finish(slow + cancel)
+    stalled = batch.planned("stall")
+    if stalled:
+        # Alive but stuck past the lease, then back as if nothing happened: the
+        # authority must refuse whatever these stale reports say.
+        time.sleep(lease_ms * 1.5 / 1000)
+        slot.add("stale_attempts", len(stalled))
+        batch.finish(stalled)
+    batch.confirm_cancellations()
+
+
+def _claim_batch(
+    authority: Authority, tenants: Sequence[str], name: str, slot: _Slot, lease_ms: int, call: int
+) -> list[ClaimReply]:
+    """Up to `BATCH_LIMIT` claims with one `claim_many`, of the first tenant that has work."""
+    for tenant in tenants:
+        try:
+            claims = list(
+                authority.claim_many(
+                    tenant,
+                    APPLICATION,
+                    name,
+                    CAPABILITIES,
+                    wall_ms(),
+                    lease_ms,
+                    BATCH_LIMIT,
+                    request_id=f"{name}-batch-{call}",
+                )
+            )
+        except WorkloadError as exc:
+            slot.refused(exc)
+            continue
+        if claims:
+            slot.add("batch_claims", len(claims))
+            return claims
+    return []
+
+
+def worker_main(
+    url: str,
+    slot_index: int,
+    name: str,
+    seed: int,
+    shared: Any,
+    stop: Any,
+    log_dir: str,
+    batched: bool = False,
+) -> None:
+    """A worker process: claim, start, read, checkpoint, then follow the attempt's plan.
+
+    `batched`: claim up to `BATCH_LIMIT` workloads at once (`claim_many`) and send
+    their reports together (`report_many`).
+    """
     try:
         slot = _Slot(shared, slot_index)
         rng = random.Random(f"{seed}/{name}")
@@ -177,9 +367,21 @@ def worker_main(
         store = open_store(url)
         authority = Authority(store, grants=GrantVerifier.without_signatures())
         tenants = list(TENANTS)
+        calls = 0
         while not stop.value:
             rng.shuffle(tenants)
             lease_ms = rng.choice(LEASES_MS)
+            if batched:
+                # Each of its claims waits while it reports on all of them: longer leases.
+                lease_ms *= BATCHED_LEASE_FACTOR
+                calls += 1
+                claims = _claim_batch(authority, tenants, name, slot, lease_ms, calls)
+                if not claims:
+                    time.sleep(0.02)
+                    continue
+                slot.add("claims", len(claims))
+                _batched_attempts(authority, claims, slot, rng, fd, lease_ms)
+                continue
             claim: Claim | None = None
             for tenant in tenants:
                 try:

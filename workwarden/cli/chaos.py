@@ -57,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         workers=args.workers,
         drain_seconds=args.drain_seconds,
+        batched_workers=args.batched_workers,
     )
     # The run prints a line at the end of each phase; between them (the kill
     # phase alone lasts --seconds), a line every ten seconds says it is alive.
@@ -103,6 +104,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--seed", type=int, default=7, help="the run's random seed")
     parser.add_argument("--workers", type=positive_int, default=4, help="worker processes")
+    parser.add_argument(
+        "--batched-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how many of the workers claim with claim_many and report with report_many "
+        "(default: half of them)",
+    )
     parser.add_argument(
         "--drain-seconds",
         type=positive_seconds,

@@ -6,8 +6,10 @@ through random programs: admissions (new, replayed, conflicting), claims,
 the worker calls, failures of every kind and effect, cancellation, operator
 timeouts and re-arms, both sweeps, a clock that steps, leaps and jumps exactly
 to the next lease expiry or deadline, workers that crash and come back with
-old fences, and a writer's `prepare` held while others commit, then
-committed (every read-decide-write race, without threads or sleeps).
+old fences, a writer's `prepare` held while others commit, then
+committed (every read-decide-write race, without threads or sleeps), and
+batches (`admit_many`, `claim_many`, `report_many`) among all of these, each
+slot held to what its one-call method would answer.
 
 After every step it checks the committed store against the named invariants
 of `workwarden.statemachine.properties.invariants`, and before every call it asks an
@@ -36,7 +38,7 @@ rules, invariants and profiles are described in `docs/testing.md`.
 
 The suite's parts: `machine` (the base: setup, the checks after every step,
 the plumbing of each call), the rule groups mixed into `AuthorityMachine`
-(`admission_rules`, `claim_rules`, `worker_rules`, `crash_rules`,
+(`admission_rules`, `batch_rules`, `claim_rules`, `worker_rules`, `crash_rules`,
 `operator_rules`, `sweep_rules`, `clock_rules`, `held_rules`, `race_rules`, and
 `move_rules` for a spec with operations of effect `move`, `reply_lost_rules` for calls
 repeated after a lost reply),
@@ -64,9 +66,11 @@ from workwarden.testing.suite import (
 from workwarden.testing.support import (
     CheckFailed,
     Coverage,
+    RecordingBatchStore,
     RecordingStore,
     StoreFactory,
     WorkloadPlan,
+    recording_store,
     workload_plans,
 )
 
@@ -75,12 +79,14 @@ __all__ = [
     "CheckFailed",
     "Coverage",
     "MoveRules",
+    "RecordingBatchStore",
     "RecordingStore",
     "ReplyLostRules",
     "ShadowModelOffWarning",
     "StoreFactory",
     "WorkloadPlan",
     "authority_machine",
+    "recording_store",
     "run_authority_machine",
     "workload_plans",
 ]

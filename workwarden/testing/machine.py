@@ -50,11 +50,11 @@ from workwarden.testing.support import (
     CheckFailed,
     Coverage,
     Held,
-    RecordingStore,
     StoreFactory,
     Worker,
     WorkloadPlan,
     open_store,
+    recording_store,
 )
 
 __all__ = ["PREPARED", "WORKERS", "WORKLOADS", "WRITERS", "MachineBase"]
@@ -101,7 +101,7 @@ class MachineBase(RuleBasedStateMachine):
         except BaseException:
             self._resources.close()
             raise
-        self.store = RecordingStore(inner)
+        self.store = recording_store(inner)
         self.now = START
         self.shadow = ShadowModel() if cls.shadow_enabled else None
         self._writers: list[Authority] = []

@@ -26,6 +26,7 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.testing.admission_rules import AdmissionRules
+from workwarden.testing.batch_rules import BatchRules
 from workwarden.testing.claim_rules import ClaimRules
 from workwarden.testing.clock_rules import ClockRules
 from workwarden.testing.crash_rules import CrashRules
@@ -71,6 +72,7 @@ class AuthorityMachine(
     HeldCallRules,
     CrashRules,
     ReplyLostRules,
+    BatchRules,
     WorkerRules,
     ClaimRules,
     AdmissionRules,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -41,8 +41,17 @@ from workwarden.statemachine.properties.coverage import Reached, edges_never_tak
 from workwarden.statemachine.properties.operations import operation_roles
 from workwarden.statemachine.properties.registry import named
 from workwarden.statemachine.spec import Spec, default_spec
-from workwarden.storage.base import AuditRecord, IndexFields, Store
-from workwarden.storage.forwarding import ForwardingStore
+from workwarden.storage.base import (
+    AuditRecord,
+    BatchStore,
+    ChooseClaims,
+    IndexFields,
+    Store,
+    StoreConflict,
+    Write,
+    WriteOutcome,
+)
+from workwarden.storage.forwarding import ForwardingBatchStore, ForwardingStore
 from workwarden.testing.shadow import Outcome, ShadowPlan
 
 __all__ = [
@@ -65,6 +74,7 @@ __all__ = [
     "RACED",
     "RACES",
     "REPLAYS",
+    "REPORTS",
     "RETRYABLE",
     "SCOPES",
     "START",
@@ -75,6 +85,7 @@ __all__ = [
     "CheckFailed",
     "Coverage",
     "Held",
+    "RecordingBatchStore",
     "RecordingStore",
     "StoreFactory",
     "Worker",
@@ -83,6 +94,7 @@ __all__ = [
     "fence_tuple",
     "open_store",
     "operator_targets",
+    "recording_store",
     "same_rules",
     "shadow_plan",
     "workload_plans",
@@ -103,6 +115,8 @@ START = 1_000_000
 MAX_LIVE = 3
 LEASES = (1, 200, 1000, 5000)
 REPLAYS = ("completion", "other output", "taken id", "failure")
+REPORTS = ("start", "heartbeat", "checkpoint", "complete", "fail", "confirm_cancel")
+"""The reports a `report_many` batch of the suite is drawn from (`batches.REPORT_COMMANDS`)."""
 
 _SPEC = default_spec()
 _ROLES = operation_roles(_SPEC)
@@ -431,6 +445,55 @@ class RecordingStore(ForwardingStore):
         version = super().write(key, document, index, expected_version, audit)
         self.versions[(key, version)] = document
         return version
+
+
+class RecordingBatchStore(RecordingStore, ForwardingBatchStore):
+    """A `RecordingStore` over a `BatchStore`: it forwards the batch methods too, and records
+    every version a batch committed, as `write` does.
+
+    `batch_conflicts` counts the writes of batches that found another version
+    committed (a writer's batch decided on a version another writer had
+    replaced): the race a batch hands to the one-call method.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.batch_conflicts = 0
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        """Write the batch through, and record each committed text under its version."""
+        outcomes = super().write_many(writes)
+        self._record(zip(writes, outcomes, strict=True))
+        return outcomes
+
+    def claim_batch(
+        self,
+        tenant: str,
+        application: str,
+        now: int,
+        limit: int,
+        choose: ChooseClaims,
+    ) -> list[tuple[Write, WriteOutcome]]:
+        """Claim through, and record each committed claim's text under its version."""
+        results = super().claim_batch(tenant, application, now, limit, choose)
+        self._record(results)
+        return results
+
+    def _record(self, results: Iterable[tuple[Write, WriteOutcome]]) -> None:
+        for write, outcome in results:
+            if isinstance(outcome, StoreConflict):
+                self.batch_conflicts += 1
+            else:
+                self.versions[(write.key, int(outcome))] = write.document
+
+
+def recording_store(inner: Store) -> RecordingStore:
+    """The recording wrapper that fits `inner`: a `RecordingBatchStore` over a `BatchStore`
+    (so the authority takes its batch path, as it would over `inner`), else a
+    `RecordingStore` (so it writes one call at a time, as it would over `inner`)."""
+    if isinstance(inner, BatchStore):
+        return RecordingBatchStore(inner)
+    return RecordingStore(inner)
 
 
 @dataclass
