@@ -45,6 +45,7 @@ from workwarden.statemachine.commands import (
 )
 from workwarden.statemachine.models import ClaimReply, CreateWorkload, Workload
 from workwarden.storage.base import (
+    CLAIM_PAGES,
     BatchStore,
     StoreConflict,
     StoredDocument,
@@ -354,12 +355,38 @@ def claim_many(
     store = authority.store
     if not isinstance(store, BatchStore):
         return _claim_walk(authority, seeker, probe, now, limit)
-    chosen: dict[str, Prepared] = {}
     waiting: list[StoredDocument] = []
+    claims: list[ClaimReply] = []
+    # A claim that times out or dead-letters its candidate writes that
+    # decision, not a claim: another round claims in its place, as
+    # `claim_next` would pass over it to the next candidate.
+    for _ in range(CLAIM_PAGES):
+        wanted = limit - len(claims)
+        got, passed_over = _claim_round(authority, store, seeker, probe, now, wanted, waiting)
+        claims.extend(got)
+        if len(claims) >= limit or not passed_over:
+            break
+    if len(claims) < limit and waiting:
+        unique = list({doc.key: doc for doc in waiting}.values())
+        claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), unique))
+    return claims
+
+
+def _claim_round(
+    authority: Authority,
+    store: BatchStore,
+    seeker: scheduler.Seeker,
+    probe: ClaimCommand,
+    now: int,
+    limit: int,
+    waiting: list[StoredDocument],
+) -> tuple[list[ClaimReply], int]:
+    """One `claim_batch`: the claims it made, and how many candidates it timed out instead."""
+    chosen: dict[str, Prepared] = {}
 
     def choose(page: Sequence[StoredDocument]) -> list[Write]:
         # Called again with the same pages when the store starts over: a key
-        # decided again replaces its first decision; at most `limit` claims.
+        # decided again replaces its first decision; at most `limit` writes.
         writes: list[Write] = []
         for doc in page:
             if len(chosen) >= limit and doc.key not in chosen:
@@ -370,8 +397,11 @@ def claim_many(
                 writes.append(authority._to_write(item, _written_workload(item)))
         return writes
 
-    results = authority._store_call(store.claim_batch, tenant, application, now, limit, choose)
+    results = authority._store_call(
+        store.claim_batch, seeker.tenant, seeker.application, now, limit, choose
+    )
     claims: list[ClaimReply] = []
+    passed_over = 0
     for write, outcome in results:
         item = chosen[write.key]
         if not isinstance(outcome, int):
@@ -380,10 +410,9 @@ def claim_many(
         reply = _written(authority, item, write, outcome)
         if item.decision.refusal is None and isinstance(reply, ClaimReply):
             claims.append(reply)
-    if len(claims) < limit and waiting:
-        unique = list({doc.key: doc for doc in waiting}.values())
-        claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), unique))
-    return claims
+        else:
+            passed_over += 1
+    return claims, passed_over
 
 
 def _decide_claim(

@@ -18,7 +18,14 @@ import pytest
 
 from backends import BACKENDS
 from support import CAPS, VERIFIER, overwrite, request, store_snapshot
-from workwarden.statemachine import Authority, Dependency, WorkloadError, errors, load_spec
+from workwarden.statemachine import (
+    Authority,
+    Dependency,
+    Timeouts,
+    WorkloadError,
+    errors,
+    load_spec,
+)
 from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.check.checker import check
 from workwarden.statemachine.check.universe import Universe
@@ -184,6 +191,14 @@ def test_claim_many_dead_letters_an_exhausted_candidate_and_claims_the_next(
     claims = authority.claim_many("t", "app", "w", CAPS, NOW + 1, LEASE, 5)
     assert [claim.workload_id for claim in claims] == [fresh]
     assert authority.get(spent).state == "DEAD_LETTER"
+
+
+def test_claim_many_claims_in_place_of_a_candidate_it_timed_out(authority: Authority) -> None:
+    late = _admit(authority, "late", priority=9, timeouts=Timeouts(queue_ms=100))
+    other = _admit(authority, "other")
+    claims = authority.claim_many("t", "app", "w", CAPS, NOW + 500, LEASE, 1)
+    assert [claim.workload_id for claim in claims] == [other]
+    assert authority.get(late).state == "DEAD_LETTER", "its queue deadline fell: timed out"
 
 
 def test_a_repeated_claim_many_request_is_answered_with_its_claims_and_writes_nothing(
