@@ -437,7 +437,6 @@ _BATCH_INPUT = (
 )
 
 
-
 def _batch_input(name: str, kind: str) -> str:
     """One `unnest` argument: text arrays in psycopg's binary format, the rest as text.
 
