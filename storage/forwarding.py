@@ -145,8 +145,10 @@ class ForwardingBatchStore(ForwardingStore):
         return self.batch_inner.read_many(keys)
 
     def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
-        """The wrapped store's `write_many`."""
-        return self.batch_inner.write_many(writes)
+        """The wrapped store's `write_many`; each write and its outcome go to `batch_written`."""
+        outcomes = self.batch_inner.write_many(writes)
+        self.batch_written(list(zip(writes, outcomes, strict=True)))
+        return outcomes
 
     def claim_batch(
         self,
@@ -156,8 +158,13 @@ class ForwardingBatchStore(ForwardingStore):
         limit: int,
         choose: ChooseClaims,
     ) -> list[tuple[Write, WriteOutcome]]:
-        """The wrapped store's `claim_batch`."""
-        return self.batch_inner.claim_batch(tenant, application, now, limit, choose)
+        """The wrapped store's `claim_batch`; its writes and outcomes go to `batch_written`."""
+        results = self.batch_inner.claim_batch(tenant, application, now, limit, choose)
+        self.batch_written(results)
+        return results
+
+    def batch_written(self, results: Sequence[tuple[Write, WriteOutcome]]) -> None:
+        """Called after each batch with every write and its outcome; override to observe them."""
 
 
 def forwarding_store(inner: Store) -> ForwardingStore:

@@ -31,7 +31,6 @@ from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     AuditRecord,
     BatchStore,
-    ChooseClaims,
     IndexFields,
     PauseRecord,
     Pauses,
@@ -89,26 +88,8 @@ class ObservedStore(ForwardingStore):
 class ObservedBatchStore(ObservedStore, ForwardingBatchStore):
     """An `ObservedStore` over a `BatchStore`: the writes a batch committed are kept too."""
 
-    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
-        """Write the batch through, then remember each write that committed."""
-        outcomes = super().write_many(writes)
-        self._keep(zip(writes, outcomes, strict=True))
-        return outcomes
-
-    def claim_batch(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        choose: ChooseClaims,
-    ) -> list[tuple[Write, WriteOutcome]]:
-        """Claim through, then remember each claim that committed."""
-        results = super().claim_batch(tenant, application, now, limit, choose)
-        self._keep(results)
-        return results
-
-    def _keep(self, results: Iterable[tuple[Write, WriteOutcome]]) -> None:
+    def batch_written(self, results: Sequence[tuple[Write, WriteOutcome]]) -> None:
+        """Remember each write of a batch that committed."""
         for write, outcome in results:
             if isinstance(outcome, int):
                 self.writes.append((write.audit, write.document, write.index))

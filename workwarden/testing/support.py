@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -44,7 +44,6 @@ from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     AuditRecord,
     BatchStore,
-    ChooseClaims,
     IndexFields,
     Store,
     StoreConflict,
@@ -460,26 +459,8 @@ class RecordingBatchStore(RecordingStore, ForwardingBatchStore):
         super().__init__(inner)
         self.batch_conflicts = 0
 
-    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
-        """Write the batch through, and record each committed text under its version."""
-        outcomes = super().write_many(writes)
-        self._record(zip(writes, outcomes, strict=True))
-        return outcomes
-
-    def claim_batch(
-        self,
-        tenant: str,
-        application: str,
-        now: int,
-        limit: int,
-        choose: ChooseClaims,
-    ) -> list[tuple[Write, WriteOutcome]]:
-        """Claim through, and record each committed claim's text under its version."""
-        results = super().claim_batch(tenant, application, now, limit, choose)
-        self._record(results)
-        return results
-
-    def _record(self, results: Iterable[tuple[Write, WriteOutcome]]) -> None:
+    def batch_written(self, results: Sequence[tuple[Write, WriteOutcome]]) -> None:
+        """Record each committed text of a batch under its version; count its conflicts."""
         for write, outcome in results:
             if isinstance(outcome, StoreConflict):
                 self.batch_conflicts += 1
