@@ -42,6 +42,7 @@ __all__ = [
     "WriteOutcome",
     "distinct_keys",
     "document_from_row",
+    "pause_from_row",
 ]
 
 
@@ -445,6 +446,21 @@ class PauseRecord:
     actor: str
     reason: str | None = None
     request_id: str | None = None
+
+
+def pause_from_row(row: Sequence[Any]) -> PauseRecord:
+    """A `PauseRecord` from a row of the SQL stores' pause columns.
+
+    The columns, in order: scope key, tenant, application, definition, since,
+    actor, reason and request_id (SQLite and PostgreSQL select them alike).
+    """
+    return PauseRecord(
+        scope=PauseScope(row[1], row[2], row[3]),
+        since=row[4],
+        actor=row[5],
+        reason=row[6],
+        request_id=row[7],
+    )
 
 
 @runtime_checkable

@@ -102,6 +102,7 @@ from workwarden.storage.base import (
     Write,
     WriteOutcome,
     distinct_keys,
+    pause_from_row,
 )
 from workwarden.storage.base import document_from_row as _document
 
@@ -770,16 +771,7 @@ class PostgresStore:
     def paused(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
         """The pauses in force, of `tenant` or of all, by scope key."""
         rows = self._fetchall("cannot read the pauses", _PAUSED, {"tenant": tenant})
-        return [
-            PauseRecord(
-                scope=PauseScope(row[1], row[2], row[3]),
-                since=row[4],
-                actor=row[5],
-                reason=row[6],
-                request_id=row[7],
-            )
-            for row in rows
-        ]
+        return [pause_from_row(row) for row in rows]
 
     def purgeable(
         self, states: Sequence[str], after: str | None, limit: int

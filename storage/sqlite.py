@@ -56,6 +56,7 @@ from workwarden.storage.base import (
     Write,
     WriteOutcome,
     distinct_keys,
+    pause_from_row,
 )
 from workwarden.storage.base import document_from_row as _document
 
@@ -694,16 +695,7 @@ class SQLiteStore:
     def paused(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
         """The pauses in force, of `tenant` or of all, by scope key."""
         rows = self._query("paused", _PAUSED, {"tenant": tenant})
-        return [
-            PauseRecord(
-                scope=PauseScope(row[1], row[2], row[3]),
-                since=row[4],
-                actor=row[5],
-                reason=row[6],
-                request_id=row[7],
-            )
-            for row in rows
-        ]
+        return [pause_from_row(row) for row in rows]
 
     def purgeable(
         self, states: Sequence[str], after: str | None, limit: int
