@@ -32,7 +32,9 @@ one line naming it.
 What it writes: a `descriptor` line at startup, then on every wall-clock
 multiple of `SAMPLE_EVERY_S` one line per metric: `claim_p50_ms`,
 `claim_p95_ms`, `claim_p99_ms` (admission to the attempt started, over the
-last 30 s), `enqueue_rate` and `completion_rate` (per second over the tick),
+last 30 s), `enqueue_rate` and `completion_rate` (what was counted since the previous
+tick, per second of the tick's nominal length: a tick read late moves counts
+to it from the next one, never adds any, so the rates add up to the totals),
 `queue_depth` (claimable now), and beside them `end_to_end_p50_ms`...
 (admission to the completion committed, 30 s) and `producer_target_rate`,
 which the harness also records. Percentiles come from HDR histograms
@@ -609,8 +611,11 @@ class HarnessAdapter:
     def sample(self, at: float, last: tuple[float, int, int]) -> tuple[float, int, int]:
         """Emit one tick's records, stamped `at`; return what the next tick's rates start from."""
         settings = self.settings
-        since, enqueued, completed = last
-        span = max(0.001, at - since)
+        _, enqueued, completed = last
+        # Per second of the nominal tick, not of the time between two reads: the first
+        # tick counts from launch (a partial window), a late one takes counts from the
+        # next, and either way the rates times the tick add up to what was counted.
+        span = float(settings.sample_every_s)
         claim = self.claims.percentiles(at, (50, 95, 99))
         end = self.end_to_end.percentiles(at, (50, 95, 99))
         now_enqueued, now_completed = self.enqueued.value, self.completed.value
