@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from support import CAPS, SIGNER, authority, grant_for, request
+from workwarden.statemachine.spec import Spec, load_spec
 from workwarden.storage import SQLiteStore
 
 APP = textwrap.dedent(
@@ -35,10 +36,13 @@ APP = textwrap.dedent(
 )
 
 
-def _admit(path: Path, count: int, sleep: float = 0.0) -> list[str]:
+CLAIM_STARTS = Path(__file__).resolve().parent.parent / "specs" / "examples" / "claim_starts.toml"
+
+
+def _admit(path: Path, count: int, sleep: float = 0.0, spec: Spec | None = None) -> list[str]:
     store = SQLiteStore(path)
     try:
-        auth = authority(store)
+        auth = authority(store, spec)
         now = int(time.time() * 1000)
         grant = SIGNER.sign(grant_for(expires_at=now + 3_600_000))
         return [
@@ -107,6 +111,40 @@ def test_a_worker_process_runs_every_workload_to_success_and_exits_when_idle(
     assert all("attempt=1" in line and "token=" in line for line in claimed)
     assert len(_events(stderr, "completed")) == 6
     assert _events(stderr, "stopped")
+
+
+def test_a_worker_decides_under_the_spec_it_is_given(tmp_path: Path) -> None:
+    # Under the claim-starts example a claim starts the attempt in its own commit, so a
+    # worker deciding under it reports no start; under the shipped spec it would.
+    _admit(tmp_path / "store.db", 4, spec=load_spec(CLAIM_STARTS))
+    worker = _worker(tmp_path, "--until-idle", "--spec", str(CLAIM_STARTS))
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    store = SQLiteStore(tmp_path / "store.db")
+    try:
+        operations = [record.operation for record in store.audit_log()]
+    finally:
+        store.close()
+    assert operations.count("complete") == 4
+    assert "start" not in operations
+    assert _states(tmp_path / "store.db") == ["SUCCEEDED"] * 4
+
+
+def test_a_spec_with_a_remote_warden_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(APP, encoding="utf-8")
+    command = ["worker", "--app", "tasks:app", "--tenant", "t", "--application", "app"]
+    remote = ["--warden", "http://127.0.0.1:9", "--token", "t0ken", "--spec", str(CLAIM_STARTS)]
+    worker = subprocess.run(
+        [sys.executable, "-m", "workwarden", *command, *remote],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    stderr = worker.stderr
+    assert worker.returncode == 2, stderr
+    assert "--spec goes with --store" in stderr
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,9 @@ Remote mode: `--warden URL --token TOKEN` (or `$WORKWARDEN_TOKEN`) instead of
 and no database credentials. `--metrics-port N` serves the process's counts
 to Prometheus on that port (`workwarden.service.metrics.runtime_registry`).
 
+`--spec FILE` (with `--store`) decides under a spec of your own, the one the
+store's work was admitted under; over `--warden` the service's spec decides.
+
 Signals: the first SIGTERM or SIGINT stops claiming and lets running
 handlers finish within `--grace-s`, then the command exits 0 (every report
 still buffered for a batch is sent first); a second signal exits at once,
@@ -39,6 +42,7 @@ from workwarden.runtime.reports import DEFAULT_WINDOW_MS
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.spec import load_spec
 
 __all__ = ["TOKEN_VARIABLE", "load_app", "register"]
 
@@ -87,9 +91,10 @@ def load_app(target: str) -> App:
     return app
 
 
-def _authority(store: Any) -> Authority:
+def _authority(store: Any, spec_path: str | None) -> Authority:
     # Workers and sweepers admit nothing: no grant signature is ever checked here.
-    return Authority(store, grants=GrantVerifier.without_signatures())
+    spec = load_spec(spec_path) if spec_path is not None else None
+    return Authority(store, grants=GrantVerifier.without_signatures(), spec=spec)
 
 
 def _usage(message: str) -> WorkloadError:
@@ -118,8 +123,10 @@ def _opened_authority(command: str, args: argparse.Namespace) -> Iterator[Any]:
     remote = _remote(command, args)
     if remote is None:
         with opened_store(args.store, "write") as store:
-            yield _authority(store)
+            yield _authority(store, args.spec)
         return
+    if args.spec is not None:
+        raise _usage(f"{command}: --spec goes with --store; over --warden the service's spec holds")
     try:
         from workwarden.service.client import HttpAuthority
     except ImportError as exc:
@@ -196,6 +203,14 @@ def _remote_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _spec_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="with --store: the spec its work was admitted under (the shipped one by default)",
+    )
+
+
 def _metrics_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
@@ -263,6 +278,7 @@ def register(subparsers: Any) -> None:
             f"(default: {DEFAULT_WINDOW_MS})"
         ),
     )
+    _spec_option(worker)
     _metrics_option(worker)
     worker.set_defaults(handler=_worker)
 
@@ -284,5 +300,6 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="exit once nothing falls due within 30 s",
     )
+    _spec_option(sweeper)
     _metrics_option(sweeper)
     sweeper.set_defaults(handler=_sweeper)
