@@ -144,6 +144,8 @@ def _replay(spec: Spec, existing: Workload, request: CreateWorkload) -> AdmitRep
         not_before=request.not_before,
     )
     conflicting = [name for name in EXECUTION_FIELDS if recorded[name] != requested[name]]
+    if existing.concurrency_key != request.concurrency_key:
+        conflicting.append("concurrency_key")
     if existing.requested_by != request.requested_by:
         conflicting.insert(0, "requested_by")
     if conflicting:
@@ -239,6 +241,7 @@ def decide_admission(
         timeouts=request.timeouts,
         next_attempt_at=request.not_before,
         dependencies=with_required_states(spec, request.dependencies),
+        concurrency_key=request.concurrency_key,
     )
     draft = Draft(spec, created, now, "admit", adopt=True)
     evidence = {} if request.not_before is None else {"not_before": str(request.not_before)}

@@ -91,6 +91,7 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     StoreError,
+    StoreLimited,
     StoreOutcomeUnknown,
     Write,
 )
@@ -108,6 +109,12 @@ def _in_scope(workload: Workload, tenant: str | None, application: str | None) -
     return (tenant is None or workload.tenant_id == tenant) and (
         application is None or workload.application_id == application
     )
+
+
+#: The refusals of a commit decided on an unconfirmed version that are decided again on a
+#: fresh read: a lost compare-and-swap, and a concurrency limit counted against a version
+#: that may no longer be the committed one.
+_DECIDE_AGAIN = frozenset({errors.CONFLICT, errors.CONCURRENCY_LIMITED})
 
 
 def serialise(workload: Workload) -> str:
@@ -365,7 +372,7 @@ class Authority:
             try:
                 return prepared.commit()
             except errors.WorkloadError as exc:
-                if exc.code != errors.CONFLICT or prepared.written is not None:
+                if exc.code not in _DECIDE_AGAIN or prepared.written is not None:
                     raise
         fresh = self._prepare(command, now, operation)
         fresh._private = True
@@ -428,6 +435,12 @@ class Authority:
                     write.key, write.document, write.index, write.expected_version, write.audit
                 )
             )
+        except StoreLimited as exc:
+            raise errors.WorkloadError(
+                errors.CONCURRENCY_LIMITED,
+                "the workload's concurrency key is at its limit; nothing was committed",
+                {"workload_id": prepared.key, "reason": str(exc)},
+            ) from None
         except StoreConflict as exc:
             if self.remember:
                 self._latest.forget(prepared.key)

@@ -32,4 +32,6 @@ def index_fields(spec: Spec, workload: Workload) -> IndexFields:
         result_id=workload.result.result_id if workload.result is not None else None,
         claim_worker=claim.worker_id if claim is not None else None,
         definition=workload.definition_id,
+        concurrency_key=workload.concurrency_key,
+        concurrency_limit=spec.concurrency_limit(workload.concurrency_key),
     )

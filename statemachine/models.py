@@ -86,6 +86,10 @@ StrSet = Annotated[tuple[Name, ...], BeforeValidator(_as_sorted_set)]
 """A set of names, stored sorted and without duplicates."""
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class _Model(ValidatedModel):
     # Built by a caller, bad input is WORKLOAD_INVALID (`ValidatedModel`).
     model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
@@ -174,6 +178,9 @@ class CreateWorkload(_Model):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     dependencies: tuple[Dependency, ...] = ()
     not_before: Instant | None = None
+    #: The concurrency key: at most the spec's limit for it (`[concurrency]`) of the
+    #: workloads that carry it hold a claim at once. None: no limit applies.
+    concurrency_key: Name | None = Field(default=None, exclude_if=_is_none)
 
 
 class Fence(_Model):
@@ -364,6 +371,9 @@ class Workload(_Model):
     current_claim: Claim | None = None
     fencing_token: int = 0
     dependencies: tuple[Dependency, ...] = ()
+    #: The admission's concurrency key (`CreateWorkload.concurrency_key`); left out of
+    #: the document when None, so a workload without one is stored as before.
+    concurrency_key: str | None = Field(default=None, exclude_if=_is_none)
 
     def is_eligible_at(self, now: int) -> bool:
         """Has the eligibility instant arrived? (The state must also be READY to claim.)"""

@@ -52,10 +52,12 @@ SKIPPABLE_AT_CLAIM = frozenset(
         errors.NOT_READY,
         errors.NOT_YET_ELIGIBLE,
         errors.CAPABILITY_DENIED,
+        errors.CONCURRENCY_LIMITED,
     }
 )
 """The refusals of a tried claim that skip the candidate: it changed since its page was read
-(most likely another claimer took it), or the claim dead-lettered or timed it out."""
+(most likely another claimer took it), the claim dead-lettered or timed it out, or its
+concurrency key is at its limit (the workload stays READY, untouched)."""
 
 Candidates: TypeAlias = Callable[[int, "CandidateCursor | None"], Sequence[StoredDocument]]
 """Reads a page of claim candidates: at most `limit` rows, after the cursor (None: from the
@@ -128,21 +130,28 @@ def claim_best(
     granted; None when there is none.
 
     A candidate that fails a gate is passed over, and so is one whose claim is refused with
-    one of `SKIPPABLE_AT_CLAIM`; any other refusal ends the call.
+    one of `SKIPPABLE_AT_CLAIM`; any other refusal ends the call. Once a claim is refused for
+    its concurrency key's limit, the later candidates of that key are passed over untried for
+    the rest of the walk (their claims would be refused alike).
     """
     cursor: CandidateCursor | None = None
     states: dict[str, Workload | None] = {}
+    full: set[str] = set()
     while True:
         page = candidates(PAGE if cursor is not None else FIRST_PAGE, cursor)
         if not page:
             return None
         for doc in page:
+            if doc.index.concurrency_key is not None and doc.index.concurrency_key in full:
+                continue
             workload = parse(doc)
             if not seeker.may_try(workload) or not dependencies_met(workload, states, read, parse):
                 continue
             try:
                 return try_claim(doc, workload)
             except errors.WorkloadError as exc:
+                if exc.code == errors.CONCURRENCY_LIMITED and doc.index.concurrency_key:
+                    full.add(doc.index.concurrency_key)
                 if exc.code in SKIPPABLE_AT_CLAIM:
                     continue
                 raise

@@ -214,6 +214,9 @@ class Spec:
         self.secrets = data.secrets
         self.limits = data.limits
         self.errors: dict[str, ErrorSpec] = dict(data.errors)
+        #: The concurrency limits (`[concurrency]`): one per listed key, and the default.
+        self.concurrency_limits: dict[str, int] = dict(data.concurrency.limits)
+        self.concurrency_default: int | None = data.concurrency.default
         #: The declared failure kinds (`[failures.kinds]`), and whether others are accepted.
         self.failure_kinds: dict[str, FailureKindSpec] = dict(data.failures.kinds)
         self.failures_open = data.failures.open
@@ -256,6 +259,16 @@ class Spec:
         #: The state a workload is created in: where the admitting operation's edge starts.
         self.initial_state = self.roles.initial
         self.machine = build_machine(list(data.states), data.transitions)
+
+    def concurrency_limit(self, key: str | None) -> int | None:
+        """How many workloads of concurrency key `key` may hold a claim at once (None: no limit).
+
+        A key listed in `[concurrency] limits` has its own limit; any other key
+        has `[concurrency] default`; a workload without a key (None) has none.
+        """
+        if key is None:
+            return None
+        return self.concurrency_limits.get(key, self.concurrency_default)
 
     def edges_for(self, state: str, operation: str) -> list[TransitionSpec]:
         """The edges out of `state` that `operation` may take."""

@@ -23,6 +23,7 @@ __all__ = [
     "STATE_KINDS",
     "BackoffSpec",
     "CheckSpec",
+    "ConcurrencySpec",
     "DeadlineKindSpec",
     "DeadlinesSpec",
     "ErrorSpec",
@@ -253,6 +254,21 @@ class RetentionSpec(_Strict):
     keep: list[str] = Field(default_factory=lambda: ["DEAD_LETTER"])
 
 
+class ConcurrencySpec(_Strict):
+    """`[concurrency]`: how many workloads of one concurrency key may hold a claim at once.
+
+    `limits` names a limit per key; `default` is the limit of a key not listed
+    there (None: such keys are unlimited). A workload without a key is never
+    limited. The store enforces the limit atomically with the claim's write.
+    """
+
+    default: Annotated[int, Field(strict=True, ge=1)] | None = None
+    limits: dict[
+        Annotated[str, Field(min_length=1, max_length=256)],
+        Annotated[int, Field(strict=True, ge=1)],
+    ] = Field(default_factory=dict)
+
+
 class CheckSpec(_Strict):
     """`[check]`: the bounded universe `workwarden check` explores (every key optional).
 
@@ -297,6 +313,7 @@ class SpecFile(_Strict):
     failures: FailuresSpec
     check: CheckSpec = Field(default_factory=CheckSpec)
     retention: RetentionSpec = Field(default_factory=RetentionSpec)
+    concurrency: ConcurrencySpec = Field(default_factory=ConcurrencySpec)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from workwarden.storage.base import (
     StoredDocument,
     StoreError,
     StoreFailure,
+    StoreLimited,
     StoreOutcomeUnknown,
     Write,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "StoreFailure",
+    "StoreLimited",
     "StoreOutcomeUnknown",
     "StoredDocument",
     "Write",

@@ -34,6 +34,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "StoreFailure",
+    "StoreLimited",
     "StoreOutcomeUnknown",
     "StoredDocument",
     "WakeUps",
@@ -42,7 +43,9 @@ __all__ = [
     "WriteOutcome",
     "distinct_keys",
     "document_from_row",
+    "over_limit",
     "pause_from_row",
+    "wakes_claimers",
 ]
 
 
@@ -52,6 +55,17 @@ class StoreError(Exception):
 
 class StoreConflict(StoreError):
     """The expected version did not hold (or the key existed, or a unique index clashed)."""
+
+
+class StoreLimited(StoreConflict):
+    """A claim's write would pass its concurrency key's limit; nothing was written.
+
+    Raised (or, in a batch, returned as the write's outcome) when the write
+    makes a document hold a claim while its committed version held none, and
+    `concurrency_limit` other documents of its `concurrency_key` hold a claim
+    already. A `StoreConflict`, so a caller that knows only conflicts still
+    treats it as a write that changed nothing.
+    """
 
 
 class StoreFailure(StoreError):
@@ -82,6 +96,11 @@ class IndexFields:
     `claim_worker` is the worker id of the claim the document holds (None
     while it holds none), for `Store.held_claims`. `definition` is the
     workload's definition id, for the pauses of one definition (`Pauses`).
+    `concurrency_key` is the workload's concurrency key and
+    `concurrency_limit` the limit in force for it (None: unlimited): a write
+    that makes the document hold a claim while its committed version held
+    none is refused (`StoreLimited`) when `concurrency_limit` other documents
+    of that key hold a claim already, checked atomically with the write.
     """
 
     tenant: str
@@ -95,6 +114,39 @@ class IndexFields:
     result_id: str | None = None
     claim_worker: str | None = None
     definition: str | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Does a write of these fields need the concurrency check (a claim, with a limit)?"""
+        return (
+            self.claim_worker is not None
+            and self.concurrency_key is not None
+            and self.concurrency_limit is not None
+        )
+
+
+def wakes_claimers(index: IndexFields) -> bool:
+    """Does a committed write of these fields free work for claimers (so waiters are woken)?
+
+    It does when it leaves the document claimable (`eligible_at`), and when it
+    leaves a document of a limited concurrency key holding no claim: that may
+    free a place under the limit for the key's READY work.
+    """
+    return index.eligible_at is not None or (
+        index.concurrency_limit is not None
+        and index.concurrency_key is not None
+        and index.claim_worker is None
+    )
+
+
+def over_limit(index: IndexFields, holders: int) -> StoreLimited:
+    """The refusal of a claim of `index` while `holders` other documents of its key hold one."""
+    return StoreLimited(
+        f"concurrency key {index.concurrency_key!r}: {holders} workloads hold a claim,"
+        f" the limit is {index.concurrency_limit}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +164,8 @@ def document_from_row(row: Sequence[Any]) -> StoredDocument:
 
     The columns, in order: key, version, document, then tenant, application,
     state, priority, created_at, eligible_at, lease_expires_at,
-    next_deadline_at, result_id, claim_worker and definition (SQLite and
-    PostgreSQL select them alike).
+    next_deadline_at, result_id, claim_worker, definition, concurrency_key
+    and concurrency_limit (SQLite and PostgreSQL select them alike).
     """
     return StoredDocument(
         key=row[0],
@@ -131,6 +183,8 @@ def document_from_row(row: Sequence[Any]) -> StoredDocument:
             result_id=row[11],
             claim_worker=row[12],
             definition=row[13],
+            concurrency_key=row[14],
+            concurrency_limit=row[15],
         ),
     )
 

@@ -27,6 +27,8 @@ from workwarden.storage.base import (
     Write,
     WriteOutcome,
     distinct_keys,
+    over_limit,
+    wakes_claimers,
 )
 
 __all__ = ["MemoryStore"]
@@ -70,9 +72,23 @@ class MemoryStore:
         """Compare-and-swap `document` and append `audit`, or raise `StoreConflict`."""
         with self._lock:
             version = self._swap(Write(key, document, index, expected_version, audit))
-        if index.eligible_at is not None:
+        if wakes_claimers(index):
             self._wake_ups.notify(index.tenant, index.application)
         return version
+
+    def _check_limit(self, key: str, index: IndexFields, current: StoredDocument | None) -> None:
+        """Refuse a write that takes a claim past its key's limit; the caller holds the lock."""
+        if not index.limited or (current is not None and current.index.claim_worker is not None):
+            return
+        holders = sum(
+            1
+            for doc in self._docs.values()
+            if doc.index.concurrency_key == index.concurrency_key
+            and doc.index.claim_worker is not None
+            and doc.key != key
+        )
+        if index.concurrency_limit is not None and holders >= index.concurrency_limit:
+            raise over_limit(index, holders)
 
     def _swap(self, write: Write) -> int:
         """One compare-and-swap with its audit record; the caller holds the lock."""
@@ -93,6 +109,7 @@ class MemoryStore:
             owner = self._results.get(index.result_id)
             if owner is not None and owner != key:
                 raise StoreConflict(f"result id {index.result_id} belongs to {owner}")
+        self._check_limit(key, index, current)
         version = self._tombstones.get(key, 0) + 1 if current is None else current.version + 1
         if current is not None and current.index.result_id not in (None, index.result_id):
             self._results.pop(current.index.result_id, None)
@@ -143,7 +160,7 @@ class MemoryStore:
         scopes = {
             (write.index.tenant, write.index.application)
             for write, outcome in zip(writes, outcomes, strict=True)
-            if write.index.eligible_at is not None and isinstance(outcome, int)
+            if wakes_claimers(write.index) and isinstance(outcome, int)
         }
         for tenant, application in sorted(scopes):
             self._wake_ups.notify(tenant, application)

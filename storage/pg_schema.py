@@ -19,6 +19,7 @@ from workwarden.storage.base import (
     IndexFields,
     StoreFailure,
     Write,
+    wakes_claimers,
 )
 from workwarden.storage.pg_extra import extra_missing
 
@@ -32,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = ["SCHEMA_VERSION", "WORK_CHANNEL"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the tables the PostgreSQL store reads and writes.
 
 Version 2 adds `claim_worker` to the documents (filled in from each document
@@ -41,7 +42,10 @@ with its partial index. Version 3 adds `definition` to the documents (filled
 in from each document's `definition_id` when an older database is opened),
 the pauses in force (`workwarden_pauses`, with `workwarden_pause_versions`
 counting each scope's pauses and resumes) and the versions of purged keys
-(`workwarden_tombstones`)."""
+(`workwarden_tombstones`). Version 4 adds `concurrency_key` and
+`concurrency_limit` to the documents (empty in an older database's documents,
+which carry no concurrency key), with a partial index of the documents that
+hold a claim, for the concurrency check of a claim's write."""
 
 # The key of the advisory lock held while the schema is created (any fixed
 # number; advisory locks are scoped to one database).
@@ -160,6 +164,15 @@ _SCHEMA = (
         version BIGINT NOT NULL
     )
     """,
+    # Schema version 4: each document's concurrency key and the limit in force for it.
+    'ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS concurrency_key TEXT COLLATE "C"',
+    "ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS concurrency_limit BIGINT",
+    # "The documents of a key that hold a claim", counted by a claim's write.
+    """
+    CREATE INDEX IF NOT EXISTS workwarden_documents_by_concurrency
+        ON workwarden_documents (concurrency_key, key)
+        WHERE claim_worker IS NOT NULL
+    """,
     # The version of each purged key's purge, which its next document follows.
     """
     CREATE TABLE IF NOT EXISTS workwarden_tombstones (
@@ -171,7 +184,8 @@ _SCHEMA = (
 
 _COLUMNS = (
     "key, version, document, tenant, application, state, priority, created_at,"
-    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition"
+    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition,"
+    " concurrency_key, concurrency_limit"
 )
 
 _READ = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = %s"
@@ -200,7 +214,8 @@ _CREATE = f"""
             COALESCE((SELECT version FROM workwarden_tombstones WHERE key = %(key)s), 0) + 1,
             %(document)s, %(tenant)s, %(application)s, %(state)s,
             %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
-            %(next_deadline_at)s, %(result_id)s, %(claim_worker)s, %(definition)s)
+            %(next_deadline_at)s, %(result_id)s, %(claim_worker)s, %(definition)s,
+            %(concurrency_key)s, %(concurrency_limit)s)
         ON CONFLICT (key) DO NOTHING
         RETURNING version
     )
@@ -215,7 +230,8 @@ _UPDATE = f"""
             created_at = %(created_at)s, eligible_at = %(eligible_at)s,
             lease_expires_at = %(lease_expires_at)s, next_deadline_at = %(next_deadline_at)s,
             result_id = %(result_id)s, claim_worker = %(claim_worker)s,
-            definition = %(definition)s
+            definition = %(definition)s, concurrency_key = %(concurrency_key)s,
+            concurrency_limit = %(concurrency_limit)s
         WHERE key = %(key)s AND version = %(expected)s
         RETURNING version
     )
@@ -399,6 +415,20 @@ def _audit_params(audit: AuditRecord) -> dict[str, Any]:
     }
 
 
+# The concurrency check of claims' writes (`IndexFields.concurrency_limit`): a
+# transaction-scoped advisory lock per concurrency key (taken in key order, so
+# two claimers never wait on each other in a circle), then the documents of
+# those keys that hold a claim, read after the locks were granted.
+_CONCURRENCY_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('workwarden concurrency ' || k, 0))"
+    " FROM unnest(%(keys)s::text[]) AS k ORDER BY k"
+)
+_CONCURRENCY_HOLDERS = (
+    "SELECT concurrency_key, key FROM workwarden_documents"
+    " WHERE claim_worker IS NOT NULL AND concurrency_key = ANY(%(keys)s::text[])"
+)
+
+
 # `write_many`: every write of a batch in one statement, its columns passed as
 # arrays (one element per write, `ord` its place in the batch). Creates and
 # updates compare-and-swap as `_CREATE` and `_UPDATE` do; the audit records
@@ -421,6 +451,8 @@ _BATCH_INPUT = (
     ("result_id", "text"),
     ("claim_worker", "text"),
     ("definition", "text"),
+    ("concurrency_key", "text"),
+    ("concurrency_limit", "bigint"),
     ("tx", "text"),
     ("audit_key", "text"),
     ("actor", "text"),
@@ -455,7 +487,8 @@ _WRITE_MANY = f"""
         INSERT INTO workwarden_documents ({_COLUMNS})
         SELECT i.key, COALESCE(t.version, 0) + 1, i.document, i.tenant, i.application,
             i.state, i.priority, i.created_at, i.eligible_at, i.lease_expires_at,
-            i.next_deadline_at, i.result_id, i.claim_worker, i.definition
+            i.next_deadline_at, i.result_id, i.claim_worker, i.definition,
+            i.concurrency_key, i.concurrency_limit
         FROM input AS i LEFT JOIN workwarden_tombstones AS t ON t.key = i.key
         WHERE i.expected IS NULL ORDER BY i.ord
         ON CONFLICT (key) DO NOTHING
@@ -466,7 +499,8 @@ _WRITE_MANY = f"""
             application = i.application, state = i.state, priority = i.priority,
             created_at = i.created_at, eligible_at = i.eligible_at,
             lease_expires_at = i.lease_expires_at, next_deadline_at = i.next_deadline_at,
-            result_id = i.result_id, claim_worker = i.claim_worker, definition = i.definition
+            result_id = i.result_id, claim_worker = i.claim_worker, definition = i.definition,
+            concurrency_key = i.concurrency_key, concurrency_limit = i.concurrency_limit
         FROM input AS i
         WHERE i.expected IS NOT NULL AND d.key = i.key AND d.version = i.expected
         RETURNING d.key, d.version
@@ -487,7 +521,8 @@ _WRITE_MANY = f"""
         SELECT count(pg_notify('{WORK_CHANNEL}',
             json_build_array(i.tenant, i.application)::text)) AS sent
         FROM changed AS c JOIN input AS i ON i.key = c.key
-        WHERE i.eligible_at IS NOT NULL
+        WHERE i.eligible_at IS NOT NULL OR (i.concurrency_limit IS NOT NULL
+            AND i.concurrency_key IS NOT NULL AND i.claim_worker IS NULL)
     )
     SELECT c.key, c.version, n.sent FROM changed AS c CROSS JOIN notified AS n
 """
@@ -507,7 +542,7 @@ def _write_many_params(writes: Sequence[Write]) -> dict[str, list[Any]]:
 
 def _write_statement(index: IndexFields, expected_version: int | None) -> str:
     """The compare-and-swap statement of one write: create or update, notifying when READY."""
-    if index.eligible_at is not None:
+    if wakes_claimers(index):
         return _CREATE_NOTIFYING if expected_version is None else _UPDATE_NOTIFYING
     return _CREATE if expected_version is None else _UPDATE
 
@@ -534,6 +569,8 @@ def _write_params(
         "result_id": index.result_id,
         "claim_worker": index.claim_worker,
         "definition": index.definition,
+        "concurrency_key": index.concurrency_key,
+        "concurrency_limit": index.concurrency_limit,
         "expected": expected_version,
         "tx": audit.transaction_id,
         "audit_key": audit.key,

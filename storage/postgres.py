@@ -118,6 +118,7 @@ from workwarden.storage.pg_connections import (  # noqa: F401
     _ping,
     _PostgresSignal,
 )
+from workwarden.storage.pg_limits import over_limit_writes
 from workwarden.storage.pg_offers import (  # noqa: F401
     _OFFER_SPACE,
     _TRY_LOCK,
@@ -243,11 +244,43 @@ def _commit_writes(
     ]
 
 
+def _commit_checked(
+    conn: _Connection, writes: Sequence[Write], *, begun: bool
+) -> list[WriteOutcome]:
+    """`_commit_writes`, after the concurrency check of the claims among `writes`.
+
+    A batch with no claim of a limited key is `_commit_writes` itself. Else
+    the check (`over_limit_writes`) runs in the batch's transaction (begun
+    here when `begun` is False), and the writes it refuses are left out of
+    the statement, each with its `StoreLimited` as its outcome.
+    """
+    if not any(write.index.limited for write in writes):
+        return _commit_writes(conn, writes, begun=begun)
+    try:
+        if not begun:
+            conn.execute("BEGIN")
+        refused = over_limit_writes(conn, writes)
+    except BaseException:
+        _abandon(conn)
+        raise
+    kept = [write for write in writes if write.key not in refused]
+    outcomes = iter(_commit_writes(conn, kept, begun=True))
+    return [refused[write.key] if write.key in refused else next(outcomes) for write in writes]
+
+
 def _commit_one_at_a_time(conn: _Connection, writes: Sequence[Write]) -> list[WriteOutcome]:
-    """The writes in one transaction, each under a savepoint: a unique clash is its conflict."""
+    """The writes in one transaction, each under a savepoint: a unique clash is its conflict.
+
+    The concurrency check is made again in this transaction (the batch's
+    was rolled back with its locks).
+    """
     outcomes: list[WriteOutcome] = []
     with conn.transaction():
+        refused = over_limit_writes(conn, writes)
         for write in writes:
+            if write.key in refused:
+                outcomes.append(refused[write.key])
+                continue
             try:
                 with conn.transaction():
                     row = conn.execute(
@@ -513,9 +546,19 @@ class PostgresStore:
         belongs to another key. Raises `StoreOutcomeUnknown` when the
         connection broke after the statement was sent: it may have committed.
         """
+        what = f"cannot write {key}"
+        if index.limited:
+            # A claim of a limited key: checked and written in one transaction.
+            checked = Write(key, document, index, expected_version, audit)
+            with _failures(what):
+                limited = self._attempt(
+                    what, lambda conn: _commit_checked(conn, [checked], begun=False), write=True
+                )[0]
+            if isinstance(limited, StoreConflict):
+                raise limited
+            return limited
         params = _write_params(key, document, index, expected_version, audit)
         query = _write_statement(index, expected_version)
-        what = f"cannot write {key}"
         try:
             row = self._attempt(
                 what, lambda conn: conn.execute(query, params).fetchone(), write=True
@@ -558,7 +601,7 @@ class PostgresStore:
         what = f"cannot write {len(writes)} documents"
         with _failures(what):
             return self._attempt(
-                what, lambda conn: _commit_writes(conn, writes, begun=False), write=True
+                what, lambda conn: _commit_checked(conn, writes, begun=False), write=True
             )
 
     def claim_batch(
@@ -594,7 +637,7 @@ class PostgresStore:
                 _abandon(conn)
                 raise
             sent = True
-            return list(zip(chosen, _commit_writes(conn, chosen, begun=True), strict=True))
+            return list(zip(chosen, _commit_checked(conn, chosen, begun=True), strict=True))
 
         what = f"cannot claim in {tenant}/{application}"
         if self._closed:

@@ -52,11 +52,13 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     StoreFailure,
+    StoreLimited,
     WorkSignal,
     Write,
     WriteOutcome,
     distinct_keys,
     pause_from_row,
+    wakes_claimers,
 )
 from workwarden.storage.base import document_from_row as _document
 
@@ -102,6 +104,7 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _add_columns,
     _audit,
     _audit_params,
+    _check_limit,
     _document_params,
     _ensure_schema,
     _purgeable,
@@ -427,6 +430,7 @@ class SQLiteStore:
         """
         values = _document_params(key, document, index, expected_version)
         with self._transaction(f"write {key}") as conn:
+            _check_limit(conn, key, index)
             if expected_version is None:
                 values["version"] = _first_version(conn, key)
                 conn.execute(_INSERT, values)
@@ -434,7 +438,7 @@ class SQLiteStore:
                 raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
             version: int = values["version"]
             conn.execute(_APPEND_AUDIT, _audit_params(audit, key, version))
-        if index.eligible_at is not None:
+        if wakes_claimers(index):
             self._wake_ups.notify(index.tenant, index.application)
         return version
 
@@ -521,6 +525,10 @@ class SQLiteStore:
         key, expected_version = write.key, write.expected_version
         values = _document_params(key, write.document, write.index, expected_version)
         try:
+            _check_limit(conn, key, write.index)
+        except StoreLimited as limited:
+            return limited
+        try:
             if expected_version is None:
                 values["version"] = _first_version(conn, key)
                 conn.execute(_INSERT, values)
@@ -542,7 +550,7 @@ class SQLiteStore:
         scopes = {
             (write.index.tenant, write.index.application)
             for write, outcome in zip(writes, outcomes, strict=True)
-            if write.index.eligible_at is not None and isinstance(outcome, int)
+            if wakes_claimers(write.index) and isinstance(outcome, int)
         }
         for tenant, application in sorted(scopes):
             self._wake_ups.notify(tenant, application)

@@ -22,11 +22,12 @@ from workwarden.storage.base import (
     AuditRecord,
     IndexFields,
     StoreFailure,
+    over_limit,
 )
 
 __all__ = ["SCHEMA_VERSION"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema this release writes and reads.
 
 Version 2 adds `documents.claim_worker` (filled in from each document when a
@@ -34,7 +35,10 @@ version 1 file is opened for writing) and `audit.request_id`, each with its
 partial index. Version 3 adds `documents.definition` (filled in from each
 document's `definition_id` when an older file is opened for writing), the
 pauses in force (`pauses`, with `pause_versions` counting each scope's pauses
-and resumes) and the versions of purged keys (`tombstones`)."""
+and resumes) and the versions of purged keys (`tombstones`). Version 4 adds
+`documents.concurrency_key` and `documents.concurrency_limit` (empty in an older
+file's documents, which carry no concurrency key) and their partial index of the
+documents that hold a claim."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -54,7 +58,9 @@ CREATE TABLE IF NOT EXISTS documents (
     next_deadline_at INTEGER,
     result_id TEXT UNIQUE,
     claim_worker TEXT,
-    definition TEXT
+    definition TEXT,
+    concurrency_key TEXT,
+    concurrency_limit INTEGER
 );
 CREATE INDEX IF NOT EXISTS documents_by_scope
     ON documents (tenant, application, priority DESC, created_at, key);
@@ -105,24 +111,34 @@ CREATE TABLE IF NOT EXISTS tombstones (
 );
 """
 
-# Schema versions 2 and 3: the columns an older file lacks (table, column, how
-# an existing row fills it in), then their indexes. (Version 3's tables are in
-# `_SCHEMA`, created where missing.)
+# Schema versions 2 to 4: the columns an older file lacks (table, column, its
+# type, how an existing row fills it in), then their indexes. (Version 3's
+# tables are in `_SCHEMA`, created where missing.)
 _ADDED_COLUMNS = (
-    ("documents", "claim_worker", "json_extract(document, '$.current_claim.worker_id')"),
-    ("audit", "request_id", None),
-    ("documents", "definition", "json_extract(document, '$.definition_id')"),
+    (
+        "documents",
+        "claim_worker",
+        "TEXT",
+        "json_extract(document, '$.current_claim.worker_id')",
+    ),
+    ("audit", "request_id", "TEXT", None),
+    ("documents", "definition", "TEXT", "json_extract(document, '$.definition_id')"),
+    ("documents", "concurrency_key", "TEXT", None),
+    ("documents", "concurrency_limit", "INTEGER", None),
 )
 _ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS documents_by_claim_worker"
     " ON documents (tenant, application, claim_worker, key) WHERE claim_worker IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS audit_by_request"
     " ON audit (request_id, sequence) WHERE request_id IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS documents_by_concurrency"
+    " ON documents (concurrency_key, key) WHERE claim_worker IS NOT NULL",
 )
 
 _DOCUMENT = (
     "key, version, document, tenant, application, state, priority, created_at,"
-    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition"
+    " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition,"
+    " concurrency_key, concurrency_limit"
 )
 _AUDIT = (
     "sequence, transaction_id, key, version, actor, operation, tenant, application, at,"
@@ -182,6 +198,14 @@ _HELD_CLAIMS = (
     " WHERE tenant = :tenant AND application = :application"
     " AND claim_worker IS NOT NULL AND claim_worker = :worker ORDER BY key"
 )
+# The concurrency check of a claim's write (`IndexFields.concurrency_limit`), run in
+# the write's transaction: the other documents of the key holding a claim, and
+# whether the written document held one already.
+_HOLDERS = (
+    "SELECT count(*) FROM documents INDEXED BY documents_by_concurrency"
+    " WHERE claim_worker IS NOT NULL AND concurrency_key = :concurrency_key AND key <> :key"
+)
+_HELD = "SELECT claim_worker IS NOT NULL FROM documents WHERE key = :key"
 _FIND_REQUEST = (
     f"SELECT {_AUDIT} FROM audit INDEXED BY audit_by_request"
     " WHERE request_id IS NOT NULL AND request_id = :request_id ORDER BY sequence LIMIT 1"
@@ -200,7 +224,8 @@ def _read_many(count: int) -> str:
 _INSERT = (
     f"INSERT INTO documents ({_DOCUMENT}) VALUES (:key, :version, :document, :tenant,"
     " :application, :state, :priority, :created_at, :eligible_at, :lease_expires_at,"
-    " :next_deadline_at, :result_id, :claim_worker, :definition)"
+    " :next_deadline_at, :result_id, :claim_worker, :definition, :concurrency_key,"
+    " :concurrency_limit)"
 )
 #: The version a purged key's next document follows (`_INSERT` of a key purged
 #: before is at this + 1), read under the write lock just before the insert.
@@ -210,7 +235,8 @@ _UPDATE = (
     " application = :application, state = :state, priority = :priority,"
     " created_at = :created_at, eligible_at = :eligible_at,"
     " lease_expires_at = :lease_expires_at, next_deadline_at = :next_deadline_at,"
-    " result_id = :result_id, claim_worker = :claim_worker, definition = :definition"
+    " result_id = :result_id, claim_worker = :claim_worker, definition = :definition,"
+    " concurrency_key = :concurrency_key, concurrency_limit = :concurrency_limit"
     " WHERE key = :key AND version = :expected"
 )
 _APPEND_AUDIT = (
@@ -271,6 +297,7 @@ _EXPLAINED: Mapping[str, str] = {
     "audit_log": _AUDIT_LOG,
     "held_claims": _HELD_CLAIMS,
     "find_request": _FIND_REQUEST,
+    "concurrency_holders": _HOLDERS,
     "purgeable": _purgeable(2, first=False),
 }
 _EXAMPLE: Mapping[str, Any] = {
@@ -285,6 +312,7 @@ _EXAMPLE: Mapping[str, Any] = {
     "after": 0,
     "worker": "w",
     "request_id": "q",
+    "concurrency_key": "c",
     "s0": "DONE",
     "s1": "FAILED",
 }
@@ -339,6 +367,8 @@ def _document_params(
         "result_id": index.result_id,
         "claim_worker": index.claim_worker,
         "definition": index.definition,
+        "concurrency_key": index.concurrency_key,
+        "concurrency_limit": index.concurrency_limit,
     }
 
 
@@ -365,10 +395,10 @@ def _audit_params(audit: AuditRecord, key: str, version: int) -> dict[str, Any]:
 
 def _add_columns(conn: sqlite3.Connection) -> None:
     """Bring an older file to this version (in the schema transaction): add, fill, index."""
-    for table, column, fill in _ADDED_COLUMNS:
+    for table, column, kind, fill in _ADDED_COLUMNS:
         present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in present:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             if fill is not None:
                 conn.execute(f"UPDATE {table} SET {column} = {fill}")
     for statement in _ADDED_INDEXES:
@@ -377,6 +407,24 @@ def _add_columns(conn: sqlite3.Connection) -> None:
         "UPDATE schema_version SET version = :version WHERE version < :version",
         {"version": SCHEMA_VERSION},
     )
+
+
+def _check_limit(conn: sqlite3.Connection, key: str, index: IndexFields) -> None:
+    """Refuse (`StoreLimited`) a claim's write past its key's limit, in the write's transaction.
+
+    Counted only for a write that holds a claim with a limit; the document's
+    committed version is read only when the count reached the limit (a holder
+    already counted in the limit may go on: a heartbeat, a start).
+    """
+    if not index.limited or index.concurrency_limit is None:
+        return
+    params = {"concurrency_key": index.concurrency_key, "key": key}
+    holders: int = conn.execute(_HOLDERS, params).fetchone()[0]
+    if holders < index.concurrency_limit:
+        return
+    held = conn.execute(_HELD, {"key": key}).fetchone()
+    if held is None or not held[0]:
+        raise over_limit(index, holders)
 
 
 def _newer_schema(path: str, found: int) -> StoreFailure:

@@ -36,6 +36,12 @@ paused tenant, application or definition until it is resumed; a resume wakes
 the work signal) and purges (`Purges`: `purgeable` paging, the purge's
 compare-and-swap and audit record, a key created again by `write` or
 `write_many` continuing after its tombstone, the result id freed).
+
+Every store checks concurrency limits: a write that takes a claim while the
+committed document held none is refused (`StoreLimited`, nothing written)
+when as many documents of its `concurrency_key` as its `concurrency_limit`
+hold a claim, in single writes, in `write_many`, and under writers racing
+in threads; a holder's own writes and a released claim are never refused.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from workwarden.storage.base import (
     Store,
     StoreConflict,
     StoredDocument,
+    StoreLimited,
     WakeUps,
     Write,
     WriteOutcome,
@@ -125,6 +132,8 @@ def _index(
     result_id: str | None = None,
     claim_worker: str | None = None,
     definition: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
 ) -> IndexFields:
     return IndexFields(
         tenant=tenant,
@@ -138,6 +147,8 @@ def _index(
         result_id=result_id,
         claim_worker=claim_worker,
         definition=definition,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
     )
 
 
@@ -1589,6 +1600,93 @@ def _a_purge_frees_the_result_id(store: Store) -> None:
 
 # -- running the checks ----------------------------------------------------------------
 
+# -- concurrency limits (`IndexFields.concurrency_limit`) -----------------------------------
+
+
+def _held(key: str = "c", limit: int | None = 2, worker: str = "w") -> IndexFields:
+    """A document of concurrency key `key` that holds a claim."""
+    return _index(
+        state="CLAIMED", claim_worker=worker, concurrency_key=key, concurrency_limit=limit
+    )
+
+
+def _queued(key: str | None = "c", limit: int | None = 2) -> IndexFields:
+    """A READY document of concurrency key `key`, holding no claim."""
+    return _index(eligible_at=0, concurrency_key=key, concurrency_limit=limit)
+
+
+def _a_claim_past_its_keys_limit_is_refused_and_changes_nothing(store: Store) -> None:
+    writer = _Writer(store)
+    for key in ("k1", "k2", "k3"):
+        writer.put(key, _queued())
+    writer.put("k1", _held())
+    writer.put("k2", _held())
+    held = store.read("k1")
+    _equal(None if held is None else held.index, _held(), "a holder's index fields read back")
+    before = _snapshot(store, ["k3"])
+    doc = store.read("k3")
+    _expect(doc is not None, "k3 was written")
+    assert doc is not None
+    refused = False
+    try:
+        store.write("k3", _text("k3", 99), _held(), doc.version, _audit("k3", _held(), 99))
+    except StoreLimited:
+        refused = True
+    _expect(refused, "a claim past its key's limit is refused with StoreLimited")
+    _unchanged(store, before, "a claim refused for its key's limit", ["k3"])
+    # A holder's own writes go on, even under a lower limit; other keys and no key are free.
+    writer.put("k1", _held(limit=1))
+    writer.put("o1", _held(key="other"))
+    writer.put("n1", _index(state="CLAIMED", claim_worker="w"))
+    # A released claim frees a place.
+    writer.put("k1", _index(state="SUCCEEDED", concurrency_key="c", concurrency_limit=2))
+    writer.put("k3", _held())
+    _equal(
+        sorted(
+            d.key for d in store.scan() if d.index.concurrency_key == "c" and d.index.claim_worker
+        ),
+        ["k2", "k3"],
+        "the key's holders after a release and a claim",
+    )
+    batch = _batch(store)
+    if batch is None:
+        return
+    for key in ("k4", "k5"):
+        writer.put(key, _queued())
+    docs = batch.read_many(["k4", "k5"])
+    outcomes = batch.write_many(
+        [_write_of(key, _held(limit=3), docs[key].version, 100 + n) for n, key in enumerate(docs)]
+    )
+    _committed(outcomes[0], "write_many: the first claim under the limit")
+    _expect(
+        isinstance(outcomes[1], StoreLimited),
+        f"write_many: the claim past the limit is StoreLimited, got {outcomes[1]!r}",
+    )
+
+
+def _concurrent_claims_of_a_key_never_pass_its_limit(store: Store) -> None:
+    writer = _Writer(store)
+    keys = [f"k{number}" for number in range(_THREADS)]
+    for key in keys:
+        writer.put(key, _queued())
+    versions = {key: doc.version for key in keys if (doc := store.read(key)) is not None}
+
+    def race(number: int, barrier: threading.Barrier) -> bool:
+        key = keys[number]
+        index = _held(worker=f"w{number}")
+        barrier.wait()
+        try:
+            store.write(key, _text(key, 50), index, versions[key], _audit(key, index, 50 + number))
+        except StoreLimited:
+            return False
+        return True
+
+    won = _race(store, race)
+    _equal(won.count(True), 2, f"claims committed by {_THREADS} racing claimers of a key limit 2")
+    holders = [d.key for d in store.scan() if d.index.claim_worker is not None]
+    _equal(len(holders), 2, "documents holding a claim after the race")
+
+
 _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     ("versions_count_from_one", _versions_count_from_one),
     ("documents_round_trip_exactly", _documents_round_trip_exactly),
@@ -1678,6 +1776,14 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         _a_key_created_again_after_a_purge_continues_its_versions,
     ),
     ("a_purge_frees_the_result_id", _a_purge_frees_the_result_id),
+    (
+        "a_claim_past_its_keys_limit_is_refused_and_changes_nothing",
+        _a_claim_past_its_keys_limit_is_refused_and_changes_nothing,
+    ),
+    (
+        "concurrent_claims_of_a_key_never_pass_its_limit",
+        _concurrent_claims_of_a_key_never_pass_its_limit,
+    ),
 )
 
 CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
@@ -1916,3 +2022,11 @@ class StoreConformance:
     def test_a_purge_frees_the_result_id(self) -> None:
         """A purged document's result id may be taken by another key."""
         self._check("a_purge_frees_the_result_id")
+
+    def test_a_claim_past_its_keys_limit_is_refused_and_changes_nothing(self) -> None:
+        """A claim past its concurrency key's limit is `StoreLimited` and writes nothing."""
+        self._check("a_claim_past_its_keys_limit_is_refused_and_changes_nothing")
+
+    def test_concurrent_claims_of_a_key_never_pass_its_limit(self) -> None:
+        """Claimers racing in threads on one key never commit more claims than its limit."""
+        self._check("concurrent_claims_of_a_key_never_pass_its_limit")

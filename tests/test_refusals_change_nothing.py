@@ -36,6 +36,7 @@ from workwarden.statemachine import (
 )
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import DEFAULT_RETRY_ON
+from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
 from workwarden.storage import AuditRecord, Store
 
 Call = Callable[[], Any]
@@ -377,6 +378,18 @@ def _(a: Authority, b: Authority, store: Store) -> Call:
         store, workload_id, spent.model_dump_json(by_alias=True), index_fields(a.spec, spent)
     )
     return lambda: a.claim(workload_id, "w", CAPS, now=11_000, lease_ms=1_000)
+
+
+@refusal(errors.CONCURRENCY_LIMITED, "claim-of-a-key-at-its-limit")
+def _(a: Authority, b: Authority, store: Store) -> Call:
+    text = shipped_spec_text().replace(
+        "[concurrency]\nlimits = {}", "[concurrency]\nlimits = { reports = 1 }"
+    )
+    limited = Authority(store, grants=a.grants, spec=load_spec_text(text))
+    first = _admit(limited, idempotency_key="first", concurrency_key="reports")
+    second = _admit(limited, idempotency_key="second", concurrency_key="reports")
+    limited.claim(first, "w1", CAPS, now=11_000, lease_ms=10_000)
+    return lambda: limited.claim(second, "w2", CAPS, now=11_000, lease_ms=10_000)
 
 
 def _records(code: str) -> bool:

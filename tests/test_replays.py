@@ -38,7 +38,9 @@ from workwarden.storage import (
     StoreFailure,
     StoreOutcomeUnknown,
 )
+from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_VERSION
 from workwarden.storage.postgres import PostgresStore
+from workwarden.storage.sqlite_schema import SCHEMA_VERSION as SQLITE_VERSION
 
 CAPS = {"email:send"}
 LEASE = 10_000
@@ -483,10 +485,12 @@ def test_a_version_1_sqlite_file_gains_the_lookups_filled_in_from_its_documents(
     path = tmp_path / "v1.db"
     with SQLiteStore(path) as store:
         workload_id, claim = claimed_by_w1(store)
-    # What a file of schema version 1 was: neither column, nor their indexes.
+    # What a file of schema version 1 was: neither column, nor their indexes (nor the
+    # concurrency index of version 4, over the claim-holder column).
     conn = sqlite3.connect(path)
     conn.executescript(
-        "DROP INDEX documents_by_claim_worker; DROP INDEX audit_by_request;"
+        "DROP INDEX documents_by_concurrency;"
+        " DROP INDEX documents_by_claim_worker; DROP INDEX audit_by_request;"
         " ALTER TABLE documents DROP COLUMN claim_worker; ALTER TABLE audit DROP COLUMN request_id;"
         " UPDATE schema_version SET version = 1;"
     )
@@ -498,7 +502,7 @@ def test_a_version_1_sqlite_file_gains_the_lookups_filled_in_from_its_documents(
         assert warden.claim_next("t", "app", "w1", CAPS, 11_500, LEASE, request_id="r1") == claim
         assert len(store.audit_log()) == 2
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SQLITE_VERSION,)]
     conn.close()
 
 
@@ -523,4 +527,4 @@ def test_a_version_1_postgres_database_gains_the_lookups_filled_in_from_its_docu
             assert len(store.audit_log()) == 2
         with psycopg.connect(dsn) as conn:
             row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
-            assert row == (3,)
+            assert row == (PG_VERSION,)

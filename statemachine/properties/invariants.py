@@ -16,6 +16,8 @@ and the chaos audit hold the authority to exactly the same definitions:
 - `check_audit(documents, audit)` and `check_audit_fences(spec, workload,
   records)` (from `audit_log`), and `check_scopes(workloads)`: the store as a
   whole.
+- `check_concurrency(spec, workloads)` (from `concurrency`): no concurrency key
+  has more workloads holding a claim than its limit.
 - `check_store(spec, documents, audit, versions)`: all of the above over a
   committed snapshot; `versions` (every document text ever committed, by key
   and version) enables the write checks.
@@ -38,6 +40,7 @@ from workwarden.statemachine.properties.audit_log import (
     check_audit_fences,
     document_digest,
 )
+from workwarden.statemachine.properties.concurrency import check_concurrency
 from workwarden.statemachine.properties.history import validate_workload
 from workwarden.statemachine.properties.operations import operation_roles
 from workwarden.statemachine.properties.registry import Violation
@@ -338,6 +341,7 @@ def check_store(
                 )
             out.extend(check_workload(spec, parsed))
     out.extend(check_scopes(workloads))
+    out.extend(check_concurrency(spec, workloads))
     out.extend(check_audit(documents, audit))
     if versions is not None:
         for record in audit:

@@ -59,6 +59,8 @@ STATUS_BY_CODE: dict[str, int] = {
     errors.NOT_FOUND: 404,
     # READY work that is not eligible yet: come back later, but the service is fine.
     errors.NOT_YET_ELIGIBLE: 409,
+    # A claim at its concurrency key's limit: the work waits for a place, the service is fine.
+    errors.CONCURRENCY_LIMITED: 409,
     # What the server lacks, not what the caller did.
     errors.EXTRA_MISSING: 500,
     "GRAPHVIZ_NOT_FOUND": 500,

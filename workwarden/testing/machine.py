@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.models import CreateWorkload, Fence, Workload
+from workwarden.statemachine.properties.concurrency import check_concurrency
 from workwarden.statemachine.properties.coverage import proceeding_rules
 from workwarden.statemachine.properties.invariants import (
     check_audit,
@@ -355,6 +356,7 @@ class MachineBase(RuleBasedStateMachine):
             self._index[doc.key] = doc.index
             workloads.append(workload)
         violations.extend(check_scopes(workloads))
+        violations.extend(check_concurrency(spec, workloads))
         violations.extend(check_audit(documents, audit))
         for record in audit[self._records_checked :]:
             text = self.store.versions.get((record.key, record.version))
