@@ -13,6 +13,15 @@ pause, an approval) are named "(move)" on their edges. The outputs are determini
 edges in sorted order, sorted attributes, no timestamps, so a generated file
 diffs cleanly and a freshness test can compare it exactly.
 
+The operator view (`view="operator"`) adds what an operator does beside the
+table, drawn from the spec's data: a purge (`Authority.purge`) as an operator
+edge from each terminal state to a "purged" end, except from the states the
+spec's `[retention] keep` list names (marked "kept by retention" instead,
+since a purge passes them over); and a pause (`Authority.pause`, `resume`) as
+the gate it is: every edge an operation of effect `lease` takes (a claim) is
+guarded "if not paused", and a note says what a pause does. Neither is an
+edge of the table, so neither is drawn in the default view.
+
 SVG and PNG are rendered by Graphviz's `dot`; when it is missing, rendering
 fails with `DiagramError` (`GRAPHVIZ_NOT_FOUND`) saying how to install it,
 never falling back to another renderer.
@@ -36,6 +45,8 @@ __all__ = [
     "FORMATS",
     "HISTORY_COLOUR",
     "KIND_ORDER",
+    "PURGED_NODE",
+    "VIEWS",
     "DiagramError",
     "diagram_dot",
     "diagram_graph",
@@ -59,6 +70,22 @@ ACTOR_COLOURS: dict[str, str] = {
 
 #: The colour of a drawn history's steps, and of observations off the table.
 HISTORY_COLOUR = "#D00000"
+
+#: The views a diagram can be drawn in: the table alone, or with the operator's
+#: purge and pause gate beside it (see the module docstring).
+VIEWS: tuple[str, ...] = ("table", "operator")
+
+#: The node id of the operator view's "purged" end (not a state of the spec).
+PURGED_NODE = "operator_purged"
+
+# The operator view's note on the pause gate.
+_PAUSE_NODE = "operator_pause"
+
+# The guard the operator view puts on every claim edge.
+_PAUSE_GUARD = "if not paused"
+
+# The effect of the operations a pause stops (the claims).
+_CLAIM_EFFECT = "lease"
 
 # Label text in a darker shade of its edge's colour, so a label reads as its edge's.
 _LABEL_COLOURS: dict[str, str] = {
@@ -100,6 +127,8 @@ _MERMAID_STYLE: dict[str, str] = {
     "active": "fill:#DCEBF7,stroke:#333333",
     "terminal": "fill:#E4E4E4,stroke:#333333,stroke-width:3px",
 }
+
+_MERMAID_PURGED = "fill:#FFFFFF,stroke:#E69F00,stroke-dasharray:5 5"
 
 
 class DiagramError(Exception):
@@ -185,6 +214,43 @@ def _moves(spec: Spec) -> frozenset[str]:
     return frozenset(name for name, op in spec.operations.items() if op.spec.effect == "move")
 
 
+def _claims(spec: Spec) -> frozenset[str]:
+    """The operations a pause stops: those of effect `lease` (the claims)."""
+    return frozenset(
+        name for name, op in spec.operations.items() if op.spec.effect == _CLAIM_EFFECT
+    )
+
+
+def _claim_edges(spec: Spec) -> list[TransitionSpec]:
+    """The edges a claim takes, sorted: the ones the pause gate guards."""
+    claims = _claims(spec)
+    return [edge for edge in _sorted_edges(spec) if claims & set(edge.operations)]
+
+
+def _purgeable(spec: Spec) -> list[str]:
+    """The terminal states a purge deletes work from: all but the `[retention] keep` ones."""
+    keep = set(spec.data.retention.keep)
+    return sorted(state for state in spec.terminal_states if state not in keep)
+
+
+def _kept(spec: Spec) -> frozenset[str]:
+    """The terminal states a purge passes over (`[retention] keep`)."""
+    return frozenset(spec.data.retention.keep) & frozenset(spec.terminal_states)
+
+
+def _age(ms: int) -> str:
+    """A retention age in the largest whole unit (30 d, 12 h, 90 s, 250 ms)."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
+        if ms and ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
+def _check_view(view: str) -> None:
+    if view not in VIEWS:
+        raise _invalid(f"unknown view {view!r}; choose from {', '.join(VIEWS)}")
+
+
 def _states_by_kind(spec: Spec) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {kind: [] for kind in KIND_ORDER}
     for name in sorted(spec.states):
@@ -215,10 +281,12 @@ def _small(text: str) -> str:
     return f'<FONT POINT-SIZE="9">{text}</FONT>'
 
 
-def _node_label(name: str, kind: str, never_at_rest: bool) -> str:
+def _node_label(name: str, kind: str, never_at_rest: bool, kept: bool = False) -> str:
     lines = [f"<B>{escape(name)}</B>", _small(kind)]
     if never_at_rest:
         lines.append(_small("<I>never at rest</I>"))
+    if kept:
+        lines.append(_small("<I>kept by retention</I>"))
     return _stack(lines)
 
 
@@ -229,6 +297,7 @@ def _edge_label(
     unreachable: bool,
     moves: frozenset[str] = frozenset(),
     partial: bool = False,
+    guard: str | None = None,
 ) -> str:
     lines: list[str] = []
     if steps:
@@ -244,6 +313,8 @@ def _edge_label(
         )
         if edge.exit is not None:
             lines.append(f"<I>exit: {edge.exit}</I>")
+    if guard is not None:
+        lines.append(f"[{escape(guard)}]")
     if unreachable:
         lines.append("<I>not reached (partial check)</I>" if partial else "<I>unreachable</I>")
     if count is not None:
@@ -263,10 +334,17 @@ def _swatch(colour: str, meaning: str) -> str:
     )
 
 
-def _legend(graph: graphviz.Digraph, spec: Spec, overlay: _Overlay) -> None:
+def _legend(graph: graphviz.Digraph, spec: Spec, overlay: _Overlay, view: str = "table") -> None:
     """A legend cluster: a sample node per kind the spec uses, then what edges mean."""
     rows = [_swatch(ACTOR_COLOURS[actor], actor) for actor in ACTOR_CLASSES]
     rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT">{_small("several: one line each")}</TD></TR>')
+    if view == "operator":
+        rows.append(
+            f'<TR><TD>[{_PAUSE_GUARD}]</TD><TD ALIGN="LEFT">a claim, stopped by a pause</TD></TR>'
+        )
+        rows.append(
+            '<TR><TD><I>purge</I></TD><TD ALIGN="LEFT">retention deletes the work</TD></TR>'
+        )
     if _moves(spec):
         rows.append(
             '<TR><TD><I>op</I> (move)</TD><TD ALIGN="LEFT">an operation the spec adds</TD></TR>'
@@ -311,6 +389,7 @@ def diagram_graph(
     observed_counts: Mapping[tuple[str, str], int] | None = None,
     name: str | None = None,
     partial: bool = False,
+    view: str = "table",
 ) -> graphviz.Digraph:
     """The legal-transition diagram of `spec` as a `graphviz.Digraph`.
 
@@ -330,15 +409,23 @@ def diagram_graph(
       false): the title says the drawing is partial, and its unreached edges
       are labelled "not reached (partial check)", not "unreachable".
 
+    - `view`: `"table"` (the default) draws the table alone; `"operator"` adds
+      the purge edges to a "purged" end, the "kept by retention" marks and
+      the pause gate on the claim edges (see the module docstring).
+
     Edges an operation of effect `move` takes (an operation the spec adds,
     such as a pause) name it in italics with "(move)", coloured by its actor
     class like every edge.
 
     Raises `DiagramError` (`DIAGRAM_INPUT_INVALID`) when an overlay names a
-    state or an edge the spec does not have.
+    state or an edge the spec does not have, or `view` is not one of `VIEWS`.
     """
+    _check_view(view)
     overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts, partial)
     moves = _moves(spec)
+    operator = view == "operator"
+    kept = _kept(spec) if operator else frozenset()
+    guarded = {(e.from_state, e.to) for e in _claim_edges(spec)} if operator else set()
     header = spec.data.spec
     graph = graphviz.Digraph(
         name or header.name,
@@ -350,6 +437,8 @@ def diagram_graph(
     title = f"<B>{escape(header.name)}</B>: the legal transitions"
     if overlay.steps:
         title += f", and the {sum(len(s) for s in overlay.steps.values())} steps of one workload"
+    if operator:
+        title += ", with the operator's pause and purge"
     if partial:
         title += (
             "<BR/><I>PARTIAL: drawn from an incomplete check, which proves nothing unreachable</I>"
@@ -380,7 +469,8 @@ def diagram_graph(
                 marked = state in overlay.never_at_rest
                 if marked and "dashed" not in attrs["style"]:
                     attrs["style"] += ",dashed"
-                group.node(state, label=_node_label(state, kind, marked), **attrs)
+                label = _node_label(state, kind, marked, state in kept)
+                group.node(state, label=label, **attrs)
 
     for edge in _sorted_edges(spec):
         key = (edge.from_state, edge.to)
@@ -395,8 +485,9 @@ def diagram_graph(
             attrs = {"color": HISTORY_COLOUR, "fontcolor": _INK, "penwidth": "2.5"}
         if unreachable:
             attrs["style"] = "dashed"
+        guard = _PAUSE_GUARD if key in guarded else None
         label = _edge_label(
-            edge, steps, overlay.counts.get(key), unreachable, moves, overlay.partial
+            edge, steps, overlay.counts.get(key), unreachable, moves, overlay.partial, guard
         )
         graph.edge(edge.from_state, edge.to, label=label, **attrs)
 
@@ -411,8 +502,60 @@ def diagram_graph(
             style="dashed",
         )
 
-    _legend(graph, spec, overlay)
+    if operator:
+        _operator_view(graph, spec)
+    _legend(graph, spec, overlay, view)
     return graph
+
+
+def _operator_view(graph: graphviz.Digraph, spec: Spec) -> None:
+    """The operator view's additions: the purge edges and their end, and the pause note."""
+    purgeable = _purgeable(spec)
+    if purgeable:
+        graph.node(
+            PURGED_NODE,
+            label=_stack(
+                ["<B>purged</B>", _small("deleted, audited"), _small("its versions never reused")]
+            ),
+            shape="box",
+            style="rounded,dashed",
+            color=ACTOR_COLOURS["operator"],
+        )
+    age = _age(spec.data.retention.after_ms)
+    for state in purgeable:
+        graph.edge(
+            state,
+            PURGED_NODE,
+            label=_stack(["<I>purge</I> (operator)", _small(f"older than {age}")]),
+            color=ACTOR_COLOURS["operator"],
+            fontcolor=_LABEL_COLOURS["operator"],
+            style="dashed",
+        )
+    sources = sorted({edge.from_state for edge in _claim_edges(spec)})
+    if not sources:
+        return
+    graph.node(
+        _PAUSE_NODE,
+        label=_stack(
+            [
+                "<B>pause / resume</B> (operator)",
+                _small("a tenant, an application or a definition"),
+                _small(f"closes the claim gate [{_PAUSE_GUARD}]"),
+                _small("in-flight work runs on; deadlines run"),
+            ]
+        ),
+        shape="note",
+        color=ACTOR_COLOURS["operator"],
+        fontcolor=_LABEL_COLOURS["operator"],
+    )
+    for state in sources:
+        graph.edge(
+            _PAUSE_NODE,
+            state,
+            style="dotted",
+            arrowhead="none",
+            color=ACTOR_COLOURS["operator"],
+        )
 
 
 def diagram_dot(
@@ -424,6 +567,7 @@ def diagram_dot(
     observed_counts: Mapping[tuple[str, str], int] | None = None,
     name: str | None = None,
     partial: bool = False,
+    view: str = "table",
 ) -> str:
     """The DOT source of the diagram (the options are `diagram_graph`'s).
 
@@ -437,6 +581,7 @@ def diagram_dot(
         observed_counts=observed_counts,
         name=name,
         partial=partial,
+        view=view,
     )
     source: str = graph.source
     return source
@@ -473,6 +618,7 @@ def _mermaid_label(
     unreachable: bool,
     moves: frozenset[str] = frozenset(),
     partial: bool = False,
+    guard: str | None = None,
 ) -> str:
     if edge is None:
         parts = ["not in the table"]
@@ -481,6 +627,8 @@ def _mermaid_label(
         parts = [", ".join(names), "(" + ", ".join(_classes(edge)) + ")"]
         if edge.exit is not None:
             parts.append(f"exit {edge.exit}")
+    if guard is not None:
+        parts.append(f"[{guard}]")
     if unreachable:
         parts.append("not reached (partial check)" if partial else "unreachable")
     if steps:
@@ -499,6 +647,7 @@ def diagram_mermaid(
     history: Sequence[Event] = (),
     observed_counts: Mapping[tuple[str, str], int] | None = None,
     partial: bool = False,
+    view: str = "table",
 ) -> str:
     """The diagram as Mermaid `stateDiagram-v2` text, for Markdown documents.
 
@@ -509,12 +658,21 @@ def diagram_mermaid(
     colour single transitions). The overlays (see `diagram_graph`) add
     "unreachable", "never at rest", "steps N, M" and "xN" as text.
     Deterministic, and sorted like the DOT source. With `partial`, the title
-    says the drawing comes from an incomplete check.
+    says the drawing comes from an incomplete check. The operator view
+    (`view="operator"`) adds the purge edges to a `purged` end, "kept by
+    retention" on the kept states, "[if not paused]" on the claim edges and a
+    note on the pause gate, as `diagram_graph` draws them.
     """
+    _check_view(view)
     overlay = _overlay(spec, unreachable_edges, never_at_rest, history, observed_counts, partial)
     moves = _moves(spec)
+    operator = view == "operator"
+    kept = _kept(spec) if operator else frozenset()
+    guarded = {(e.from_state, e.to) for e in _claim_edges(spec)} if operator else set()
     header = spec.data.spec
     suffix = " (PARTIAL - from an incomplete check)" if partial else ""
+    if operator:
+        suffix = " - with the operator's pause and purge" + suffix
     lines = [
         "---",
         f"title: {header.name} - the legal transitions{suffix}",
@@ -528,7 +686,11 @@ def diagram_mermaid(
     for kind in KIND_ORDER:
         for state in kinds[kind]:
             note = " - never at rest" if state in overlay.never_at_rest else ""
+            if state in kept:
+                note += " - kept by retention"
             lines.append(f"    {state} : {state}<br/>{kind}{note}")
+    if operator and _purgeable(spec):
+        lines.append(f"    {PURGED_NODE} : purged<br/>deleted, audited, versions never reused")
     entered = {target for _, target in spec.edges}
     lines += [f"    [*] --> {state}" for state in sorted(spec.states) if state not in entered]
     for edge in _sorted_edges(spec):
@@ -540,12 +702,28 @@ def diagram_mermaid(
             key in overlay.unreachable,
             moves,
             partial,
+            _PAUSE_GUARD if key in guarded else None,
         )
         lines.append(f"    {edge.from_state} --> {edge.to} : {label}")
     for key in overlay.off_table(spec):
         label = _mermaid_label(None, overlay.steps.get(key, []), overlay.counts.get(key), False)
         lines.append(f"    {key[0]} --> {key[1]} : {label}")
+    if operator:
+        age = _age(spec.data.retention.after_ms)
+        lines += [
+            f"    {state} --> {PURGED_NODE} : purge (operator) older than {age}"
+            for state in _purgeable(spec)
+        ]
     lines += [f"    {state} --> [*]" for state in kinds["terminal"]]
+    if operator:
+        for state in sorted({edge.from_state for edge in _claim_edges(spec)}):
+            lines += [
+                f"    note left of {state}",
+                "        pause / resume (operator) - a tenant, an application or a definition",
+                f"        closes the claim gate [{_PAUSE_GUARD}]",
+                "        in-flight work runs on, deadlines run",
+                "    end note",
+            ]
     for kind in KIND_ORDER:
         if kinds[kind]:
             lines.append(f"    classDef {kind} {_MERMAID_STYLE[kind]}")
@@ -555,6 +733,9 @@ def diagram_mermaid(
     marked = sorted(overlay.never_at_rest - set(kinds["transient"]))
     if marked:
         lines.append(f"    class {','.join(marked)} transient")
+    if operator and _purgeable(spec):
+        lines.append(f"    classDef purged {_MERMAID_PURGED}")
+        lines.append(f"    class {PURGED_NODE} purged")
     return "\n".join(lines) + "\n"
 
 
@@ -569,6 +750,7 @@ def write_diagrams(
     history: Sequence[Event] = (),
     observed_counts: Mapping[tuple[str, str], int] | None = None,
     partial: bool = False,
+    view: str = "table",
 ) -> list[Path]:
     """Write the diagram of `spec` into `out_dir` in each of `formats`; return the paths.
 
@@ -576,8 +758,10 @@ def write_diagrams(
     suffixes are in `FORMATS`: `.dot`, `.svg`, `.png`, `.mmd`) and returned
     in the order of `FORMATS`. Everything is rendered before anything is
     written, so a missing `dot` (`DiagramError`) leaves the directory as it
-    was; a file that cannot be written is `DIAGRAM_WRITE_FAILED`.
+    was; a file that cannot be written is `DIAGRAM_WRITE_FAILED`. `view` is
+    `diagram_graph`'s.
     """
+    _check_view(view)
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         raise _invalid(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
@@ -590,6 +774,7 @@ def write_diagrams(
         observed_counts=observed_counts,
         name=stem,
         partial=partial,
+        view=view,
     )
     outputs: dict[str, bytes] = {}
     for fmt in FORMATS:
@@ -605,6 +790,7 @@ def write_diagrams(
                 history=history,
                 observed_counts=observed_counts,
                 partial=partial,
+                view=view,
             )
             outputs[fmt] = mermaid.encode("utf-8")
         else:

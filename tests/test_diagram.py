@@ -17,16 +17,18 @@ import pytest
 from support import CAPS, request
 from support import authority as make_authority
 from workwarden.cli import main
-from workwarden.statemachine import Authority, Event, default_spec
+from workwarden.statemachine import Authority, Event, RetryPolicy, default_spec
 from workwarden.statemachine.diagram import (
     ACTOR_COLOURS,
     HISTORY_COLOUR,
+    PURGED_NODE,
     DiagramError,
     diagram_dot,
     diagram_mermaid,
     render,
     write_diagrams,
 )
+from workwarden.statemachine.spec import Spec, load_spec_text
 from workwarden.storage import MemoryStore, open_store
 
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
@@ -337,3 +339,132 @@ def test_the_command_prints_errors_as_code_and_message(
     assert err.startswith(f"{code}: ")
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+# -- the operator view: purge and the pause gate -------------------------------------------
+
+SHIPPED_SPEC = Path(__file__).resolve().parent.parent / "specs" / "workload.toml"
+
+
+def _spec_keeping(keep: list[str]) -> Spec:
+    """The shipped spec with `[retention] keep` set to `keep`."""
+    text = SHIPPED_SPEC.read_text(encoding="utf-8")
+    assert 'keep = ["DEAD_LETTER"]' in text
+    return load_spec_text(text.replace('keep = ["DEAD_LETTER"]', f"keep = {json.dumps(keep)}"))
+
+
+def _purge_edges(dot: str) -> list[dict[str, Any]]:
+    _, edges = _read_back(dot)
+    return [e for e in edges if e["head"] == PURGED_NODE]
+
+
+def test_the_operator_view_in_the_repository_is_up_to_date() -> None:
+    spec = default_spec()
+    hint = "diagrams/ is stale: run `workwarden diagram --view operator` at the repository root"
+    dot = diagram_dot(spec, view="operator", name="workload-operator")
+    assert (DIAGRAMS / "workload-operator.dot").read_text(encoding="utf-8") == dot, hint
+    mermaid = diagram_mermaid(spec, view="operator")
+    assert (DIAGRAMS / "workload-operator.mmd").read_text(encoding="utf-8") == mermaid, hint
+    assert ET.parse(DIAGRAMS / "workload-operator.svg").getroot().tag.endswith("svg")
+
+
+def test_the_operator_view_purges_every_terminal_state_but_the_kept_ones() -> None:
+    spec = default_spec()
+    edges = _purge_edges(diagram_dot(spec, view="operator"))
+    assert sorted(e["tail"] for e in edges) == ["CANCELLED", "SUCCEEDED"]
+    for edge in edges:
+        assert edge["color"] == ACTOR_COLOURS["operator"]
+        assert edge["style"] == "dashed"
+        assert "purge" in edge["label"]
+        assert "older than 30 d" in edge["label"]
+    nodes, _ = _read_back(diagram_dot(spec, view="operator"))
+    assert "kept by retention" in nodes["DEAD_LETTER"]["label"]
+    assert all("kept by retention" not in nodes[s]["label"] for s in ("CANCELLED", "SUCCEEDED"))
+    # The keep list is read from the spec, not from the code.
+    keeping = _spec_keeping(["DEAD_LETTER", "CANCELLED"])
+    assert [e["tail"] for e in _purge_edges(diagram_dot(keeping, view="operator"))] == ["SUCCEEDED"]
+    keeping_none = _spec_keeping([])
+    assert sorted(e["tail"] for e in _purge_edges(diagram_dot(keeping_none, view="operator"))) == [
+        "CANCELLED",
+        "DEAD_LETTER",
+        "SUCCEEDED",
+    ]
+
+
+def test_the_purge_edges_are_the_states_a_real_purge_deletes_from() -> None:
+    spec = default_spec()
+    authority = make_authority(MemoryStore())
+    finished = {"SUCCEEDED": _run_a_retried_lifecycle(authority)}
+    cancelled = authority.admit(request(idempotency_key="cancelled"), now=10_000)
+    authority.cancel(cancelled.workload.workload_id, "ops", now=10_500)
+    finished["CANCELLED"] = cancelled.workload.workload_id
+    dead = authority.admit(
+        request(idempotency_key="dead", retry_policy=RetryPolicy(max_attempts=1)), now=10_000
+    ).workload.workload_id
+    claim = authority.claim(dead, "w1", CAPS, now=11_000, lease_ms=10_000)
+    authority.fail(dead, claim.fence, "validation", "bad input", now=11_500)
+    finished["DEAD_LETTER"] = dead
+    assert {state: authority.get(w).state for state, w in finished.items()} == {
+        s: s for s in finished
+    }
+    report = authority.purge(10_000 + spec.data.retention.after_ms + 60_000)
+    purged = sorted(state for state, w in finished.items() if w in report.purged)
+    assert purged == sorted(e["tail"] for e in _purge_edges(diagram_dot(spec, view="operator")))
+    assert report.kept == 1
+
+
+def test_the_operator_view_guards_every_claim_edge_with_the_pause_gate() -> None:
+    spec = default_spec()
+    nodes, edges = _read_back(diagram_dot(spec, view="operator"))
+    claims = {n for n, op in spec.operations.items() if op.spec.effect == "lease"}
+    for edge in edges:
+        if edge["tail"] == "operator_pause" or edge["head"] == PURGED_NODE:
+            continue
+        operations = set(spec.edges[(edge["tail"], edge["head"])].operations)
+        assert ("[if not paused]" in edge["label"]) == bool(operations & claims), edge["tail"]
+    note = [e for e in edges if e["tail"] == "operator_pause"]
+    assert [e["head"] for e in note] == ["READY"]
+    assert "pause / resume" in nodes["operator_pause"]["label"]
+    assert nodes["operator_pause"]["shape"] == "note"
+
+
+def test_the_default_view_draws_neither_purge_nor_pause() -> None:
+    spec = default_spec()
+    dot = diagram_dot(spec)
+    assert dot == diagram_dot(spec, view="table")
+    assert "operator_" not in dot
+    assert "if not paused" not in dot
+    assert "purged" not in diagram_mermaid(spec)
+    assert "paused" not in diagram_mermaid(spec)
+
+
+def test_the_mermaid_operator_view_has_the_purge_edges_the_guard_and_the_note() -> None:
+    text = diagram_mermaid(default_spec(), view="operator")
+    assert "    SUCCEEDED --> operator_purged : purge (operator) older than 30 d" in text
+    assert "    CANCELLED --> operator_purged : purge (operator) older than 30 d" in text
+    assert "DEAD_LETTER --> operator_purged" not in text
+    assert "READY --> CLAIMED : claim, claim_next (worker) [if not paused]" in text
+    assert "    note left of READY" in text
+    assert "DEAD_LETTER<br/>terminal - kept by retention" in text
+
+
+def test_an_unknown_view_is_refused() -> None:
+    for draw in (diagram_dot, diagram_mermaid):
+        with pytest.raises(DiagramError) as refused:
+            draw(default_spec(), view="operators")
+        assert refused.value.code == "DIAGRAM_INPUT_INVALID"
+        assert "table, operator" in refused.value.message
+
+
+def test_the_command_writes_the_operator_view(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["diagram", "--view", "operator", "--out-dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "workload-operator.dot",
+        "workload-operator.mmd",
+        "workload-operator.svg",
+    ]
+    written = (tmp_path / "workload-operator.dot").read_text(encoding="utf-8")
+    assert written == diagram_dot(default_spec(), view="operator", name="workload-operator")
+    assert "operator_purged" in written

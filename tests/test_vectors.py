@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,10 +115,21 @@ def test_each_step_records_the_events_it_appended_and_the_versions_they_made(
 ) -> None:
     for vector in vectors:
         versions = {e.key: 1 for e in vector.store}
+        purged: dict[str, int] = {}
         for step in vector.steps:
+            for key in set(versions) - set(step.expect.store):
+                # Purged: the key's tombstone is its last version + 1.
+                purged[key] = versions.pop(key) + 1
             for key, state in step.expect.store.items():
                 changed = key in step.expect.events
-                assert state.version == versions.get(key, 0) + (1 if changed else 0), vector.name
+                if key in purged:
+                    # Admitted again: the first version after the tombstone, never one before.
+                    assert changed, vector.name
+                    assert state.version == purged.pop(key) + 1, vector.name
+                else:
+                    assert state.version == versions.get(key, 0) + (1 if changed else 0), (
+                        vector.name
+                    )
                 versions[key] = state.version
         final = vector.steps[-1].expect.store
         assert sorted(vector.documents) == sorted(final)
@@ -172,3 +184,74 @@ def test_a_vector_file_with_a_bad_line_is_refused_with_its_line_number() -> None
     good = SHIPPED.read_text("ascii").splitlines()[0]
     with pytest.raises(ValueError, match="line 2: name"):
         read_vectors(good + "\n" + json.dumps({"steps": []}) + "\n")
+
+
+# -- pauses and retention --------------------------------------------------------------------
+
+
+def _scenario(vectors: list[VectorScenario], name: str) -> VectorScenario:
+    (found,) = [v for v in vectors if v.name == name]
+    return found
+
+
+def _ops(vector: VectorScenario) -> list[tuple[str, Any]]:
+    """Each step's op and its response's error code (None when it was answered)."""
+    out = []
+    for step in vector.steps:
+        error = step.expect.response.get("error")
+        out.append(
+            (str(step.command["op"]), error.get("code") if isinstance(error, dict) else None)
+        )
+    return out
+
+
+def test_a_paused_scope_is_claimed_by_no_one_until_resumed_in_the_vectors(
+    vectors: list[VectorScenario],
+) -> None:
+    vector = _scenario(vectors, "pauses/a_paused_tenant_is_not_claimed_until_resumed")
+    steps = vector.steps
+    assert [op for op, _ in _ops(vector)] == [
+        "admit", "pause", "claim_next", "claim", "resume", "claim_next",
+    ]  # fmt: skip
+    assert steps[1].expect.response["ok"]["scope"] == "pause/t/*/*"  # type: ignore[index, call-overload]
+    assert steps[2].expect.response == {"ok": None}
+    assert steps[3].expect.response["error"] == {  # type: ignore[index, call-overload]
+        "code": "WORKLOAD_NOT_READY",
+        "details": {"paused": "pause/t/*/*", "state": "READY"},
+    }
+    # The pause, the refused claims and the resume wrote nothing; the claim after wrote once.
+    assert [s.expect.events for s in steps[1:5]] == [{}, {}, {}, {}]
+    assert steps[5].expect.state == "CLAIMED"
+
+
+def test_in_flight_work_runs_on_while_paused_in_the_vectors(
+    vectors: list[VectorScenario],
+) -> None:
+    vector = _scenario(vectors, "pauses/in_flight_work_runs_on_while_its_scope_is_paused")
+    assert _ops(vector)[2:] == [
+        ("pause", None), ("start", None), ("heartbeat", None), ("checkpoint", None),
+        ("complete", None),
+    ]  # fmt: skip
+    assert vector.steps[-1].expect.state == "SUCCEEDED"
+
+
+def test_a_purged_workload_reads_as_absent_and_its_key_never_reuses_a_version(
+    vectors: list[VectorScenario],
+) -> None:
+    deleted = _scenario(
+        vectors, "retention/a_purge_deletes_old_finished_work_and_keeps_dead_letters_and_young_work"
+    )
+    report = deleted.steps[-2].expect.response["ok"]
+    assert isinstance(report, dict)
+    assert (len(report["purged"]), report["kept"], report["young"]) == (1, 1, 1)  # type: ignore[arg-type]
+    assert deleted.steps[-1].expect.response["error"]["code"] == "WORKLOAD_NOT_FOUND"  # type: ignore[index, call-overload]
+    again = _scenario(
+        vectors, "retention/a_purged_key_admitted_again_starts_afresh_and_never_reuses_a_version"
+    )
+    (key,) = again.documents
+    versions = [s.expect.store[key].version if key in s.expect.store else None for s in again.steps]
+    assert versions[3:7] == [4, None, 6, 6], "purged at 4, tombstone 5, admitted again at 6"
+    readmitted = again.steps[5].expect.response["ok"]
+    assert isinstance(readmitted, dict)
+    assert readmitted["created"] is True
+    assert again.steps[-1].expect.state == "SUCCEEDED"

@@ -29,6 +29,10 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority, serialise
 from workwarden.statemachine.commands import ClaimNextCommand, Command
+from workwarden.statemachine.conformance.scope_steps import (
+    SCOPE_COMMAND_MODELS,
+    run_scope_command,
+)
 from workwarden.statemachine.grants import GrantVerifier
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import CreateWorkload, Workload
@@ -310,6 +314,8 @@ class ReferenceImplementation:
         return {"ok": None}
 
     def _command(self, command: Any, now: Any) -> dict[str, Any]:
+        if isinstance(command, Mapping) and command.get("op") in SCOPE_COMMAND_MODELS:
+            return {"ok": run_scope_command(self.authority, command, now)}
         if isinstance(command, Mapping) and command.get("op") == "claim_next":
             try:
                 claim_next = ClaimNextCommand.model_validate(command)

@@ -40,6 +40,10 @@ from workwarden.statemachine.commands import (
     TimeoutCommand,
 )
 from workwarden.statemachine.conformance.runner import VectorScenario
+from workwarden.statemachine.conformance.scope_steps import (
+    SCOPE_COMMAND_MODELS,
+    SCOPE_REPLY_MODELS,
+)
 from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
@@ -103,6 +107,7 @@ COMMAND_MODELS: dict[str, type[BaseModel]] = {
     "retry": RetryCommand,
     "recover_expired": RecoverCommand,
     "enforce_deadlines": EnforceDeadlineCommand,
+    **SCOPE_COMMAND_MODELS,
 }
 
 #: The model of the reply to each command, by its `op` (`claim_next` may also reply null).
@@ -122,6 +127,7 @@ REPLY_MODELS: dict[str, type[BaseModel]] = {
     "retry": StateReply,
     "recover_expired": SweepReply,
     "enforce_deadlines": SweepReply,
+    **SCOPE_REPLY_MODELS,
 }
 
 
@@ -190,6 +196,7 @@ def _protocol_schemas() -> dict[str, dict[str, Any]]:
                         "anyOf": [
                             {"$ref": "command.schema.json"},
                             {"$ref": "command-claim_next.schema.json"},
+                            *({"$ref": f"command-{op}.schema.json"} for op in SCOPE_COMMAND_MODELS),
                         ]
                     },
                     "now": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},

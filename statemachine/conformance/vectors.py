@@ -1,7 +1,9 @@
 """Conformance vectors: which scenarios make the vector file, and what they cover.
 
 The scenarios are the seed behaviours (`seed_scenarios()` in `scenarios.py`,
-one or more per behaviour test of the suite) plus `extra_scenarios(spec)`,
+one or more per behaviour test of the suite), the operators' scope-wide calls
+(`scope_scenarios()` in `scope_scenarios.py`: pauses and retention) plus
+`extra_scenarios(spec)`,
 the hook through which scenarios found by the model checker's exploration
 join them. `generate_vectors` runs each through the reference
 (`run_scenario`) and `render_vectors` writes the file; `coverage(spec,
@@ -50,6 +52,7 @@ from workwarden.statemachine.conformance.runner import (
     target_key,
 )
 from workwarden.statemachine.conformance.scenarios import seed_scenarios
+from workwarden.statemachine.conformance.scope_scenarios import scope_scenarios
 from workwarden.statemachine.models import Event
 from workwarden.statemachine.properties.decisions import decisions_taken
 from workwarden.statemachine.spec import Spec, default_spec
@@ -250,9 +253,12 @@ def extended_vectors(spec: Spec) -> list[VectorScenario]:
 
 
 def all_scenarios(spec: Spec | None = None) -> list[Scenario]:
-    """The seed scenarios, then `extra_scenarios`; refuses a name used twice."""
+    """The seed scenarios, the scope-wide ones (pauses, retention), then `extra_scenarios`.
+
+    Refuses a name used twice.
+    """
     spec = spec if spec is not None else default_spec()
-    scenarios = [*seed_scenarios(), *extra_scenarios(spec)]
+    scenarios = [*seed_scenarios(), *scope_scenarios(), *extra_scenarios(spec)]
     seen: set[str] = set()
     for scenario in scenarios:
         if scenario.name in seen:

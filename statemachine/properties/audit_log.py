@@ -2,7 +2,10 @@
 
 - `check_audit(documents, audit)`: one record per committed version, in
   commit order, in the document's tenant and application, the last one
-  carrying the digest of the document as stored.
+  carrying the digest of the document as stored. A purge's record is a
+  version of its key too (the tombstone a document created again follows);
+  the records of pauses and resumes are of a scope, not of a document
+  (`is_scope_record`), and are left out.
 - `check_audit_fences(spec, workload, records)`: the fences of one
   workload's writes, reconstructed from its audit records alone, so that it
   holds across processes and needs no earlier version of the document.
@@ -29,7 +32,21 @@ from workwarden.statemachine.properties.registry import Violation
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import AuditRecord, StoredDocument
 
-__all__ = ["check_audit", "check_audit_fences", "document_digest", "is_system_actor"]
+__all__ = [
+    "PURGE_OPERATION",
+    "check_audit",
+    "check_audit_fences",
+    "document_digest",
+    "is_scope_record",
+    "is_system_actor",
+]
+
+#: The operation of a purge's audit record (`workwarden.statemachine.retention`).
+PURGE_OPERATION = "purge"
+
+# A pause's or a resume's audit record is keyed by its scope: `pause/TENANT/APP/DEFINITION`.
+_SCOPE_KEY_PREFIX = "pause/"
+_SCOPE_OPERATIONS = frozenset({"pause", "resume"})
 
 
 def document_digest(document: str) -> str:
@@ -42,6 +59,11 @@ def is_system_actor(actor: str) -> bool:
     return actor.startswith("system.")
 
 
+def is_scope_record(record: AuditRecord) -> bool:
+    """Is `record` a pause's or a resume's (of a scope, keyed `pause/...`), not a document's?"""
+    return record.operation in _SCOPE_OPERATIONS and record.key.startswith(_SCOPE_KEY_PREFIX)
+
+
 def check_audit(
     documents: Sequence[StoredDocument], audit: Sequence[AuditRecord]
 ) -> list[Violation]:
@@ -52,6 +74,18 @@ def check_audit(
     last: dict[str, AuditRecord] = {}
     by_key = {doc.key: doc for doc in documents}
     for record in audit:
+        if is_scope_record(record):
+            if record.sequence <= previous:
+                out.append(
+                    Violation(
+                        "one_audit_record_per_version",
+                        record.key,
+                        f"sequence {record.sequence} after {previous}",
+                        record,
+                    )
+                )
+            previous = record.sequence
+            continue
         if record.sequence <= previous:
             out.append(
                 Violation(
@@ -81,7 +115,13 @@ def check_audit(
     for key in sorted(set(by_key) | set(versions)):
         doc = by_key.get(key)
         found = versions.get(key, [])
-        wanted = list(range(1, doc.version + 1)) if doc is not None else []
+        if doc is not None:
+            wanted = list(range(1, doc.version + 1))
+        elif key in last and last[key].operation == PURGE_OPERATION:
+            # Purged: its versions run up to the purge's, the key's tombstone.
+            wanted = list(range(1, last[key].version + 1))
+        else:
+            wanted = []
         if found != wanted:
             shown = found if len(found) <= 20 else [*found[:20], "..."]
             out.append(
@@ -119,6 +159,10 @@ def check_audit_fences(
     held: tuple[int, str] | None = None
     issued: list[int] = []
     completions = 0
+    # A workload admitted again after a purge starts afresh: its fences are its own.
+    purges = [i for i, r in enumerate(records) if r.operation == PURGE_OPERATION]
+    if purges:
+        records = records[purges[-1] + 1 :]
     for record in records:
         by_worker = not is_system_actor(record.actor)
         if record.operation in roles.claiming and by_worker:

@@ -2,14 +2,16 @@
 
 `workwarden diagram [SPEC | --spec FILE] [--out-dir DIR] [--format
 dot,svg,png,mermaid] [--history STORE_URL WORKLOAD_ID] [--report FILE]
-[--name NAME]` writes `<NAME>.dot`, `.svg`, `.png` and `.mmd` (the formats
+[--name NAME] [--view table|operator]` writes `<NAME>.dot`, `.svg`, `.png` and `.mmd` (the formats
 asked for; dot, svg and mermaid by default) into DIR (`diagrams` by default).
 SPEC (or `--spec FILE`; both only if they name the same file) is a spec file,
 the shipped spec when omitted; NAME is the spec's name by default. `--report`
 overlays a `workwarden check --json` report; one from a check that stopped
 early is drawn as partial. `--history` draws one
 stored workload's committed steps, numbered in order, on the diagram (NAME
-then defaults to `<spec name>-<workload id>`). The drawing itself is
+then defaults to `<spec name>-<workload id>`). `--view operator` adds the
+operator's purge and pause gate (NAME then defaults to `<spec
+name>-operator`). The drawing itself is
 `workwarden.statemachine.diagram`'s. Errors print as `CODE: message`.
 """
 
@@ -27,7 +29,7 @@ from pydantic import ValidationError
 
 from workwarden.cli.check import spec_argument
 from workwarden.statemachine import errors
-from workwarden.statemachine.diagram import FORMATS, DiagramError, write_diagrams
+from workwarden.statemachine.diagram import FORMATS, VIEWS, DiagramError, write_diagrams
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.spec import load_spec
 from workwarden.storage import StoreError, open_store
@@ -84,6 +86,15 @@ def register(subparsers: Any) -> None:
         "--name",
         metavar="NAME",
         help="file name stem and graph name (default: the spec's name)",
+    )
+    parser.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="table",
+        help=(
+            "table: the transitions alone (default); operator: with the purge of "
+            "finished work and the pause gate on the claims"
+        ),
     )
     parser.set_defaults(handler=_run)
 
@@ -190,6 +201,8 @@ def _run(args: argparse.Namespace) -> int:
             if name is None:
                 # File-name safe: the id may hold any printable character.
                 name = f"{spec.data.spec.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', workload_id)}"
+        if args.view != "table" and name is None:
+            name = f"{spec.data.spec.name}-{args.view}"
         report = read_report(args.report) if args.report else Report([], [], True)
         written = write_diagrams(
             spec,
@@ -200,6 +213,7 @@ def _run(args: argparse.Namespace) -> int:
             unreachable_edges=report.unreachable,
             never_at_rest=report.never_at_rest,
             partial=not report.complete,
+            view=args.view,
         )
     except DiagramError as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)

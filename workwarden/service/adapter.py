@@ -5,8 +5,10 @@ It speaks the line protocol of `python -m workwarden.adapter`
 request to a running `workwarden serve --allow-reset --test-clock` over a
 memory store: `reset` to `POST /v1/test/reset`, `store` to `GET
 /v1/test/store`, and each command to its endpoint (`admit`, `claim`,
-`claim_next`, `start`, ...; a command with no known `op` to `/v1/execute`,
-which refuses it), at the request's `now` (the `X-Workwarden-Now` header).
+`claim_next`, `start`, ...; the operators' scope-wide `pause`, `resume` and
+`purge` to `POST /v1/pause`, `/v1/resume` and `/v1/purge`, less their `op`;
+a command with no known `op` to `/v1/execute`, which refuses it), at the
+request's `now` (the `X-Workwarden-Now` header).
 So `workwarden conform --cmd 'python -m workwarden.service.adapter --url URL
 --token W --token O'` holds the running service to every vector. Give a
 worker's and an operator's token, both with the subject `*` (the vectors act
@@ -42,6 +44,9 @@ _TYPED = frozenset(
         "retry",
     }
 )
+
+# The operators' scope-wide calls: their bodies are the command less its `op`.
+_SCOPE_WIDE = frozenset({"pause", "resume", "purge"})
 
 
 class Forwarder:
@@ -92,6 +97,11 @@ class Forwarder:
             operation = command.get("operation")
             name = operation if isinstance(operation, str) else "operate"
             return self.client.request("POST", "/v1/operate", name, body=dict(command), now=at)
+        if isinstance(op, str) and op in _SCOPE_WIDE:
+            body = {k: v for k, v in command.items() if k != "op"}
+            return self.client.request(
+                "POST", f"/v1/{op}", op, body=body, now=at, actor_class="operator"
+            )
         if isinstance(op, str) and op in _TYPED:
             return self.client.request("POST", f"/v1/{op}", op, body=dict(command), now=at)
         name = op if isinstance(op, str) else "execute"

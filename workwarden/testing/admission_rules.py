@@ -69,9 +69,12 @@ class AdmissionRules(MachineBase):
     def admit_again(self, writer: Authority, workload: str, change: int) -> None:
         """Send an admitted scope's request again: unchanged (`change=0`) it is a replay that
         answers the original and writes nothing; with another input it is refused with
-        IDEMPOTENCY_KEY_REUSED naming `input`."""
+        IDEMPOTENCY_KEY_REUSED naming `input`. A purged workload's scope admits its request
+        afresh: it must create the workload again, under the same id."""
         scope, plan, request = self._admitted[workload]
-        if change:
+        # A purged workload's scope admits afresh: its own request creates it again.
+        purged = self.store.read(workload) is None
+        if change and not purged:
             request = request.model_copy(update={"input": {"payload": plan.payload + change}})
         outcome = (
             self.shadow.admit(scope, shadow_plan(plan, request), self.now) if self.shadow else None
@@ -87,6 +90,14 @@ class AdmissionRules(MachineBase):
         if error is not None and error.code == errors.IDEMPOTENCY_KEY_REUSED:
             fields = (error.details or {}).get("fields")
             self._expect(fields == ["input"], f"the conflict names {fields}, not ['input']")
+        elif error is None and purged:
+            assert isinstance(reply, AdmitReply)
+            self._expect(
+                reply.created and reply.workload.workload_id == workload,
+                f"admitting purged {workload} again answered {reply.workload.workload_id} "
+                f"created={reply.created}",
+            )
+            self._admitted_as(workload, scope, plan, request, outcome)
         elif error is None:
             assert isinstance(reply, AdmitReply)
             self._expect(

@@ -84,7 +84,7 @@ _FINISHING = frozenset({"complete", "fail", "confirm_cancel"})
 
 def _copy(shadow: ShadowModel) -> ShadowModel:
     """A scratch copy of the shadow model, to predict a batch's calls in turn."""
-    return ShadowModel(dict(shadow.workloads), dict(shadow.scopes), dict(shadow.results))
+    return shadow.copy()
 
 
 class _Slot:
@@ -219,8 +219,10 @@ class BatchRules(WorkerRules, AdmissionRules):
             elif kind == "twice":
                 scope, plan, request = fresh[-1]
             else:
-                scope, plan, request = self._admitted[admitted[pick % len(admitted)]]
-                if kind == "reused":
+                picked = admitted[pick % len(admitted)]
+                scope, plan, request = self._admitted[picked]
+                # A purged workload's scope admits its own request afresh.
+                if kind == "reused" and self.store.read(picked) is not None:
                     changed = {"input": {"payload": plan.payload + 1 + pick % 2}}
                     request = request.model_copy(update=changed)
             requests.append(request)
@@ -239,8 +241,9 @@ class BatchRules(WorkerRules, AdmissionRules):
             len(answers) == len(requests), f"{label} answered {len(answers)} slots", _BATCH
         )
         created: list[str] = []
+        readmitted: list[tuple[tuple[str, str], WorkloadPlan, CreateWorkload]] = []
         may_write = 0
-        for index, ((kind, where, _, expected), answer) in enumerate(
+        for index, ((kind, where, slot_plan, expected), answer) in enumerate(
             zip(plans, answers, strict=True)
         ):
             what = f"slot {index} ({kind} {where})"
@@ -257,6 +260,10 @@ class BatchRules(WorkerRules, AdmissionRules):
             if answer.created:
                 may_write += 1
                 created.append(answer.workload.workload_id)
+                sent = requests[index]
+                if kind not in ("new", "twice") and where is not None and slot_plan is not None:
+                    assert isinstance(sent, CreateWorkload)
+                    readmitted.append((where, slot_plan, sent))
         self._wrote(label, before, [o for *_, o in plans], may_write)
         keys = []
         for scope, plan, request in fresh:
@@ -269,6 +276,14 @@ class BatchRules(WorkerRules, AdmissionRules):
                 else None
             )
             keys.append(self._admitted_as(key, scope, plan, request, outcome))
+        for scope, plan, request in readmitted:
+            # A purged workload admitted again: the key is known, its life starts afresh.
+            outcome = (
+                self.shadow.admit(scope, shadow_plan(plan, request), self.now)
+                if self.shadow
+                else None
+            )
+            self._admitted_as(workload_id_for(request), scope, plan, request, outcome)
         return multiple(*keys)
 
     # -- claims ---------------------------------------------------------------------------------

@@ -10,10 +10,12 @@ policies, predicates, deadline table or machine of the spec: it states the
 rules of the shipped spec (seed behaviour 0.15) again, each in a few lines,
 over its own frozen records. So a bug in the core is not reproduced here; the
 two disagree, and the suite reports the first call where they do. What it
-covers: claimability (state, eligibility, capabilities), fencing (the claim,
+covers: claimability (state, eligibility, capabilities, pauses), fencing (the claim,
 its token, its lease), the attempt budget and operator re-arms, the failure,
 recovery, deadline, operator-timeout and claim policies, the five deadlines,
-backoff, result and failure replays, cancellation, and idempotent admission.
+backoff, result and failure replays, cancellation, idempotent admission, and
+retention (a purged workload is gone; its scope admits afresh, at a version
+above its tombstone).
 It does not model dependencies or secret checks (the suite does not use them).
 
 Every prediction is pure: `ShadowModel.claim(...)` returns an `Outcome` and
@@ -85,8 +87,22 @@ class ShadowModel:
     workloads: dict[str, ShadowWorkload] = field(default_factory=dict)
     scopes: dict[Any, str] = field(default_factory=dict)
     results: dict[str, str] = field(default_factory=dict)
+    #: Is claiming paused for the suite's work? (Its workloads share one scope.)
+    paused: bool = False
+    #: The tombstone version of each purged scope: a new admission follows it.
+    tombstones: dict[Any, int] = field(default_factory=dict)
 
     # -- what the model knows ------------------------------------------------
+
+    def copy(self) -> ShadowModel:
+        """A scratch copy, to predict a batch's calls in turn without committing them."""
+        return ShadowModel(
+            dict(self.workloads),
+            dict(self.scopes),
+            dict(self.results),
+            self.paused,
+            dict(self.tombstones),
+        )
 
     def version(self, key: str) -> int | None:
         """The committed version of `key`, or None when absent."""
@@ -207,9 +223,28 @@ class ShadowModel:
                 return Outcome(key, KEY_REUSED)
             return Outcome(key, None, None, existing.state)
         after = ShadowWorkload(
-            plan=plan, created_at=now, eligible_at=plan.not_before, ready_since=now
+            plan=plan,
+            created_at=now,
+            eligible_at=plan.not_before,
+            ready_since=now,
+            version=self.tombstones.get(scope, 0) + 1,
         )
         return Outcome(None, None, after, _READY, created=True)
+
+    # -- pauses and retention ---------------------------------------------------
+
+    def purge(self, key: str) -> None:
+        """Commit the purge of `key`: gone, its scope and result id free, its version a tombstone.
+
+        A purge deletes at the document's version and writes its tombstone one above
+        it; the key's next document follows the tombstone, so no version repeats.
+        """
+        w = self.workloads.pop(key)
+        for scope in [s for s, k in self.scopes.items() if k == key]:
+            del self.scopes[scope]
+            self.tombstones[scope] = w.version + 1
+        for result in [r for r, k in self.results.items() if k == key]:
+            del self.results[result]
 
     # -- claims ---------------------------------------------------------------
 
@@ -220,6 +255,9 @@ class ShadowModel:
         w = self.workloads.get(key)
         if w is None:
             return Outcome(key, NOT_FOUND)
+        if self.paused:
+            # The pause is read before anything is decided: nothing is written.
+            return Outcome(key, NOT_READY)
         timed_out = self._deadline_first(key, w, now)
         if timed_out is not None:
             return timed_out
@@ -258,10 +296,13 @@ class ShadowModel:
         """The claim of the best candidate, after the candidates a claim dead-letters before it.
 
         Candidates are READY, eligible at `now`, within the worker's
-        capabilities, by priority (highest first), then age, then id. (A
+        capabilities, not paused, by priority (highest first), then age, then id. (A
         claim_next without a request id always claims new work; the suite's
         repeats of a claim_next carry one.)
         """
+        if self.paused:
+            # A paused scope's work is never a candidate.
+            return []
         held = set(capabilities)
         candidates = sorted(
             (

@@ -33,8 +33,10 @@ from workwarden.testing.crash_rules import CrashRules
 from workwarden.testing.held_rules import HeldCallRules
 from workwarden.testing.move_rules import MoveRules, move_operations
 from workwarden.testing.operator_rules import OperatorRules
+from workwarden.testing.pause_rules import PauseRules
 from workwarden.testing.race_rules import RaceRules
 from workwarden.testing.reply_lost_rules import ReplyLostRules
+from workwarden.testing.retention_rules import RetentionRules
 from workwarden.testing.support import Coverage, StoreFactory, same_rules
 from workwarden.testing.sweep_rules import SweepRules
 from workwarden.testing.worker_rules import WorkerRules
@@ -73,10 +75,12 @@ class AuthorityMachine(
     CrashRules,
     ReplyLostRules,
     BatchRules,
+    PauseRules,
     WorkerRules,
     ClaimRules,
     AdmissionRules,
     OperatorRules,
+    RetentionRules,
     SweepRules,
     ClockRules,
 ):

@@ -45,8 +45,13 @@ from workwarden.storage.base import (
     AuditRecord,
     BatchStore,
     IndexFields,
+    PauseRecord,
+    Pauses,
+    PauseScope,
+    Purges,
     Store,
     StoreConflict,
+    StoredDocument,
     Write,
     WriteOutcome,
 )
@@ -86,6 +91,8 @@ __all__ = [
     "Held",
     "RecordingBatchStore",
     "RecordingStore",
+    "ScopedRecordingBatchStore",
+    "ScopedRecordingStore",
     "StoreFactory",
     "Worker",
     "WorkloadPlan",
@@ -205,7 +212,10 @@ _FENCE_CHECK = frozenset({errors.CLAIM_INVALID, errors.STALE_FENCE, errors.LEASE
 #: What an effect refuses beyond what its operation's row says (`steps.py`).
 _EFFECT_REFUSALS: dict[str, frozenset[str]] = {
     "admit": frozenset({errors.IDEMPOTENCY_KEY_REUSED}),
-    "lease": frozenset({errors.NOT_YET_ELIGIBLE, errors.CAPABILITY_DENIED}),
+    # A lease of a workload whose concurrency key is at its limit is refused by the store.
+    "lease": frozenset(
+        {errors.NOT_YET_ELIGIBLE, errors.CAPABILITY_DENIED, errors.CONCURRENCY_LIMITED}
+    ),
     "record_result": frozenset({errors.RESULT_CONFLICT, errors.RESULT_DUPLICATE}),
     "rearm": frozenset({errors.RETRY_EXHAUSTED}),
 }
@@ -468,13 +478,55 @@ class RecordingBatchStore(RecordingStore, ForwardingBatchStore):
                 self.versions[(write.key, int(outcome))] = write.document
 
 
+class _ScopeCalls:
+    """The scope-wide calls (`Pauses`, `Purges`) forwarded to the wrapped store.
+
+    Mixed into a recording wrapper only over a store that keeps both, so the
+    wrapper offers them exactly when the wrapped store does.
+    """
+
+    inner: Any
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """The wrapped store's `set_pause`."""
+        changed: bool = self.inner.set_pause(scope, pause, audit)
+        return changed
+
+    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
+        """The wrapped store's `paused`."""
+        records: list[PauseRecord] = self.inner.paused(tenant)
+        return records
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """The wrapped store's `purgeable`."""
+        docs: Sequence[StoredDocument] = self.inner.purgeable(states, after, limit)
+        return docs
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """The wrapped store's `purge` (the versions it recorded stay: they were committed)."""
+        purged: bool = self.inner.purge(key, expected_version, audit)
+        return purged
+
+
+class ScopedRecordingStore(_ScopeCalls, RecordingStore):
+    """A `RecordingStore` over a store that keeps pauses and purges, forwarding them too."""
+
+
+class ScopedRecordingBatchStore(_ScopeCalls, RecordingBatchStore):
+    """A `RecordingBatchStore` over a store that keeps pauses and purges, forwarding them too."""
+
+
 def recording_store(inner: Store) -> RecordingStore:
     """The recording wrapper that fits `inner`: a `RecordingBatchStore` over a `BatchStore`
     (so the authority takes its batch path, as it would over `inner`), else a
-    `RecordingStore` (so it writes one call at a time, as it would over `inner`)."""
+    `RecordingStore` (so it writes one call at a time, as it would over `inner`); either
+    forwards the pauses and purges (`Pauses`, `Purges`) when `inner` keeps both."""
+    scoped = isinstance(inner, Pauses) and isinstance(inner, Purges)
     if isinstance(inner, BatchStore):
-        return RecordingBatchStore(inner)
-    return RecordingStore(inner)
+        return ScopedRecordingBatchStore(inner) if scoped else RecordingBatchStore(inner)
+    return ScopedRecordingStore(inner) if scoped else RecordingStore(inner)
 
 
 @dataclass
