@@ -38,9 +38,11 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from workwarden.statemachine.check.oracle import PROPERTY
+from workwarden.statemachine.check.oracle import check_step as spec_refinement
 from workwarden.statemachine.check.universe import (
     APPLICATION,
     TENANT,
@@ -75,6 +77,7 @@ __all__ = [
     "policy_findings",
     "state_violations",
     "step_findings",
+    "with_spec_refinement",
 ]
 
 
@@ -301,6 +304,19 @@ def step_findings(
     return StepFindings(violations, tuple(edges), tuple(rules), tuple(names))
 
 
+def with_spec_refinement(
+    model: Model, state: CheckState, action: Action, step: Step, found: StepFindings | None
+) -> StepFindings | None:
+    """`found` with the step's disagreements with the spec (`oracle.check_step`) added."""
+    problems = spec_refinement(model, state, action, step)
+    if not problems:
+        return found
+    extra = tuple((PROPERTY, message) for message in problems)
+    if found is None:
+        return StepFindings(extra, (), (), ())
+    return replace(found, violations=found.violations + extra)
+
+
 def _action_dict(action: Action, now: int) -> dict[str, Any]:
     out: dict[str, Any] = {"action": action.label, "actor": action.actor, "now": now}
     if action.slot >= 0:
@@ -421,6 +437,10 @@ def _check(
             if step.noop:
                 continue
             report.transitions += 1
+            for message in spec_refinement(model, state, action, step):
+                violations.append(
+                    Finding(PROPERTY, message, explorer.trace(index, (action, state.now)))
+                )
             if step.wrote:
                 # Only a write can break a step property or take an edge.
                 findings = step_findings(model, state, action, step, proceeds, policy_of_actor)

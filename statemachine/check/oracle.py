@@ -1,0 +1,701 @@
+"""The expected decision of a step, derived from the spec's declared data alone.
+
+The checker's other properties hold the core to generic invariants; where
+they reuse the core's arithmetic (the deadline instants, the attempt budget),
+a mistake there changes the property with it. This module restates what the
+spec declares, in code of its own that imports none of the core's decision
+modules (`core`, `deadlines`, `policies`, `predicates`, `steps`, `replays`,
+`admission`): it reads the raw spec file (`Spec.data`, the TOML as
+validated) and the committed workload, and says what the core must answer.
+
+- the deadline table: each kind applies while the workload is in a `while`
+  state and its `<kind>_ms` timeout is set, falls at anchor + duration
+  (never early), kinds in declared `order`, the first fallen decides; only
+  for workloads admitted at the deadline contract version or later;
+- the policies: ordered rules over the predicates as the spec's README
+  defines them, first match decides; `via` then the target, or straight to
+  the target for a `direct` rule; `delay` "backoff" (the n-th retry waits
+  initial * multiplier^(n-1), capped at max), "initial" or "none";
+- the attempt budget: `max_attempts` plus one per operator re-arm;
+- each operation's row: the replay rules of the calls the checker makes,
+  the deadline check, the fence (no claim, another claim, an expired
+  lease), the gate policy, the effect's own checks and edits, the edge
+  the operation takes out of the state (the table's edge listing it that
+  its actor class may take);
+- a decision that writes at an instant earlier than the workload's last
+  change is refused with `WORKLOAD_CONFLICT`.
+
+`expect` answers an `Expected`: the refusal code (None: granted), whether
+it writes, and the key numbers of the resulting document (`Shape`: state,
+the edges and decisions of the new events, attempt and retry counters,
+eligibility, fencing token, the lease, the last attempt, checkpoints,
+result). `check_step` compares every step the checker explores with it; a
+disagreement is the `spec_refinement` property, reported with the trace.
+An operation whose effect this module does not restate (admission, the
+spec's `move` operations) is not compared.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from workwarden.statemachine.check.state import CheckState
+from workwarden.statemachine.check.universe import CAPABILITY, Action, Model, Step, worker_name
+from workwarden.statemachine.commands import (
+    CancelCommand,
+    CheckpointCommand,
+    ClaimCommand,
+    Command,
+    CompleteCommand,
+    ConfirmCancelCommand,
+    EnforceDeadlineCommand,
+    ExecutionContextCommand,
+    FailCommand,
+    HeartbeatCommand,
+    OperatorCommand,
+    RecoverCommand,
+    RetryCommand,
+    StartCommand,
+    TimeoutCommand,
+)
+from workwarden.statemachine.models import Workload
+from workwarden.statemachine.properties.refinement import SPEC_REFINEMENT
+from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.spec_model import PolicySpec, RuleSpec, SpecFile, TransitionSpec
+
+__all__ = ["PROPERTY", "Expected", "Shape", "check_step", "expect", "shape_of"]
+
+#: The registered property a disagreement is reported under.
+PROPERTY = SPEC_REFINEMENT
+
+# The catalogue codes the oracle answers (the spec's `[errors]` names).
+_NOT_FOUND = "WORKLOAD_NOT_FOUND"
+_INVALID = "WORKLOAD_INVALID"
+_CONFLICT = "WORKLOAD_CONFLICT"
+_DENIED = "WORKLOAD_TRANSITION_DENIED"
+_NOT_ELIGIBLE = "WORKLOAD_NOT_YET_ELIGIBLE"
+_CAPABILITY = "WORKLOAD_CAPABILITY_DENIED"
+_CLAIM_INVALID = "WORKLOAD_CLAIM_INVALID"
+_STALE = "WORKLOAD_STALE_FENCE"
+_EXPIRED = "WORKLOAD_LEASE_EXPIRED"
+_RESULT_CONFLICT = "WORKLOAD_RESULT_CONFLICT"
+_RETRY_EXHAUSTED = "WORKLOAD_RETRY_EXHAUSTED"
+_TIMED_OUT = "WORKLOAD_TIMED_OUT"
+
+
+@dataclass
+class Shape:
+    """The key numbers of a workload document, and the edges and decisions a step added."""
+
+    state: str
+    updated_at: int
+    attempt_count: int
+    retry_count: int
+    next_attempt_at: int | None
+    fencing_token: int
+    #: The lease: (worker, claimed_at, expires_at, last_heartbeat), or None.
+    claim: tuple[str, int, int, int] | None
+    attempts: int
+    #: The last attempt: (worker, status, started_at, ended_at), or None.
+    last_attempt: tuple[str, str, int | None, int | None] | None
+    checkpoints: int
+    result: bool
+    rearms: int
+    edges: list[tuple[str, str]] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, for messages."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the core must answer: the refusal code (None: granted), a write, the document."""
+
+    code: str | None
+    writes: bool
+    shape: Shape | None = None
+
+
+def _rearms(workload: Workload) -> int:
+    return sum(1 for e in workload.execution_history if e.evidence.get("retry") == "operator")
+
+
+def shape_of(workload: Workload, since: int | None = None) -> Shape:
+    """The shape of `workload`; with `since`, the events after the first `since` as added."""
+    claim = workload.current_claim
+    last = workload.attempts[-1] if workload.attempts else None
+    added = workload.execution_history[since:] if since is not None else []
+    return Shape(
+        state=workload.state,
+        updated_at=workload.updated_at,
+        attempt_count=workload.attempt_count,
+        retry_count=workload.retry_count,
+        next_attempt_at=workload.next_attempt_at,
+        fencing_token=workload.fencing_token,
+        claim=(
+            (claim.worker_id, claim.claimed_at, claim.expires_at, claim.last_heartbeat)
+            if claim is not None
+            else None
+        ),
+        attempts=len(workload.attempts),
+        last_attempt=(
+            (last.worker_id, last.status, last.started_at, last.ended_at)
+            if last is not None
+            else None
+        ),
+        checkpoints=len(workload.checkpoints),
+        result=workload.result is not None,
+        rearms=_rearms(workload),
+        edges=[(e.from_state or "", e.to) for e in added],
+        decisions=[e.evidence["decision"] for e in added if "decision" in e.evidence],
+    )
+
+
+# -- the spec's data, read plainly ------------------------------------------------------------
+
+
+def _kind(data: SpecFile, state: str) -> str:
+    return data.states[state].kind
+
+
+def _own_edge(data: SpecFile, state: str, operation: str) -> TransitionSpec | None:
+    """The table's edge out of `state` listing `operation` that its actor class may take."""
+    if _kind(data, state) == "transient":
+        return None
+    actor = data.operations[operation].actor
+    for edge in data.transitions:
+        if edge.from_state == state and operation in edge.operations and actor in edge.actors:
+            return edge
+    return None
+
+
+def _system_edge(data: SpecFile, state: str, target: str, operation: str) -> bool:
+    return any(
+        e.from_state == state and e.to == target and operation in e.operations
+        for e in data.transitions
+    )
+
+
+def _cancelling(data: SpecFile) -> set[str]:
+    """Active states a cancellation of active work leads into (the worker confirms it)."""
+    return {
+        e.to
+        for e in data.transitions
+        if "cancel" in e.operations
+        and _kind(data, e.from_state) == "active"
+        and _kind(data, e.to) == "active"
+    }
+
+
+def _anchor(data: SpecFile, name: str, w: Workload) -> int | None:
+    claim = w.current_claim
+    if name == "admitted":
+        return w.created_at
+    if name == "ready_or_eligible":
+        since = w.created_at
+        for event in reversed(w.execution_history):
+            if _kind(data, event.to) == "queued":
+                since = event.at
+                break
+        return since if w.next_attempt_at is None else max(since, w.next_attempt_at)
+    if name == "claimed":
+        return claim.claimed_at if claim is not None else None
+    if name == "started":
+        return w.attempts[-1].started_at if w.attempts else None
+    if name == "last_heartbeat":
+        return claim.last_heartbeat if claim is not None else None
+    raise KeyError(name)
+
+
+def deadline_instants(data: SpecFile, w: Workload) -> list[tuple[str, int]]:
+    """Each deadline kind that applies to `w`, in declared order, with the instant it falls."""
+    table = data.deadlines
+    if w.contract_version < table.contract_version:
+        return []
+    out: list[tuple[str, int]] = []
+    for kind in table.order:
+        duration = getattr(w.timeouts, f"{kind}_ms")
+        row = table.kinds[kind]
+        if duration is None or w.state not in row.while_states:
+            continue
+        anchor = _anchor(data, row.anchor, w)
+        if anchor is not None:
+            out.append((kind, anchor + duration))
+    return out
+
+
+def _fallen(data: SpecFile, w: Workload, now: int) -> tuple[str, int] | None:
+    for kind, at in deadline_instants(data, w):
+        if at <= now:
+            return kind, at
+    return None
+
+
+def _backoff(data: SpecFile, w: Workload, n: int) -> int:
+    """The wait before the n-th retry: initial * multiplier^(n-1), capped at max."""
+    policy = w.retry_policy
+    multiplier = data.backoff[policy.backoff].multiplier
+    delay = policy.initial_delay_ms
+    for _ in range(n - 1):
+        if delay >= policy.max_delay_ms:
+            break
+        delay *= multiplier
+    return min(delay, policy.max_delay_ms)
+
+
+@dataclass(frozen=True)
+class _Facts:
+    failure_kind: str | None = None
+    effect: str | None = None
+    bounds: str | None = None
+
+
+def _holds(data: SpecFile, name: str, w: Workload, facts: _Facts) -> bool:
+    retry_on = w.retry_policy.retry_on
+    if name == "effect_unknown":
+        return facts.effect == "unknown"
+    if name == "retries_worker_failure":
+        return "worker_failure" in retry_on
+    if name == "retries_failure_kind":
+        return facts.failure_kind is not None and facts.failure_kind in retry_on
+    if name == "retries_timeout":
+        return "timeout" in retry_on
+    if name == "budget_exhausted":
+        return w.attempt_count >= w.retry_policy.max_attempts + _rearms(w)
+    if name == "cancellation_requested":
+        return w.state in _cancelling(data)
+    if name == "deadline_bounds_work":
+        return facts.bounds == "work"
+    raise KeyError(name)
+
+
+def _rule(data: SpecFile, policy: PolicySpec, w: Workload, facts: _Facts) -> RuleSpec:
+    for rule in policy.rules:
+        wanted = [(t[4:], False) if t.startswith("not ") else (t, True) for t in rule.when]
+        if all(_holds(data, name, w, facts) is truth for name, truth in wanted):
+            return rule
+    raise AssertionError("a policy's last rule always matches")
+
+
+def _decide_by(
+    data: SpecFile, s: Shape, name: str, w: Workload, facts: _Facts, now: int
+) -> RuleSpec:
+    """Apply policy `name` (deciding on `w`) to the expected shape `s`."""
+    policy = data.policies[name]
+    rule = _rule(data, policy, w, facts)
+    if rule.to is None:
+        return rule
+    if policy.via is not None and not rule.direct and s.state != policy.via:
+        s.edges.append((s.state, policy.via))
+        s.state = policy.via
+    s.edges.append((s.state, rule.to))
+    s.decisions.append(rule.decision)
+    s.state = rule.to
+    s.updated_at = now
+    if rule.delay == "backoff":
+        s.retry_count += 1
+        s.next_attempt_at = now + _backoff(data, w, s.retry_count)
+    elif rule.delay == "initial":
+        s.retry_count += 1
+        s.next_attempt_at = now + w.retry_policy.initial_delay_ms
+    return rule
+
+
+def _take(s: Shape, edge: TransitionSpec, now: int) -> None:
+    s.edges.append((s.state, edge.to))
+    s.state = edge.to
+    s.updated_at = now
+
+
+def _end_attempt(s: Shape, status: str, now: int) -> None:
+    assert s.last_attempt is not None
+    s.last_attempt = (s.last_attempt[0], status, s.last_attempt[2], now)
+
+
+# -- the expected decision ---------------------------------------------------------------------
+
+
+class _Unmodelled(Exception):
+    """The step's operation or its arguments are ones this module does not restate."""
+
+
+def expect(spec: Spec, w: Workload | None, command: Command, now: int) -> Expected | None:
+    """What the core must answer to `command` on `w` at `now`; None where not restated."""
+    try:
+        expected = _expect(spec.data, w, command, now)
+    except _Unmodelled:
+        return None
+    if w is not None and expected.writes and now < w.updated_at:
+        return Expected(_CONFLICT, False)
+    return expected
+
+
+def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expected:
+    if isinstance(cmd, OperatorCommand) or getattr(cmd, "request_id", None) is not None:
+        raise _Unmodelled
+    name = cmd.op
+    row = data.operations.get(name)
+    if row is None or row.then is not None:
+        raise _Unmodelled
+    undeclared = isinstance(cmd, FailCommand) and cmd.kind not in data.failures.kinds
+    if undeclared and not data.failures.open:
+        return Expected(_INVALID, False)
+    if w is None:
+        return Expected(_NOT_FOUND, False)
+    s = shape_of(w, len(w.execution_history))
+    claim = w.current_claim
+    fence = getattr(cmd, "fence", None)
+    # Replays of phase "first": the first call ended the claim the fence names.
+    recorded = w.result
+    repeated = isinstance(cmd, CompleteCommand) and recorded is not None
+    if repeated and recorded is not None and recorded.result_id == getattr(cmd, "result_id", None):
+        same = (
+            fence is not None
+            and recorded.produced_by == fence.worker_id
+            and recorded.provenance.get("claim_id") == fence.claim_id
+            and recorded.provenance.get("fencing_token") == str(fence.token)
+        )
+        return Expected(None if same else _RESULT_CONFLICT, False)
+    if fence is not None and isinstance(cmd, (FailCommand, ConfirmCancelCommand)):
+        mine = [
+            a
+            for a in w.attempts
+            if (a.claim_id, a.worker_id, a.fencing_token)
+            == (fence.claim_id, fence.worker_id, fence.token)
+        ]
+        attempt = mine[0] if mine else None
+        if attempt is not None and attempt.status == row.attempt_status:
+            if isinstance(cmd, ConfirmCancelCommand):
+                if claim is None and w.attempts[-1].attempt_id == attempt.attempt_id:
+                    return Expected(None, False)
+            elif attempt.error == cmd.error:
+                for event in reversed(w.execution_history):
+                    ev = event.evidence
+                    if ev.get("attempt_id") == attempt.attempt_id and "failure_kind" in ev:
+                        if ev["failure_kind"] == cmd.kind and (
+                            cmd.effect is None or ev.get("effect") == cmd.effect
+                        ):
+                            return Expected(None, False)
+                        break
+    if row.deadlines:
+        fallen = _fallen(data, w, now)
+        if fallen is not None:
+            _expire(data, s, w, fallen[0], now)
+            return Expected(_TIMED_OUT, True, s)
+    if row.fenced:
+        assert fence is not None
+        if claim is None:
+            return Expected(_CLAIM_INVALID, False)
+        if (claim.claim_id, claim.worker_id, claim.fencing_token) != (
+            fence.claim_id,
+            fence.worker_id,
+            fence.token,
+        ):
+            return Expected(_STALE, False)
+        if claim.expires_at <= now:
+            return Expected(_EXPIRED, False)
+    # Replays of phase "live".
+    if isinstance(cmd, StartCommand) and w.attempts and w.attempts[-1].started_at is not None:
+        return Expected(None, False)
+    if isinstance(cmd, CheckpointCommand) and cmd.sequence is not None:
+        raise _Unmodelled
+    holds = isinstance(cmd, ClaimCommand) and claim is not None and claim.worker_id == cmd.worker_id
+    if holds and claim is not None and w.attempts[-1].started_at is None and claim.expires_at > now:
+        return Expected(None, False)
+    # The gate: a policy without `via`, decided before the operation's own edge.
+    policy = data.policies[row.policy] if row.policy is not None else None
+    if policy is not None and policy.via is None:
+        diverts = any(
+            r.to is not None and _system_edge(data, w.state, r.to, name) for r in policy.rules
+        )
+        if diverts:
+            rule = _rule(data, policy, w, _Facts())
+            if rule.to is not None:
+                s.edges.append((w.state, rule.to))
+                s.decisions.append(rule.decision)
+                s.state = rule.to
+                s.updated_at = now
+                return Expected(rule.refuse or _DENIED, True, s)
+    return _effect(data, s, w, cmd, now)
+
+
+def _expire(data: SpecFile, s: Shape, w: Workload, kind: str, now: int) -> None:
+    """Time `w` out for the fallen deadline `kind`; the deadline operation's policy decides."""
+    sweep = next(r for r in data.operations.values() if r.effect == "enforce_deadline")
+    s.claim = None
+    if _kind(data, w.state) != "queued" and w.attempts:
+        assert sweep.attempt_status is not None
+        _end_attempt(s, sweep.attempt_status, now)
+    assert sweep.policy is not None
+    bounds = data.deadlines.kinds[kind].bounds
+    _decide_by(data, s, sweep.policy, w, _Facts(bounds=bounds), now)
+
+
+def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Expected:
+    name = cmd.op
+    row = data.operations[name]
+    edge = _own_edge(data, w.state, name)
+    status = row.attempt_status or ""
+    if isinstance(cmd, ClaimCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        if w.next_attempt_at is not None and w.next_attempt_at > now:
+            return Expected(_NOT_ELIGIBLE, False)
+        if set(w.capability_snapshot) - set(cmd.capabilities):
+            return Expected(_CAPABILITY, False)
+        s.fencing_token += 1
+        s.attempt_count += 1
+        s.claim = (cmd.worker_id, now, now + cmd.lease_ms, now)
+        s.attempts += 1
+        s.last_attempt = (cmd.worker_id, status, None, None)
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, StartCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        assert s.last_attempt is not None
+        s.last_attempt = (s.last_attempt[0], status, now, None)
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, HeartbeatCommand):
+        assert s.claim is not None
+        s.claim = (s.claim[0], s.claim[1], now + cmd.extend_ms, now)
+        s.updated_at = now
+        return Expected(None, True, s)
+    if isinstance(cmd, ExecutionContextCommand):
+        if cmd.secret_references:
+            raise _Unmodelled
+        return Expected(None, False)
+    if isinstance(cmd, CheckpointCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        assert s.last_attempt is not None
+        s.last_attempt = (s.last_attempt[0], status, s.last_attempt[2], s.last_attempt[3])
+        s.checkpoints += 1
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, CompleteCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        _end_attempt(s, status, now)
+        s.result = True
+        s.claim = None
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, FailCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        started = w.attempts[-1].started_at is not None
+        effect = cmd.effect if cmd.effect is not None or started else "none"
+        _end_attempt(s, status, now)
+        s.claim = None
+        assert row.policy is not None
+        facts = _Facts(failure_kind=cmd.kind, effect=effect)
+        _decide_by(data, s, row.policy, w, facts, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, CancelCommand):
+        if w.state in _cancelling(data):
+            return Expected(None, False)
+        if edge is None:
+            return Expected(row.denied, False)
+        if _kind(data, edge.to) == "terminal":
+            s.claim = None
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, ConfirmCancelCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        if w.attempts:
+            _end_attempt(s, status, now)
+        s.claim = None
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, TimeoutCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        if _kind(data, w.state) != "queued" and w.attempts:
+            _end_attempt(s, status, now)
+        s.claim = None
+        assert row.policy is not None
+        _decide_by(data, s, row.policy, w, _Facts(), now)
+        return Expected(None, True, s)
+    if isinstance(cmd, RetryCommand):
+        if edge is None:
+            return Expected(row.denied, False)
+        if _rearms(w) >= w.retry_policy.max_attempts:
+            return Expected(_RETRY_EXHAUSTED, False)
+        s.next_attempt_at = now
+        s.claim = None
+        s.rearms += 1
+        _take(s, edge, now)
+        return Expected(None, True, s)
+    if isinstance(cmd, RecoverCommand):
+        claim = w.current_claim
+        if claim is None or claim.expires_at > now or edge is None:
+            return Expected(None, False)
+        s.claim = None
+        if w.attempts:
+            _end_attempt(s, status, now)
+        assert row.policy is not None
+        _decide_by(data, s, row.policy, w, _Facts(), now)
+        return Expected(None, True, s)
+    if isinstance(cmd, EnforceDeadlineCommand):
+        fallen = _fallen(data, w, now)
+        if fallen is None:
+            return Expected(None, False)
+        _expire(data, s, w, fallen[0], now)
+        return Expected(None, True, s)
+    raise _Unmodelled
+
+
+# -- the hook the checker calls at every step --------------------------------------------------
+
+#: Labels of the worker's and the operator's calls, decided by the core on one document.
+_CALLS = frozenset(
+    {
+        "claim",
+        "start",
+        "heartbeat",
+        "execution_context",
+        "checkpoint",
+        "complete",
+        "fail",
+        "cancel",
+        "timeout",
+        "retry",
+        "confirm_cancel",
+    }
+)
+
+_memo: weakref.WeakKeyDictionary[Model, dict[tuple[Any, ...], tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _disagreement(
+    model: Model,
+    expected: Expected,
+    before: Workload | None,
+    document: str | None,
+    refusal: str | None,
+    what: str,
+) -> str | None:
+    """Why the core's outcome (`document` written, `refusal`) is not `expected`; None: agree."""
+    wrote = document is not None
+    if expected.code != refusal or expected.writes != wrote:
+        return (
+            f"{what}: the spec answers {expected.code or 'granted'} "
+            f"({'a write' if expected.writes else 'no write'}), the core "
+            f"{refusal or 'granted'} ({'a write' if wrote else 'no write'})"
+        )
+    if document is None or expected.shape is None:
+        return None
+    after = model.workload(document)
+    assert after is not None
+    since = len(before.execution_history) if before is not None else 0
+    got = shape_of(after, since)
+    if got != expected.shape:
+        differ = sorted(k for k, v in expected.shape.to_dict().items() if got.to_dict()[k] != v)
+        detail = ", ".join(
+            f"{k}: spec {expected.shape.to_dict()[k]!r}, core {got.to_dict()[k]!r}" for k in differ
+        )
+        return f"{what}: the document differs from the spec's ({detail})"
+    index = model.abstraction.doc(document).index
+    instants = [at for _, at in deadline_instants(model.spec.data, after)]
+    due = min(instants) if instants else None
+    if index.next_deadline_at != due:
+        return (
+            f"{what}: the index's next deadline is {index.next_deadline_at}, "
+            f"the spec's deadline table says {due}"
+        )
+    return None
+
+
+def _compare(
+    model: Model,
+    state: CheckState,
+    action: Action,
+    before_doc: str | None,
+    command: Command,
+    now: int,
+    document: str | None,
+    refusal: str | None,
+    what: str,
+) -> str | None:
+    memo = _memo.setdefault(model, {})
+    key = (before_doc, model._command_key(state, action), now, document, refusal)
+    known = memo.get(key)
+    if known is not None:
+        return known[0] if known else None
+    before = model.workload(before_doc)
+    expected = expect(model.spec, before, command, now)
+    problem = (
+        None
+        if expected is None
+        else _disagreement(model, expected, before, document, refusal, what)
+    )
+    if len(memo) > model.cache_limit:
+        memo.clear()
+    memo[key] = (problem,) if problem is not None else ()
+    return problem
+
+
+def check_step(model: Model, state: CheckState, action: Action, step: Step) -> list[str]:
+    """Where the core's answer to the explored step disagrees with the spec's: messages.
+
+    A worker's or the operator's call is compared on its document; the
+    sweeps (`recover_expired`, `enforce_deadlines`) on every document, each
+    as that sweep's one-workload decision; `claim_next` on the document it
+    claimed. The clock, crashes, the racing writer and the spec's `move`
+    operations are not compared.
+    """
+    if step.cut or step.noop:
+        return []
+    label = action.label
+    base = label.removeprefix("stale_")
+    out: list[str] = []
+    if base in _CALLS:
+        command = model._command(state, action)
+        ((slot, before, document),) = step.decision_docs
+        problem = _compare(
+            model, state, action, before, command, state.now, document, step.refusal, label
+        )
+        if problem is not None:
+            out.append(problem)
+        return out
+    changed = {slot: after for slot, _before, after in step.decision_docs}
+    for slot, before in enumerate(state.docs):
+        after = changed.get(slot)
+        document = after if after is not None and after != before else None
+        wid = model.ids[slot]
+        sweep: Command
+        if label == "recover_expired":
+            sweep = RecoverCommand(workload_id=wid)
+        elif label == "enforce_deadlines":
+            sweep = EnforceDeadlineCommand(workload_id=wid)
+        elif label == "claim_next":
+            if document is None:
+                continue
+            sweep = ClaimCommand(
+                workload_id=wid,
+                worker_id=worker_name(action.worker),
+                capabilities=(CAPABILITY,),
+                lease_ms=model.universe.lease_ms,
+            )
+        else:
+            return out
+        expected = expect(model.spec, model.workload(before), sweep, state.now)
+        if expected is None:
+            continue
+        if label == "claim_next":
+            expected = replace(expected, code=step.refusal)
+        problem = _disagreement(
+            model, expected, model.workload(before), document, expected.code, f"{label}[{slot}]"
+        )
+        if problem is not None:
+            out.append(problem)
+    return out
