@@ -109,7 +109,10 @@ CHECKS = {
         if path.name != "registry.py"
     ),
     "call": sorted((ROOT / "workwarden" / "testing").glob("*.py")),
-    "graph": [ROOT / "statemachine" / "check" / "checker.py"],
+    "graph": [
+        ROOT / "statemachine" / "check" / "checker.py",
+        ROOT / "statemachine" / "check" / "liveness.py",
+    ],
 }
 
 

@@ -40,7 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from workwarden.statemachine.check.abstraction import keep
-from workwarden.statemachine.check.checker import StepFindings, state_violations, step_findings
+from workwarden.statemachine.check.checker import (
+    StepFindings,
+    state_violations,
+    step_findings,
+    with_spec_refinement,
+)
 from workwarden.statemachine.check.state import CheckState
 from workwarden.statemachine.check.universe import Action, Model, Step
 from workwarden.statemachine.properties.coverage import proceeding_rules
@@ -536,6 +541,7 @@ class CompiledModel:
             findings = step_findings(
                 model, state, action, step, self._proceeds, self._policy_of_actor
             )
+        findings = with_spec_refinement(model, state, action, step, findings)
         patch: tuple[tuple[int, int], ...] = ()
         if step.state is not state:
             patch = _diff(c, self.compact(step.state))

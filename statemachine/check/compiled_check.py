@@ -9,6 +9,10 @@ model from the nearest state kept; each rebuilt state must compile to the
 compiled state it stands for, or the check reports a refinement failure
 (`CheckReport.refinement`) with the trace to it. `refinement.refine` then
 holds witnesses, counterexamples and random traces to the real `Authority`.
+
+A complete exploration is then searched for liveness counterexamples under
+weak fairness (`liveness.py`): each is reported as a violation whose trace
+is a lasso, a stem and then its loop twice.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from workwarden.statemachine.check.compiled import (
     CompiledModel,
     RefinementError,
 )
+from workwarden.statemachine.check.liveness import LivenessGraph, find_lassos
 from workwarden.statemachine.check.state import CheckState, Universe
 from workwarden.statemachine.check.universe import Action, Model
 from workwarden.statemachine.properties.coverage import (
@@ -63,18 +68,22 @@ def check_compiled(
     max_states: int | None = None,
     stop_at_first: bool = True,
     progress: Callable[[int, int, int], None] | None = None,
+    liveness: bool = True,
 ) -> CheckReport:
     """Explore the universe through the compiled model; the report `checker.check` makes.
 
     `compiled` (made from `model`, or from a model of `universe` under
     `spec`) may be given to keep its tables for later (`refinement.refine`
-    walks them). The collector is frozen as `checker.check` does.
+    walks them). The collector is frozen as `checker.check` does. With
+    `liveness` (the default), a complete exploration is searched for lassos
+    (`liveness.find_lassos`), each reported as a violation of its property;
+    the search's time is `report.tables["liveness_seconds"]`.
     """
     freeze = gc.get_freeze_count() == 0
     if compiled is None:
         compiled = CompiledModel(model or Model(spec, universe or Universe.from_spec(spec)))
     try:
-        return _explore(spec, compiled, max_states, stop_at_first, progress, freeze)
+        return _explore(spec, compiled, max_states, stop_at_first, progress, freeze, liveness)
     finally:
         if freeze:
             gc.unfreeze()
@@ -87,6 +96,7 @@ def _explore(
     stop_at_first: bool,
     progress: Callable[[int, int, int], None] | None,
     freeze: bool,
+    liveness: bool = True,
 ) -> CheckReport:
     model = compiled.model
     report = CheckReport(spec=spec.source, universe=model.universe.to_dict())
@@ -107,6 +117,9 @@ def _explore(
     n = compiled.slots
     explorer.finished.append(1 if compiled.all_terminal(init) else 0)
     explorer.cut.append(0)
+    graph = LivenessGraph(compiled) if liveness else None
+    if graph is not None:
+        graph.add_state(init)
     for doc in compiled.initial_concrete.docs:
         w = model.workload(doc)
         if w is not None:
@@ -199,6 +212,8 @@ def _explore(
                             explorer.via.append((action, now))
                             explorer.finished.append(1 if compiled.all_terminal(nxt) else 0)
                             explorer.cut.append(0)
+                            if graph is not None:
+                                graph.add_state(nxt)
                             for d in nxt[:n]:
                                 if d < 0 or d in checked:
                                     continue
@@ -211,6 +226,8 @@ def _explore(
                     target = known
                 explorer.edges.append(index)
                 explorer.edges.append(target)
+                if graph is not None:
+                    graph.add_edge(action, bool(outcome.rel))
                 if violations and stop_at_first:
                     break
             if violations and stop_at_first:
@@ -254,4 +271,9 @@ def _explore(
         "entries": sum(len(table) for table in compiled.tables),
         "misses": list(compiled.misses),
     }
+    if graph is not None and report.complete:
+        searched = time.perf_counter()
+        lassos = find_lassos(graph, explorer.edges, seen, explorer.trace)
+        report.violations += [lasso.finding() for lasso in lassos]
+        report.tables["liveness_seconds"] = round(time.perf_counter() - searched, 3)
     return report
