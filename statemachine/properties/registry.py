@@ -58,6 +58,7 @@ Subject = Literal[
     "store",
     "run",
     "call",
+    "step",
     "spec",
     "coverage",
     "graph",
@@ -101,6 +102,10 @@ SUBJECTS: dict[Subject, SubjectInfo] = {
     ),
     "call": SubjectInfo(
         "one call of the stateful suite: its reply or refusal and what it wrote", ("suite",)
+    ),
+    "step": SubjectInfo(
+        "one step the checker explores: the core's answer and the document it wrote",
+        ("checker",),
     ),
     "spec": SubjectInfo("the spec's policies", ("checker",)),
     "coverage": SubjectInfo(
@@ -233,6 +238,12 @@ PROPERTIES: dict[str, Property] = _table(
         "key), stored and written under its own workload id",
     ),
     _always(
+        "claims_within_concurrency_limits",
+        ("scopes", "store"),
+        "no more workloads of one concurrency key hold a claim than the spec's limit for "
+        "that key (`[concurrency]`)",
+    ),
+    _always(
         "one_audit_record_per_version",
         ("audit",),
         "the audit log has one record per committed version: per key, versions 1..n in "
@@ -314,6 +325,14 @@ PROPERTIES: dict[str, Property] = _table(
         "method would answer it in turn (its reply, replay or own refusal), and the batch "
         "writes exactly what those calls would",
     ),
+    _always(
+        "spec_refinement",
+        ("step",),
+        "the core answers every explored step as the spec's own data says it must "
+        "(`check/oracle.py`): the refusal or grant, whether it writes, and the written "
+        "document's state, edges, decisions, counters, eligibility, lease, attempt and "
+        "next deadline",
+    ),
     # -- always: the spec ------------------------------------------------------------------------
     _always(
         "policies_are_total",
@@ -352,6 +371,18 @@ PROPERTIES: dict[str, Property] = _table(
         ("graph",),
         "from every reachable state some path leads to one where every workload is terminal "
         "(states the time horizon cuts off count as able to)",
+    ),
+    _eventually(
+        "claimable_work_is_claimed",
+        ("graph",),
+        "under weak fairness of each worker's claim_next and the sweeper, no run keeps a "
+        "claimable workload unclaimed forever while a worker keeps asking (a lasso otherwise)",
+    ),
+    _eventually(
+        "expired_leases_are_recovered",
+        ("graph",),
+        "under weak fairness of each worker's claim_next and the sweeper, no run keeps a "
+        "workload's expired lease unrecovered forever while the sweeper runs (a lasso otherwise)",
     ),
     _eventually(
         "work_finishes_after_draining",
