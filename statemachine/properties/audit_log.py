@@ -74,18 +74,6 @@ def check_audit(
     last: dict[str, AuditRecord] = {}
     by_key = {doc.key: doc for doc in documents}
     for record in audit:
-        if is_scope_record(record):
-            if record.sequence <= previous:
-                out.append(
-                    Violation(
-                        "one_audit_record_per_version",
-                        record.key,
-                        f"sequence {record.sequence} after {previous}",
-                        record,
-                    )
-                )
-            previous = record.sequence
-            continue
         if record.sequence <= previous:
             out.append(
                 Violation(
@@ -96,6 +84,8 @@ def check_audit(
                 )
             )
         previous = record.sequence
+        if is_scope_record(record):  # a pause's or resume's: in the sequence, of no document
+            continue
         versions.setdefault(record.key, []).append(record.version)
         last[record.key] = record
         doc = by_key.get(record.key)
