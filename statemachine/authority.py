@@ -36,6 +36,7 @@ from typing import Any
 from workwarden.statemachine import (
     batches,
     errors,
+    fairness,
     inputs,
     pauses,
     replays,
@@ -592,6 +593,43 @@ class Authority:
         it committed. At most `batches.MAX_BATCH` reports.
         """
         return batches.report_many(self, reports, now)
+
+    def fair_share(self, scopes: Iterable[Any]) -> fairness.FairShare:
+        """A fair-share ledger over `scopes` (`(tenant, application)` pairs), as `[fairness]` says.
+
+        Keep it for as long as the claimer serves those scopes and hand it to
+        every `claim_fair`; see `workwarden.statemachine.fairness`.
+        """
+        return fairness.FairShare.from_spec(self.spec, scopes)
+
+    def claim_fair(
+        self,
+        share: fairness.FairShare,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+        *,
+        limit: int = 1,
+        request_id: str | None = None,
+    ) -> builtins.list[ClaimReply]:
+        """Claim up to `limit` workloads across many tenants and applications, fairly; [] if none.
+
+        `share` (from `fair_share`) is the claimer's ledger: its scopes are
+        asked in its order (`[fairness]`: round robin, or weighted fair
+        share), each claim decided by the core on its own document as
+        `claim_next` and `claim_many` decide them (every gate of the scope:
+        pauses, concurrency limits, dependencies, capabilities), and the
+        ledger is told what each scope yielded. While a scope has claimable
+        work, at most `share.bound(scope)` of this ledger's claims go to
+        other scopes before one goes to it. With `request_id`, each call to
+        a scope is made with `request_id.N` (N counting the calls), so the
+        same ledger repeating a call whose reply was lost is answered with
+        the claims already made.
+        """
+        return fairness.claim_fair(
+            self, share, worker_id, capabilities, now, lease_ms, limit, request_id
+        )
 
     def claim(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ACTOR_CLASSES",
@@ -254,6 +254,29 @@ class RetentionSpec(_Strict):
     keep: list[str] = Field(default_factory=lambda: ["DEAD_LETTER"])
 
 
+class FairnessSpec(_Strict):
+    """`[fairness]`: the order in which a claimer serving many scopes takes their work.
+
+    `policy` is `round_robin` (every scope with work in turn) or `weighted`
+    (each in proportion to its weight). `weights` names a weight by tenant
+    or by `tenant/application` (weighted only); `default_weight` is the
+    weight of a scope not named. See `workwarden.statemachine.fairness`.
+    """
+
+    policy: Literal["round_robin", "weighted"] = "round_robin"
+    default_weight: Annotated[int, Field(strict=True, ge=1, le=1000)] = 1
+    weights: dict[
+        Annotated[str, Field(pattern=r"^[^/\s]{1,128}(/[^/\s]{1,128})?$")],
+        Annotated[int, Field(strict=True, ge=1, le=1000)],
+    ] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _weights_need_weighted(self) -> FairnessSpec:
+        if self.policy == "round_robin" and (self.weights or self.default_weight != 1):
+            raise ValueError("weights are for policy = 'weighted'; round robin weighs all alike")
+        return self
+
+
 class ConcurrencySpec(_Strict):
     """`[concurrency]`: how many workloads of one concurrency key may hold a claim at once.
 
@@ -314,6 +337,7 @@ class SpecFile(_Strict):
     check: CheckSpec = Field(default_factory=CheckSpec)
     retention: RetentionSpec = Field(default_factory=RetentionSpec)
     concurrency: ConcurrencySpec = Field(default_factory=ConcurrencySpec)
+    fairness: FairnessSpec = Field(default_factory=FairnessSpec)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,211 @@
+"""Fair share across tenants: the ledger's bound, and `Authority.claim_fair` on every store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from support import CAPS, request
+from support import authority as make_authority
+from workwarden.statemachine import Authority, WorkloadError, errors
+from workwarden.statemachine.fairness import FairScope, FairShare
+from workwarden.statemachine.spec import Spec, load_spec_text, shipped_spec_text
+from workwarden.storage import MemoryStore
+
+LEASE = 10_000
+
+
+def admit(warden: Authority, tenant: str, key: str, now: int = 10_000, **changes: Any) -> str:
+    req = request(idempotency_key=key, tenant_id=tenant, **changes)
+    return warden.admit(req, now=now).workload.workload_id
+
+
+def spec_with(table: str) -> Spec:
+    """The shipped spec with a `[fairness]` table."""
+    return load_spec_text(shipped_spec_text() + "\n[fairness]\n" + table + "\n")
+
+
+def drive(share: FairShare, busy: list[set[FairScope]]) -> list[FairScope | None]:
+    """What each claim serves, the scopes with work at claim i being `busy[i]`."""
+    served: list[FairScope | None] = []
+    for active in busy:
+        empty = []
+        winner = None
+        for scope in share.order():
+            if scope in active:
+                winner = scope
+                break
+            empty.append(scope)
+        share.record(winner, empty)
+        served.append(winner)
+    return served
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 5), min_size=2, max_size=4),
+    target=st.integers(0, 3),
+    warmup=st.lists(st.sets(st.integers(0, 3)), max_size=20),
+    busy=st.lists(st.sets(st.integers(0, 3)), min_size=1, max_size=40),
+    weighted=st.booleans(),
+)
+def test_while_a_scope_has_work_others_take_at_most_its_bound_before_it(
+    weights: list[int],
+    target: int,
+    warmup: list[set[int]],
+    busy: list[set[int]],
+    weighted: bool,
+) -> None:
+    scopes = [FairScope(f"t{i}", "app") for i in range(len(weights))]
+    share = FairShare(
+        scopes, dict(zip(scopes, weights, strict=True)), "weighted" if weighted else "round_robin"
+    )
+    mine = scopes[target % len(scopes)]
+    drive(share, [{scopes[i % len(scopes)] for i in s} for s in warmup])
+    served = drive(share, [{scopes[i % len(scopes)] for i in s} | {mine} for s in busy])
+    others = 0
+    for scope in served:
+        others = 0 if scope == mine else others + 1
+        assert others <= share.bound(mine), (share.to_dict(), served)
+
+
+def test_the_bound_is_one_claim_of_each_other_scope_under_round_robin() -> None:
+    scopes = [FairScope(f"t{i}", "app") for i in range(4)]
+    share = FairShare(scopes)
+    assert [share.bound(s) for s in scopes] == [3, 3, 3, 3]
+    assert drive(share, [set(scopes)] * 8) == scopes + scopes
+
+
+def test_weighted_shares_follow_the_weights_and_the_light_scope_waits_at_most_its_bound() -> None:
+    heavy, light = FairScope("heavy", "app"), FairScope("light", "app")
+    share = FairShare([heavy, light], {heavy: 3, light: 1}, "weighted")
+    served = drive(share, [{heavy, light}] * 40)
+    assert (served.count(heavy), served.count(light)) == (30, 10)
+    assert (share.bound(light), share.bound(heavy)) == (3, 1)
+    gaps = [len(run) for run in "".join("h" if s == heavy else "l" for s in served).split("l")]
+    assert max(gaps[1:-1]) == 3
+
+
+def test_an_idle_scope_saves_no_turns_for_later() -> None:
+    a, b = FairScope("a", "app"), FairScope("b", "app")
+    share = FairShare([a, b])
+    drive(share, [{a}] * 50)
+    served = drive(share, [{a, b}] * 6)
+    assert served in ([b, a] * 3, [a, b] * 3)
+
+
+def test_a_ledger_survives_a_round_trip_through_json_data() -> None:
+    a, b = FairScope("a", "app"), FairScope("b", "app")
+    share = FairShare([a, b], {a: 2, b: 3}, "weighted")
+    drive(share, [{a, b}] * 7)
+    again = FairShare.from_dict(share.to_dict())
+    assert again.to_dict() == share.to_dict()
+    assert drive(again, [{a, b}] * 5) == drive(share.copy(), [{a, b}] * 5)
+
+
+@pytest.mark.parametrize(
+    "scopes",
+    [[], "t/app", [("t", "app"), ("t", "app")], [("t",)], [("t", "")], [42]],
+)
+def test_a_bad_scope_list_is_refused(scopes: Any) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        FairShare(scopes)
+    assert caught.value.code == errors.INVALID
+
+
+def test_a_bad_ledger_is_refused() -> None:
+    for data in ({"scopes": ["a/app"], "passes": {"a/app": "x"}}, {"scopes": 7}, []):
+        with pytest.raises(WorkloadError) as caught:
+            FairShare.from_dict(data)  # type: ignore[arg-type]
+        assert caught.value.code == errors.INVALID
+
+
+def test_claim_fair_alternates_between_tenants_under_a_flood(authority: Authority) -> None:
+    flood = [admit(authority, "big", f"big-{i}", now=10_000 + i) for i in range(20)]
+    small = [admit(authority, "small", f"small-{i}", now=10_100 + i) for i in range(3)]
+    share = authority.fair_share([("big", "app"), ("small", "app")])
+    taken = [
+        authority.claim_fair(share, "w", CAPS, now=11_000 + i, lease_ms=LEASE)[0].workload_id
+        for i in range(8)
+    ]
+    assert taken[:6] == [flood[0], small[0], flood[1], small[1], flood[2], small[2]]
+    assert taken[6:] == flood[3:5]
+
+
+def test_claim_fair_in_batches_keeps_the_shares_and_claims_each_workload_once(
+    authority: Authority,
+) -> None:
+    for i in range(30):
+        admit(authority, "big", f"big-{i}", now=10_000 + i)
+    for i in range(4):
+        admit(authority, "small", f"small-{i}", now=10_000 + i)
+    share = authority.fair_share([("big", "app"), ("small", "app")])
+    first = authority.claim_fair(share, "w", CAPS, now=11_000, lease_ms=LEASE, limit=6)
+    tenants = [authority.get(c.workload_id).tenant_id for c in first]
+    assert sorted(tenants) == ["big"] * 3 + ["small"] * 3
+    rest = authority.claim_fair(share, "w", CAPS, now=11_001, lease_ms=LEASE, limit=100)
+    ids = [c.workload_id for c in first + rest]
+    assert len(ids) == len(set(ids)) == 34
+    assert authority.claim_fair(share, "w", CAPS, now=11_002, lease_ms=LEASE, limit=5) == []
+
+
+def test_claim_fair_passes_over_a_paused_tenant(authority: Authority) -> None:
+    admit(authority, "a", "a-1")
+    b = admit(authority, "b", "b-1")
+    authority.pause("ops", 10_500, tenant="a")
+    share = authority.fair_share([("a", "app"), ("b", "app")])
+    claims = authority.claim_fair(share, "w", CAPS, now=11_000, lease_ms=LEASE, limit=2)
+    assert [c.workload_id for c in claims] == [b]
+
+
+def test_a_repeated_fair_claim_with_its_request_id_answers_the_same_claims() -> None:
+    warden = make_authority(MemoryStore())
+    for tenant in ("a", "b"):
+        for i in range(3):
+            admit(warden, tenant, f"{tenant}-{i}")
+    share = warden.fair_share([("a", "app"), ("b", "app")])
+    before = share.to_dict()
+    first = warden.claim_fair(share, "w", CAPS, 11_000, LEASE, limit=4, request_id="r1")
+    lost = FairShare.from_dict(before)  # the reply was lost: the ledger never learnt of it
+    again = warden.claim_fair(lost, "w", CAPS, 11_001, LEASE, limit=4, request_id="r1")
+    assert [c.workload_id for c in again] == [c.workload_id for c in first]
+    assert [c.fence for c in again] == [c.fence for c in first]
+
+
+def test_claim_fair_refuses_bad_arguments_and_claims_nothing() -> None:
+    warden = make_authority(MemoryStore())
+    admit(warden, "a", "a-1")
+    share = warden.fair_share([("a", "app")])
+    for kwargs in ({"limit": 0}, {"limit": 1001}, {"limit": True}, {"request_id": ""}):
+        with pytest.raises(WorkloadError) as caught:
+            warden.claim_fair(share, "w", CAPS, 11_000, LEASE, **kwargs)  # type: ignore[arg-type]
+        assert caught.value.code == errors.INVALID
+    with pytest.raises(WorkloadError):
+        warden.claim_fair({"scopes": []}, "w", CAPS, 11_000, LEASE)  # type: ignore[arg-type]
+    assert warden.list("a", "app")[0].state == "READY"
+
+
+def test_the_spec_declares_weights_by_tenant_or_by_scope() -> None:
+    spec = spec_with('policy = "weighted"\nweights = { gold = 4, "silver/app" = 2 }')
+    share = FairShare.from_spec(spec, [("gold", "app"), ("silver", "app"), ("bronze", "app")])
+    assert share.to_dict()["weights"] == {"gold/app": 4, "silver/app": 2, "bronze/app": 1}
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        'policy = "round_robin"\nweights = { gold = 2 }',
+        'policy = "fifo"',
+        'policy = "weighted"\nweights = { gold = 0 }',
+        'policy = "weighted"\nweights = { "a/b/c" = 2 }',
+        "extra = 1",
+    ],
+)
+def test_a_spec_with_a_bad_fairness_table_is_refused(table: str) -> None:
+    with pytest.raises(WorkloadError) as refused:
+        spec_with(table)
+    assert refused.value.code == "WORKLOAD_SPEC_INVALID"
+    assert "fairness" in refused.value.message
