@@ -25,7 +25,9 @@ def admit(warden: Authority, tenant: str, key: str, now: int = 10_000, **changes
 
 def spec_with(table: str) -> Spec:
     """The shipped spec with a `[fairness]` table."""
-    return load_spec_text(shipped_spec_text() + "\n[fairness]\n" + table + "\n")
+    shipped = shipped_spec_text()
+    assert '[fairness]\npolicy = "round_robin"\n' in shipped
+    return load_spec_text(shipped.replace('policy = "round_robin"\n', table + "\n", 1))
 
 
 def drive(share: FairShare, busy: list[set[FairScope]]) -> list[FairScope | None]:

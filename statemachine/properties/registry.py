@@ -244,6 +244,12 @@ PROPERTIES: dict[str, Property] = _table(
         "that key (`[concurrency]`)",
     ),
     _always(
+        "fair_share_bound",
+        ("step",),
+        "while a tenant has claimable work, a fair claimer's claims of other tenants before "
+        "one of its own stay within its ledger's bound (`[fairness]`)",
+    ),
+    _always(
         "one_audit_record_per_version",
         ("audit",),
         "the audit log has one record per committed version: per key, versions 1..n in "
