@@ -187,7 +187,7 @@ class FairShare:
 
     def copy(self) -> FairShare:
         """An independent ledger with the same scopes, weights and passes."""
-        twin = FairShare(self.scopes, self.weights, self.policy)
+        twin = type(self)(self.scopes, self.weights, self.policy)
         twin.passes = dict(self.passes)
         twin.touched = dict(self.touched)
         twin.records = self.records

@@ -204,6 +204,19 @@ def _run_check(args: argparse.Namespace) -> int:
     from workwarden.statemachine.spec import load_spec
 
     spec_file = spec_argument(args.spec, args.spec_option)
+    if args.scheduling:
+        from workwarden.cli.check_scheduling import run_scheduling
+
+        json_file = _writable_file(args.json, "--json") if args.json else None
+        clean, complete = run_scheduling(args, spec_file, json_file)
+        return EXIT_VIOLATION if not clean else 0 if complete else EXIT_INCOMPLETE
+    scheduling_only = ("tenants", "admissions", "limit", "ticks")
+    given = [name for name in scheduling_only if getattr(args, name) is not None]
+    if given:
+        raise errors.bad_argument(
+            f"--{given[0]}",
+            f"--{given[0]} is an option of the scheduling universe: add --scheduling",
+        )
     mutant = _mutant(args.mutant)
     if args.samples < 0:
         raise errors.WorkloadError(
@@ -402,6 +415,15 @@ def _run_replay(args: argparse.Namespace) -> int:
     from workwarden.statemachine.spec import load_spec
 
     trace = _read_trace(args.trace)
+    if trace.get("scheduling") is True:
+        from workwarden.cli.check_scheduling import replay_scheduling
+
+        if args.store != "memory:":
+            raise errors.bad_argument(
+                "--store", "a scheduling trace replays on the memory store it was explored on"
+            )
+        spec_file = spec_argument(trace.get("spec"), args.spec)
+        return replay_scheduling(trace, spec_file, args.mutant or trace.get("mutant"))
     mutant = _mutant(args.mutant or trace.get("mutant"))
     spec = load_spec(spec_argument(trace.get("spec"), args.spec))
     authority_cls = None
@@ -508,6 +530,9 @@ def register(subparsers: Any) -> None:
         default=16,
         help="random traces of the compiled model replayed through the real core (compiled)",
     )
+    from workwarden.cli.check_scheduling import register_options
+
+    register_options(parser)
     parser.set_defaults(handler=_run_check)
 
     replay: argparse.ArgumentParser = subparsers.add_parser(
