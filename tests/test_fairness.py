@@ -211,3 +211,60 @@ def test_a_spec_with_a_bad_fairness_table_is_refused(table: str) -> None:
         spec_with(table)
     assert refused.value.code == "WORKLOAD_SPEC_INVALID"
     assert "fairness" in refused.value.message
+
+
+# -- the worker runtime serving several scopes ------------------------------------------------
+
+
+def _flooded_worker(
+    store: Any, flood: int, trickle: int, **options: Any
+) -> tuple[Authority, Any, list[str]]:
+    from workwarden import App, Job, Worker
+    from workwarden.runtime import ManualClock
+    from workwarden.runtime.testing import InlineExecutor
+
+    warden = make_authority(store)
+    for i in range(flood):
+        admit(warden, "flood", f"f{i}", now=1_000 + i)
+    for i in range(trickle):
+        admit(warden, "calm", f"c{i}", now=5_000 + i)
+    app = App()
+    served: list[str] = []
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        served.append(warden.get(job.workload_id).tenant_id)
+
+    worker = Worker(
+        warden,
+        app,
+        tenant="flood",
+        application="app",
+        also_serve=["calm/app"],
+        clock=ManualClock(LEASE),
+        executor=InlineExecutor(),
+        **options,
+    )
+    return warden, worker, served
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_a_worker_serving_two_tenants_takes_the_trickle_between_the_flood(batch: bool) -> None:
+    _, worker, served = _flooded_worker(MemoryStore(), flood=30, trickle=3, batch=batch)
+    worker.run_until_idle()
+    assert sorted(served) == ["calm"] * 3 + ["flood"] * 30
+    # Round robin: the calm tenant's three are among the first six claims,
+    # where oldest-first over both would leave them for the end.
+    assert served[:6].count("calm") == 3
+    assert worker.share is not None
+    assert worker.share.bound(("calm", "app")) == 1
+
+
+def test_a_worker_asked_to_serve_a_malformed_scope_is_refused() -> None:
+    from workwarden import App, Worker
+
+    app = App()
+    app.handler("send", needs=CAPS)(lambda job: None)
+    with pytest.raises(WorkloadError) as caught:
+        Worker(make_authority(MemoryStore()), app, tenant="t", application="app", also_serve=["x"])
+    assert caught.value.code == "WORKLOAD_INVALID"

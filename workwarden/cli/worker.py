@@ -168,6 +168,7 @@ def _worker(args: argparse.Namespace) -> int:
             grace_s=args.grace_s,
             batch=args.batch,
             batch_window_ms=args.batch_window_ms,
+            also_serve=args.also_serve,
         )
         _serve_metrics(args.metrics_port, lambda: worker.counts)
         if args.until_idle:
@@ -239,6 +240,16 @@ def register(subparsers: Any) -> None:
     )
     worker.add_argument("--tenant", required=True, help="the tenant whose work to claim")
     worker.add_argument("--application", required=True, help="the application whose work to claim")
+    worker.add_argument(
+        "--also-serve",
+        action="append",
+        default=[],
+        metavar="TENANT/APP",
+        help=(
+            "also claim this tenant's and application's work (repeatable); the scopes are "
+            "served in the order the spec's [fairness] declares"
+        ),
+    )
     worker.add_argument(
         "--concurrency", type=positive_int, default=1, help="handlers running at once"
     )

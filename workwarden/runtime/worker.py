@@ -69,6 +69,7 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.fairness import FairScope, FairShare, claim_fair
 from workwarden.statemachine.models import Checkpoint, ClaimReply, Fence
 from workwarden.storage.base import DueInstants, StoreError, WakeUps, WorkSignal
 
@@ -189,6 +190,12 @@ class Worker:
     - `batch_window_ms`: the longest a report waits for others to join its
       batch (default `reports.DEFAULT_WINDOW_MS`; 0 sends at once).
     - `batch_max`: the most reports in one batch (default 100, at most 1,000).
+    - `also_serve`: more scopes to claim from besides `tenant`/`application`
+      (`(tenant, application)` pairs or `"tenant/application"`). Their work
+      is taken in the order the spec's `[fairness]` declares, from a
+      ledger the worker keeps (`self.share`, `Authority.claim_fair`): while
+      one scope has claimable work, at most `share.bound(scope)` of this
+      worker's claims go to the others before one goes to it.
 
     Thread-safety: `run()` and `step()` belong to one thread; `stop()` may
     be called from any thread (or a signal handler).
@@ -216,6 +223,7 @@ class Worker:
         batch: bool = True,
         batch_window_ms: int = DEFAULT_WINDOW_MS,
         batch_max: int = DEFAULT_BATCH_MAX,
+        also_serve: Iterable[Any] = (),
     ) -> None:
         if concurrency < 1:
             raise errors.bad_argument("concurrency", "concurrency must be at least 1")
@@ -278,6 +286,14 @@ class Worker:
                 self.batches, window_ms=batch_window_ms, max_size=batch_max, wake=self._wake.set
             )
         self._spec = authority.spec
+        #: Every scope served: (tenant, application) first, then `also_serve`.
+        self.scopes: tuple[FairScope, ...] = (FairScope.of((tenant, application)),)
+        extra = list(also_serve) if not isinstance(also_serve, (str, bytes)) else [also_serve]
+        #: The fair-share ledger across `scopes` (None while one scope is served).
+        self.share: FairShare | None = None
+        if extra:
+            self.share = FairShare.from_spec(self._spec, [*self.scopes, *extra])
+            self.scopes = self.share.scopes
         self._held: list[_Held] = []
         self._claim_at = 0
         self._claim_backoff = Backoff(backoff_base_ms, backoff_cap_ms)
@@ -374,7 +390,22 @@ class Worker:
                 self._take(claim, now)
 
     def _claim(self, now: int, limit: int) -> list[ClaimReply]:
-        """Up to `limit` claims: one `claim_many`, or one `claim_next` (at most one claim)."""
+        """Up to `limit` claims: one `claim_many`, or one `claim_next` (at most one claim).
+
+        Serving several scopes, the claims are asked of them in the ledger's
+        order (`claim_fair`), one call per scope tried.
+        """
+        if self.share is not None:
+            return claim_fair(
+                self.authority,
+                self.share,
+                self.worker_id,
+                self.capabilities,
+                now,
+                self.lease_ms,
+                limit if self.batches is not None else 1,
+                self._claim_request,
+            )
         if self.batches is not None:
             return self.batches.claim_many(
                 self.tenant,
@@ -440,11 +471,16 @@ class Worker:
         latest = now + self.poll_ms
         self._next_eligible = None
         if isinstance(self.store, DueInstants):
+            due = self.store
             try:
-                nxt = self.store.next_instants(now, self.tenant, self.application).eligible_at
+                instants = [
+                    due.next_instants(now, scope.tenant, scope.application).eligible_at
+                    for scope in self.scopes
+                ]
             except StoreError as exc:
                 self._store_error("next_instants", exc, None)
                 return latest
+            nxt = min((i for i in instants if i is not None), default=None)
             self._next_eligible = nxt
             if nxt is not None:
                 return min(nxt, latest)
@@ -852,23 +888,27 @@ class Worker:
 
     def _loop(self, *, until_idle: bool, handle_signals: bool) -> None:
         restore = self._install_signals() if handle_signals else None
-        work_signal: WorkSignal | None = None
-        listener: threading.Thread | None = None
+        signals: list[WorkSignal] = []
+        listeners: list[threading.Thread] = []
         halted = threading.Event()
         if isinstance(self.store, WakeUps):
-            work_signal = self.store.work_signal(self.tenant, self.application)
-            listener = threading.Thread(
-                target=self._listen,
-                args=(work_signal, halted),
-                name="workwarden-wake-ups",
-                daemon=True,
-            )
-            listener.start()
+            for scope in self.scopes:
+                work_signal = self.store.work_signal(scope.tenant, scope.application)
+                signals.append(work_signal)
+                listener = threading.Thread(
+                    target=self._listen,
+                    args=(work_signal, halted),
+                    name="workwarden-wake-ups",
+                    daemon=True,
+                )
+                listeners.append(listener)
+                listener.start()
         event(
             "started",
             worker=self.worker_id,
             tenant=self.tenant,
             application=self.application,
+            also_serve=[scope.key for scope in self.scopes[1:]] or None,
             concurrency=self.concurrency,
             lease_ms=self.lease_ms,
             batch="on" if self._buffer is not None else "off",
@@ -893,9 +933,9 @@ class Worker:
             if self._buffer is not None:
                 self._buffer.close()
             halted.set()
-            if listener is not None:
+            for listener in listeners:
                 listener.join()
-            if work_signal is not None:
+            for work_signal in signals:
                 work_signal.close()
             if restore is not None:
                 restore()
