@@ -94,6 +94,7 @@ from workwarden.storage.base import (
     StoreError,
     StoreLimited,
     StoreOutcomeUnknown,
+    StoreRateLimited,
     Write,
 )
 
@@ -115,7 +116,7 @@ def _in_scope(workload: Workload, tenant: str | None, application: str | None) -
 #: The refusals of a commit decided on an unconfirmed version that are decided again on a
 #: fresh read: a lost compare-and-swap, and a concurrency limit counted against a version
 #: that may no longer be the committed one.
-_DECIDE_AGAIN = frozenset({errors.CONFLICT, errors.CONCURRENCY_LIMITED})
+_DECIDE_AGAIN = frozenset({errors.CONFLICT, errors.CONCURRENCY_LIMITED, errors.RATE_LIMITED})
 
 
 def serialise(workload: Workload) -> str:
@@ -436,6 +437,12 @@ class Authority:
                     write.key, write.document, write.index, write.expected_version, write.audit
                 )
             )
+        except StoreRateLimited as exc:
+            raise errors.WorkloadError(
+                errors.RATE_LIMITED,
+                "the workload's concurrency key has spent its rate; nothing was committed",
+                {"workload_id": prepared.key, "retry_at": exc.retry_at, "reason": str(exc)},
+            ) from None
         except StoreLimited as exc:
             raise errors.WorkloadError(
                 errors.CONCURRENCY_LIMITED,

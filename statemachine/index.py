@@ -20,6 +20,7 @@ def index_fields(spec: Spec, workload: Workload) -> IndexFields:
     claimable = spec.available(workload.state, "claim")
     recoverable = spec.available(workload.state, "recover_expired")
     claim = workload.current_claim
+    rate = spec.concurrency_rate(workload.concurrency_key)
     return IndexFields(
         tenant=workload.tenant_id,
         application=workload.application_id,
@@ -34,4 +35,6 @@ def index_fields(spec: Spec, workload: Workload) -> IndexFields:
         definition=workload.definition_id,
         concurrency_key=workload.concurrency_key,
         concurrency_limit=spec.concurrency_limit(workload.concurrency_key),
+        rate_every_ms=rate.every_ms if rate is not None else None,
+        rate_burst=rate.burst if rate is not None else None,
     )

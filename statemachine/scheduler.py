@@ -53,11 +53,15 @@ SKIPPABLE_AT_CLAIM = frozenset(
         errors.NOT_YET_ELIGIBLE,
         errors.CAPABILITY_DENIED,
         errors.CONCURRENCY_LIMITED,
+        errors.RATE_LIMITED,
     }
 )
 """The refusals of a tried claim that skip the candidate: it changed since its page was read
 (most likely another claimer took it), the claim dead-lettered or timed it out, or its
-concurrency key is at its limit (the workload stays READY, untouched)."""
+concurrency key is at its limit or has spent its rate (the workload stays READY, untouched)."""
+
+#: The refusals that close a concurrency key for the rest of a walk.
+_KEY_FULL = frozenset({errors.CONCURRENCY_LIMITED, errors.RATE_LIMITED})
 
 Candidates: TypeAlias = Callable[[int, "CandidateCursor | None"], Sequence[StoredDocument]]
 """Reads a page of claim candidates: at most `limit` rows, after the cursor (None: from the
@@ -150,7 +154,7 @@ def claim_best(
             try:
                 return try_claim(doc, workload)
             except errors.WorkloadError as exc:
-                if exc.code == errors.CONCURRENCY_LIMITED and doc.index.concurrency_key:
+                if exc.code in _KEY_FULL and doc.index.concurrency_key:
                     full.add(doc.index.concurrency_key)
                 if exc.code in SKIPPABLE_AT_CLAIM:
                     continue

@@ -37,6 +37,7 @@ from workwarden.statemachine.spec_model import (
     OperationSpec,
     PolicySpec,
     Problem,
+    RateSpec,
     RuleSpec,
     SecretsSpec,
     SpecFile,
@@ -217,6 +218,9 @@ class Spec:
         #: The concurrency limits (`[concurrency]`): one per listed key, and the default.
         self.concurrency_limits: dict[str, int] = dict(data.concurrency.limits)
         self.concurrency_default: int | None = data.concurrency.default
+        #: The rates per concurrency key (`[concurrency] rates`), and the default rate.
+        self.concurrency_rates: dict[str, RateSpec] = dict(data.concurrency.rates)
+        self.concurrency_default_rate: RateSpec | None = data.concurrency.default_rate
         #: The declared failure kinds (`[failures.kinds]`), and whether others are accepted.
         self.failure_kinds: dict[str, FailureKindSpec] = dict(data.failures.kinds)
         self.failures_open = data.failures.open
@@ -269,6 +273,16 @@ class Spec:
         if key is None:
             return None
         return self.concurrency_limits.get(key, self.concurrency_default)
+
+    def concurrency_rate(self, key: str | None) -> RateSpec | None:
+        """The rate claims of concurrency key `key` are held to (None: no rate).
+
+        A key listed in `[concurrency] rates` has its own; any other key has
+        `[concurrency] default_rate`; a workload without a key (None) has none.
+        """
+        if key is None:
+            return None
+        return self.concurrency_rates.get(key, self.concurrency_default_rate)
 
     def edges_for(self, state: str, operation: str) -> list[TransitionSpec]:
         """The edges out of `state` that `operation` may take."""

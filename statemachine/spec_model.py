@@ -33,6 +33,7 @@ __all__ = [
     "OperationSpec",
     "PolicySpec",
     "Problem",
+    "RateSpec",
     "RuleSpec",
     "SecretsSpec",
     "SpecFile",
@@ -277,12 +278,21 @@ class FairnessSpec(_Strict):
         return self
 
 
+class RateSpec(_Strict):
+    """A concurrency key's rate: a token bucket of `burst` tokens, one back every `every_ms`."""
+
+    every_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000)]
+    burst: Annotated[int, Field(strict=True, ge=1, le=100_000)] = 1
+
+
 class ConcurrencySpec(_Strict):
     """`[concurrency]`: how many workloads of one concurrency key may hold a claim at once.
 
     `limits` names a limit per key; `default` is the limit of a key not listed
     there (None: such keys are unlimited). A workload without a key is never
-    limited. The store enforces the limit atomically with the claim's write.
+    limited. `rates` names a rate per key (claims per interval, with a burst),
+    `default_rate` the rate of a key not listed (None: no rate). The store
+    enforces both atomically with the claim's write.
     """
 
     default: Annotated[int, Field(strict=True, ge=1)] | None = None
@@ -290,6 +300,10 @@ class ConcurrencySpec(_Strict):
         Annotated[str, Field(min_length=1, max_length=256)],
         Annotated[int, Field(strict=True, ge=1)],
     ] = Field(default_factory=dict)
+    default_rate: RateSpec | None = None
+    rates: dict[Annotated[str, Field(min_length=1, max_length=256)], RateSpec] = Field(
+        default_factory=dict
+    )
 
 
 class CheckSpec(_Strict):

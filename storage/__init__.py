@@ -32,6 +32,7 @@ from workwarden.storage.base import (
     StoreFailure,
     StoreLimited,
     StoreOutcomeUnknown,
+    StoreRateLimited,
     Write,
 )
 from workwarden.storage.forwarding import ForwardingStore
@@ -53,6 +54,7 @@ __all__ = [
     "StoreFailure",
     "StoreLimited",
     "StoreOutcomeUnknown",
+    "StoreRateLimited",
     "StoredDocument",
     "Write",
     "open_store",

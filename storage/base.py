@@ -36,6 +36,7 @@ __all__ = [
     "StoreFailure",
     "StoreLimited",
     "StoreOutcomeUnknown",
+    "StoreRateLimited",
     "StoredDocument",
     "WakeUps",
     "WorkSignal",
@@ -45,6 +46,7 @@ __all__ = [
     "document_from_row",
     "over_limit",
     "pause_from_row",
+    "spend_rate",
     "wakes_claimers",
 ]
 
@@ -66,6 +68,20 @@ class StoreLimited(StoreConflict):
     already. A `StoreConflict`, so a caller that knows only conflicts still
     treats it as a write that changed nothing.
     """
+
+
+class StoreRateLimited(StoreLimited):
+    """A claim's write would pass its concurrency key's rate; nothing was written.
+
+    Raised (or returned, in a batch) when the write makes a document hold a
+    claim while its committed version held none, and its key's token bucket
+    (`IndexFields.rate_every_ms`, `rate_burst`) has no token at the write's
+    instant. `retry_at` is the first instant a token is back.
+    """
+
+    def __init__(self, message: str, retry_at: int) -> None:
+        super().__init__(message)
+        self.retry_at = retry_at
 
 
 class StoreFailure(StoreError):
@@ -101,6 +117,11 @@ class IndexFields:
     that makes the document hold a claim while its committed version held
     none is refused (`StoreLimited`) when `concurrency_limit` other documents
     of that key hold a claim already, checked atomically with the write.
+    `rate_every_ms` and `rate_burst` are the key's rate in force (None: no
+    rate): such a write is refused (`StoreRateLimited`) unless the key's
+    token bucket, which holds at most `rate_burst` tokens and gains one every
+    `rate_every_ms`, has a token at the write's instant (`AuditRecord.at`);
+    each claim spends one (`spend_rate`).
     """
 
     tenant: str
@@ -116,6 +137,8 @@ class IndexFields:
     definition: str | None = None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    rate_every_ms: int | None = None
+    rate_burst: int | None = None
 
     @property
     def limited(self) -> bool:
@@ -125,6 +148,21 @@ class IndexFields:
             and self.concurrency_key is not None
             and self.concurrency_limit is not None
         )
+
+    @property
+    def rated(self) -> bool:
+        """Does a write of these fields need the rate check (a claim, with a rate)?"""
+        return (
+            self.claim_worker is not None
+            and self.concurrency_key is not None
+            and self.rate_every_ms is not None
+            and self.rate_burst is not None
+        )
+
+    @property
+    def gated(self) -> bool:
+        """Does a write of these fields need either check of its concurrency key?"""
+        return self.limited or self.rated
 
 
 def wakes_claimers(index: IndexFields) -> bool:
@@ -149,6 +187,31 @@ def over_limit(index: IndexFields, holders: int) -> StoreLimited:
     )
 
 
+def spend_rate(index: IndexFields, mark: int | None, at: int) -> int:
+    """The key's rate mark after a claim of `index` at `at`, or `StoreRateLimited`.
+
+    The token bucket kept as one instant per key (the generic cell rate
+    algorithm): `mark` is when the bucket would be full again had every claim
+    so far spent its token (None: never claimed; full). A claim at `at` finds
+    a token when `mark` is at most `(burst - 1) * every_ms` after `at`, and
+    moves the mark on by `every_ms` from `max(mark, at)`. So at most `burst`
+    claims happen at one instant, and over any span of `t` ms at most
+    `burst + t // every_ms`.
+    """
+    every = index.rate_every_ms or 0
+    burst = index.rate_burst or 1
+    start = at if mark is None else max(mark, at)
+    slack = (burst - 1) * every
+    if start - at > slack:
+        retry_at = start - slack
+        raise StoreRateLimited(
+            f"concurrency key {index.concurrency_key!r}: its rate of {burst} at once and one"
+            f" every {every} ms is spent until {retry_at}",
+            retry_at,
+        )
+    return start + every
+
+
 @dataclass(frozen=True, slots=True)
 class StoredDocument:
     """A document as committed: its key, version, JSON text and index fields."""
@@ -164,8 +227,9 @@ def document_from_row(row: Sequence[Any]) -> StoredDocument:
 
     The columns, in order: key, version, document, then tenant, application,
     state, priority, created_at, eligible_at, lease_expires_at,
-    next_deadline_at, result_id, claim_worker, definition, concurrency_key
-    and concurrency_limit (SQLite and PostgreSQL select them alike).
+    next_deadline_at, result_id, claim_worker, definition, concurrency_key,
+    concurrency_limit, rate_every_ms and rate_burst (SQLite and PostgreSQL
+    select them alike).
     """
     return StoredDocument(
         key=row[0],
@@ -185,6 +249,8 @@ def document_from_row(row: Sequence[Any]) -> StoredDocument:
             definition=row[13],
             concurrency_key=row[14],
             concurrency_limit=row[15],
+            rate_every_ms=row[16],
+            rate_burst=row[17],
         ),
     )
 

@@ -28,6 +28,7 @@ from workwarden.storage.base import (
     WriteOutcome,
     distinct_keys,
     over_limit,
+    spend_rate,
     wakes_claimers,
 )
 
@@ -49,6 +50,8 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._docs: dict[str, StoredDocument] = {}
         self._results: dict[str, str] = {}
+        #: Each rated concurrency key's rate mark (`base.spend_rate`).
+        self._rate_marks: dict[str, int] = {}
         self._audit: list[AuditRecord] = []
         self._requests: dict[str, AuditRecord] = {}
         self._wake_ups = LocalWakeUps()
@@ -76,10 +79,23 @@ class MemoryStore:
             self._wake_ups.notify(index.tenant, index.application)
         return version
 
-    def _check_limit(self, key: str, index: IndexFields, current: StoredDocument | None) -> None:
-        """Refuse a write that takes a claim past its key's limit; the caller holds the lock."""
-        if not index.limited or (current is not None and current.index.claim_worker is not None):
-            return
+    def _check_limit(
+        self, key: str, index: IndexFields, current: StoredDocument | None, at: int
+    ) -> int | None:
+        """Refuse a claim past its key's limit or rate; the caller holds the lock.
+
+        The key's new rate mark when the write spends a token (kept by the
+        caller once the write is made), else None.
+        """
+        if not index.gated or (current is not None and current.index.claim_worker is not None):
+            return None
+        if index.limited:
+            self._check_holders(key, index)
+        if index.rated:
+            return spend_rate(index, self._rate_marks.get(str(index.concurrency_key)), at)
+        return None
+
+    def _check_holders(self, key: str, index: IndexFields) -> None:
         holders = sum(
             1
             for doc in self._docs.values()
@@ -109,7 +125,9 @@ class MemoryStore:
             owner = self._results.get(index.result_id)
             if owner is not None and owner != key:
                 raise StoreConflict(f"result id {index.result_id} belongs to {owner}")
-        self._check_limit(key, index, current)
+        mark = self._check_limit(key, index, current, audit.at)
+        if mark is not None:
+            self._rate_marks[str(index.concurrency_key)] = mark
         version = self._tombstones.get(key, 0) + 1 if current is None else current.version + 1
         if current is not None and current.index.result_id not in (None, index.result_id):
             self._results.pop(current.index.result_id, None)

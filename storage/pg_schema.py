@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = ["SCHEMA_VERSION", "WORK_CHANNEL"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the tables the PostgreSQL store reads and writes.
 
 Version 2 adds `claim_worker` to the documents (filled in from each document
@@ -45,7 +45,9 @@ counting each scope's pauses and resumes) and the versions of purged keys
 (`workwarden_tombstones`). Version 4 adds `concurrency_key` and
 `concurrency_limit` to the documents (empty in an older database's documents,
 which carry no concurrency key), with a partial index of the documents that
-hold a claim, for the concurrency check of a claim's write."""
+hold a claim, for the concurrency check of a claim's write. Version 5 adds
+`rate_every_ms` and `rate_burst` to the documents (empty in an older database's
+documents) and each rated concurrency key's rate mark (`workwarden_key_rates`)."""
 
 # The key of the advisory lock held while the schema is created (any fixed
 # number; advisory locks are scoped to one database).
@@ -173,6 +175,15 @@ _SCHEMA = (
         ON workwarden_documents (concurrency_key, key)
         WHERE claim_worker IS NOT NULL
     """,
+    # Schema version 5: each document's key rate, and each rated key's rate mark.
+    "ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS rate_every_ms BIGINT",
+    "ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS rate_burst BIGINT",
+    """
+    CREATE TABLE IF NOT EXISTS workwarden_key_rates (
+        concurrency_key TEXT COLLATE "C" PRIMARY KEY,
+        mark BIGINT NOT NULL
+    )
+    """,
     # The version of each purged key's purge, which its next document follows.
     """
     CREATE TABLE IF NOT EXISTS workwarden_tombstones (
@@ -185,7 +196,7 @@ _SCHEMA = (
 _COLUMNS = (
     "key, version, document, tenant, application, state, priority, created_at,"
     " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition,"
-    " concurrency_key, concurrency_limit"
+    " concurrency_key, concurrency_limit, rate_every_ms, rate_burst"
 )
 
 _READ = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key = %s"
@@ -215,7 +226,7 @@ _CREATE = f"""
             %(document)s, %(tenant)s, %(application)s, %(state)s,
             %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
             %(next_deadline_at)s, %(result_id)s, %(claim_worker)s, %(definition)s,
-            %(concurrency_key)s, %(concurrency_limit)s)
+            %(concurrency_key)s, %(concurrency_limit)s, %(rate_every_ms)s, %(rate_burst)s)
         ON CONFLICT (key) DO NOTHING
         RETURNING version
     )
@@ -231,7 +242,8 @@ _UPDATE = f"""
             lease_expires_at = %(lease_expires_at)s, next_deadline_at = %(next_deadline_at)s,
             result_id = %(result_id)s, claim_worker = %(claim_worker)s,
             definition = %(definition)s, concurrency_key = %(concurrency_key)s,
-            concurrency_limit = %(concurrency_limit)s
+            concurrency_limit = %(concurrency_limit)s, rate_every_ms = %(rate_every_ms)s,
+            rate_burst = %(rate_burst)s
         WHERE key = %(key)s AND version = %(expected)s
         RETURNING version
     )
@@ -427,6 +439,17 @@ _CONCURRENCY_HOLDERS = (
     "SELECT concurrency_key, key FROM workwarden_documents"
     " WHERE claim_worker IS NOT NULL AND concurrency_key = ANY(%(keys)s::text[])"
 )
+# The rate check (`IndexFields.rate_every_ms`), under the same locks: the marks of
+# the keys, and the marks the batch's claims moved them to.
+_RATE_MARKS = (
+    "SELECT concurrency_key, mark FROM workwarden_key_rates"
+    " WHERE concurrency_key = ANY(%(keys)s::text[])"
+)
+_SET_RATE_MARKS = (
+    "INSERT INTO workwarden_key_rates (concurrency_key, mark)"
+    " SELECT * FROM unnest(%(keys)s::text[], %(marks)s::bigint[])"
+    " ON CONFLICT (concurrency_key) DO UPDATE SET mark = EXCLUDED.mark"
+)
 
 
 # `write_many`: every write of a batch in one statement, its columns passed as
@@ -453,6 +476,8 @@ _BATCH_INPUT = (
     ("definition", "text"),
     ("concurrency_key", "text"),
     ("concurrency_limit", "bigint"),
+    ("rate_every_ms", "bigint"),
+    ("rate_burst", "bigint"),
     ("tx", "text"),
     ("audit_key", "text"),
     ("actor", "text"),
@@ -488,7 +513,7 @@ _WRITE_MANY = f"""
         SELECT i.key, COALESCE(t.version, 0) + 1, i.document, i.tenant, i.application,
             i.state, i.priority, i.created_at, i.eligible_at, i.lease_expires_at,
             i.next_deadline_at, i.result_id, i.claim_worker, i.definition,
-            i.concurrency_key, i.concurrency_limit
+            i.concurrency_key, i.concurrency_limit, i.rate_every_ms, i.rate_burst
         FROM input AS i LEFT JOIN workwarden_tombstones AS t ON t.key = i.key
         WHERE i.expected IS NULL ORDER BY i.ord
         ON CONFLICT (key) DO NOTHING
@@ -500,7 +525,8 @@ _WRITE_MANY = f"""
             created_at = i.created_at, eligible_at = i.eligible_at,
             lease_expires_at = i.lease_expires_at, next_deadline_at = i.next_deadline_at,
             result_id = i.result_id, claim_worker = i.claim_worker, definition = i.definition,
-            concurrency_key = i.concurrency_key, concurrency_limit = i.concurrency_limit
+            concurrency_key = i.concurrency_key, concurrency_limit = i.concurrency_limit,
+            rate_every_ms = i.rate_every_ms, rate_burst = i.rate_burst
         FROM input AS i
         WHERE i.expected IS NOT NULL AND d.key = i.key AND d.version = i.expected
         RETURNING d.key, d.version
@@ -571,6 +597,8 @@ def _write_params(
         "definition": index.definition,
         "concurrency_key": index.concurrency_key,
         "concurrency_limit": index.concurrency_limit,
+        "rate_every_ms": index.rate_every_ms,
+        "rate_burst": index.rate_burst,
         "expected": expected_version,
         "tx": audit.transaction_id,
         "audit_key": audit.key,

@@ -249,12 +249,12 @@ def _commit_checked(
 ) -> list[WriteOutcome]:
     """`_commit_writes`, after the concurrency check of the claims among `writes`.
 
-    A batch with no claim of a limited key is `_commit_writes` itself. Else
+    A batch with no claim of a limited or rated key is `_commit_writes` itself. Else
     the check (`over_limit_writes`) runs in the batch's transaction (begun
     here when `begun` is False), and the writes it refuses are left out of
     the statement, each with its `StoreLimited` as its outcome.
     """
-    if not any(write.index.limited for write in writes):
+    if not any(write.index.gated for write in writes):
         return _commit_writes(conn, writes, begun=begun)
     try:
         if not begun:
@@ -547,8 +547,8 @@ class PostgresStore:
         connection broke after the statement was sent: it may have committed.
         """
         what = f"cannot write {key}"
-        if index.limited:
-            # A claim of a limited key: checked and written in one transaction.
+        if index.gated:
+            # A claim of a limited or rated key: checked and written in one transaction.
             checked = Write(key, document, index, expected_version, audit)
             with _failures(what):
                 limited = self._attempt(

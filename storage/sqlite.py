@@ -107,6 +107,7 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _check_limit,
     _document_params,
     _ensure_schema,
+    _keep_rate_mark,
     _purgeable,
     _read_many,
     _verify_schema,
@@ -430,12 +431,13 @@ class SQLiteStore:
         """
         values = _document_params(key, document, index, expected_version)
         with self._transaction(f"write {key}") as conn:
-            _check_limit(conn, key, index)
+            mark = _check_limit(conn, key, index, audit.at)
             if expected_version is None:
                 values["version"] = _first_version(conn, key)
                 conn.execute(_INSERT, values)
             elif conn.execute(_UPDATE, values).rowcount != 1:
                 raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
+            _keep_rate_mark(conn, index, mark)
             version: int = values["version"]
             conn.execute(_APPEND_AUDIT, _audit_params(audit, key, version))
         if wakes_claimers(index):
@@ -525,7 +527,7 @@ class SQLiteStore:
         key, expected_version = write.key, write.expected_version
         values = _document_params(key, write.document, write.index, expected_version)
         try:
-            _check_limit(conn, key, write.index)
+            mark = _check_limit(conn, key, write.index, write.audit.at)
         except StoreLimited as limited:
             return limited
         try:
@@ -541,6 +543,7 @@ class SQLiteStore:
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_UNIQUE":
                 return StoreConflict(f"result id {write.index.result_id} belongs to another key")
             raise
+        _keep_rate_mark(conn, write.index, mark)
         version: int = values["version"]
         conn.execute(_APPEND_AUDIT, _audit_params(write.audit, key, version))
         return version

@@ -22,12 +22,14 @@ from workwarden.storage.base import (
     AuditRecord,
     IndexFields,
     StoreFailure,
+    StoreLimited,
     over_limit,
+    spend_rate,
 )
 
 __all__ = ["SCHEMA_VERSION"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema this release writes and reads.
 
 Version 2 adds `documents.claim_worker` (filled in from each document when a
@@ -38,7 +40,9 @@ pauses in force (`pauses`, with `pause_versions` counting each scope's pauses
 and resumes) and the versions of purged keys (`tombstones`). Version 4 adds
 `documents.concurrency_key` and `documents.concurrency_limit` (empty in an older
 file's documents, which carry no concurrency key) and their partial index of the
-documents that hold a claim."""
+documents that hold a claim. Version 5 adds `documents.rate_every_ms` and
+`documents.rate_burst` (empty in an older file's documents) and each rated key's
+rate mark (`key_rates`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -60,7 +64,9 @@ CREATE TABLE IF NOT EXISTS documents (
     claim_worker TEXT,
     definition TEXT,
     concurrency_key TEXT,
-    concurrency_limit INTEGER
+    concurrency_limit INTEGER,
+    rate_every_ms INTEGER,
+    rate_burst INTEGER
 );
 CREATE INDEX IF NOT EXISTS documents_by_scope
     ON documents (tenant, application, priority DESC, created_at, key);
@@ -105,13 +111,17 @@ CREATE TABLE IF NOT EXISTS pause_versions (
     scope_key TEXT PRIMARY KEY NOT NULL,
     version INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS key_rates (
+    concurrency_key TEXT PRIMARY KEY NOT NULL,
+    mark INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS tombstones (
     key TEXT PRIMARY KEY NOT NULL,
     version INTEGER NOT NULL
 );
 """
 
-# Schema versions 2 to 4: the columns an older file lacks (table, column, its
+# Schema versions 2 to 5: the columns an older file lacks (table, column, its
 # type, how an existing row fills it in), then their indexes. (Version 3's
 # tables are in `_SCHEMA`, created where missing.)
 _ADDED_COLUMNS = (
@@ -125,6 +135,8 @@ _ADDED_COLUMNS = (
     ("documents", "definition", "TEXT", "json_extract(document, '$.definition_id')"),
     ("documents", "concurrency_key", "TEXT", None),
     ("documents", "concurrency_limit", "INTEGER", None),
+    ("documents", "rate_every_ms", "INTEGER", None),
+    ("documents", "rate_burst", "INTEGER", None),
 )
 _ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS documents_by_claim_worker"
@@ -138,7 +150,7 @@ _ADDED_INDEXES = (
 _DOCUMENT = (
     "key, version, document, tenant, application, state, priority, created_at,"
     " eligible_at, lease_expires_at, next_deadline_at, result_id, claim_worker, definition,"
-    " concurrency_key, concurrency_limit"
+    " concurrency_key, concurrency_limit, rate_every_ms, rate_burst"
 )
 _AUDIT = (
     "sequence, transaction_id, key, version, actor, operation, tenant, application, at,"
@@ -206,6 +218,12 @@ _HOLDERS = (
     " WHERE claim_worker IS NOT NULL AND concurrency_key = :concurrency_key AND key <> :key"
 )
 _HELD = "SELECT claim_worker IS NOT NULL FROM documents WHERE key = :key"
+# The rate check of a claim's write (`IndexFields.rate_every_ms`): the key's mark.
+_RATE_MARK = "SELECT mark FROM key_rates WHERE concurrency_key = :concurrency_key"
+_SET_RATE_MARK = (
+    "INSERT INTO key_rates (concurrency_key, mark) VALUES (:concurrency_key, :mark)"
+    " ON CONFLICT (concurrency_key) DO UPDATE SET mark = excluded.mark"
+)
 _FIND_REQUEST = (
     f"SELECT {_AUDIT} FROM audit INDEXED BY audit_by_request"
     " WHERE request_id IS NOT NULL AND request_id = :request_id ORDER BY sequence LIMIT 1"
@@ -225,7 +243,7 @@ _INSERT = (
     f"INSERT INTO documents ({_DOCUMENT}) VALUES (:key, :version, :document, :tenant,"
     " :application, :state, :priority, :created_at, :eligible_at, :lease_expires_at,"
     " :next_deadline_at, :result_id, :claim_worker, :definition, :concurrency_key,"
-    " :concurrency_limit)"
+    " :concurrency_limit, :rate_every_ms, :rate_burst)"
 )
 #: The version a purged key's next document follows (`_INSERT` of a key purged
 #: before is at this + 1), read under the write lock just before the insert.
@@ -236,7 +254,8 @@ _UPDATE = (
     " created_at = :created_at, eligible_at = :eligible_at,"
     " lease_expires_at = :lease_expires_at, next_deadline_at = :next_deadline_at,"
     " result_id = :result_id, claim_worker = :claim_worker, definition = :definition,"
-    " concurrency_key = :concurrency_key, concurrency_limit = :concurrency_limit"
+    " concurrency_key = :concurrency_key, concurrency_limit = :concurrency_limit,"
+    " rate_every_ms = :rate_every_ms, rate_burst = :rate_burst"
     " WHERE key = :key AND version = :expected"
 )
 _APPEND_AUDIT = (
@@ -369,6 +388,8 @@ def _document_params(
         "definition": index.definition,
         "concurrency_key": index.concurrency_key,
         "concurrency_limit": index.concurrency_limit,
+        "rate_every_ms": index.rate_every_ms,
+        "rate_burst": index.rate_burst,
     }
 
 
@@ -409,22 +430,45 @@ def _add_columns(conn: sqlite3.Connection) -> None:
     )
 
 
-def _check_limit(conn: sqlite3.Connection, key: str, index: IndexFields) -> None:
-    """Refuse (`StoreLimited`) a claim's write past its key's limit, in the write's transaction.
+def _check_limit(conn: sqlite3.Connection, key: str, index: IndexFields, at: int) -> int | None:
+    """Refuse a claim's write past its key's limit or rate, in the write's transaction.
 
-    Counted only for a write that holds a claim with a limit; the document's
-    committed version is read only when the count reached the limit (a holder
-    already counted in the limit may go on: a heartbeat, a start).
+    `StoreLimited` past the limit, `StoreRateLimited` with no token left at
+    `at`. Counted only for a write that holds a claim with a limit or a rate;
+    the document's committed version is read only when a check would refuse
+    (a holder already counted may go on: a heartbeat, a start). Returns the
+    key's new rate mark, for `_keep_rate_mark` once the write is made (None
+    when the write spends no token).
     """
-    if not index.limited or index.concurrency_limit is None:
-        return
-    params = {"concurrency_key": index.concurrency_key, "key": key}
-    holders: int = conn.execute(_HOLDERS, params).fetchone()[0]
-    if holders < index.concurrency_limit:
-        return
+    if not index.gated:
+        return None
+    refusal: StoreLimited | None = None
+    mark: int | None = None
+    if index.limited and index.concurrency_limit is not None:
+        params = {"concurrency_key": index.concurrency_key, "key": key}
+        holders: int = conn.execute(_HOLDERS, params).fetchone()[0]
+        if holders >= index.concurrency_limit:
+            refusal = over_limit(index, holders)
+    if refusal is None and index.rated:
+        row = conn.execute(_RATE_MARK, {"concurrency_key": index.concurrency_key}).fetchone()
+        try:
+            mark = spend_rate(index, None if row is None else row[0], at)
+        except StoreLimited as exc:
+            refusal = exc
+    if refusal is None and mark is None:
+        return None
     held = conn.execute(_HELD, {"key": key}).fetchone()
-    if held is None or not held[0]:
-        raise over_limit(index, holders)
+    if held is not None and held[0]:
+        return None
+    if refusal is not None:
+        raise refusal
+    return mark
+
+
+def _keep_rate_mark(conn: sqlite3.Connection, index: IndexFields, mark: int | None) -> None:
+    """Keep the rate mark `_check_limit` gave, once its write is made."""
+    if mark is not None:
+        conn.execute(_SET_RATE_MARK, {"concurrency_key": index.concurrency_key, "mark": mark})
 
 
 def _newer_schema(path: str, found: int) -> StoreFailure:

@@ -42,6 +42,11 @@ committed document held none is refused (`StoreLimited`, nothing written)
 when as many documents of its `concurrency_key` as its `concurrency_limit`
 hold a claim, in single writes, in `write_many`, and under writers racing
 in threads; a holder's own writes and a released claim are never refused.
+Every store checks rates too: a write that takes a claim of a key with a rate
+(`rate_every_ms`, `rate_burst`) is refused (`StoreRateLimited`, nothing
+written) when the key's token bucket is empty at the write's instant, in
+single writes, in `write_many` and under racing writers; a holder's own
+writes spend no token.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     StoreLimited,
+    StoreRateLimited,
     WakeUps,
     Write,
     WriteOutcome,
@@ -134,6 +140,8 @@ def _index(
     definition: str | None = None,
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
+    rate_every_ms: int | None = None,
+    rate_burst: int | None = None,
 ) -> IndexFields:
     return IndexFields(
         tenant=tenant,
@@ -149,6 +157,8 @@ def _index(
         definition=definition,
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
+        rate_every_ms=rate_every_ms,
+        rate_burst=rate_burst,
     )
 
 
@@ -1687,6 +1697,79 @@ def _concurrent_claims_of_a_key_never_pass_its_limit(store: Store) -> None:
     _equal(len(holders), 2, "documents holding a claim after the race")
 
 
+def _rated_claim(key: str = "c", worker: str = "w") -> IndexFields:
+    """A claim of concurrency key `key`, rated 2 at once and one more per 100 ms."""
+    return _index(
+        state="CLAIMED", claim_worker=worker, concurrency_key=key, rate_every_ms=100, rate_burst=2
+    )
+
+
+def _a_claim_past_its_keys_rate_is_refused_and_changes_nothing(store: Store) -> None:
+    writer = _Writer(store)
+    for key in ("k1", "k2", "k3", "k4"):
+        writer.put(key, _index(eligible_at=0, concurrency_key="c", rate_every_ms=100, rate_burst=2))
+    versions = {key: doc.version for key in ("k1", "k2", "k3", "k4") if (doc := store.read(key))}
+    for key in ("k1", "k2"):
+        store.write(
+            key, _text(key, 50), _rated_claim(), versions[key], _audit(key, _rated_claim(), 50)
+        )
+    before = _snapshot(store, ["k3"])
+    refused: StoreRateLimited | None = None
+    try:
+        # At the same instant as the two claims: the burst of two is spent.
+        store.write(
+            "k3", _text("k3", 50), _rated_claim(), versions["k3"], _audit("k3", _rated_claim(), 50)
+        )
+    except StoreRateLimited as exc:
+        refused = exc
+    _expect(refused is not None, "a claim past its key's rate is refused with StoreRateLimited")
+    _equal(refused.retry_at if refused else None, 1_150, "when the refused claim's token is back")
+    _unchanged(store, before, "a claim refused for its key's rate", ["k3"])
+    # A holder's own writes spend no token; another key has its own bucket.
+    writer.put("k1", _rated_claim())
+    writer.put("o1", _rated_claim(key="other"))
+    # One token back 100 ms later: one claim, not two.
+    store.write(
+        "k3", _text("k3", 150), _rated_claim(), versions["k3"], _audit("k3", _rated_claim(), 150)
+    )
+    batch = _batch(store)
+    if batch is None:
+        return
+    docs = batch.read_many(["k4"])
+    outcomes = batch.write_many([_write_of("k4", _rated_claim(), docs["k4"].version, 150)])
+    _expect(
+        isinstance(outcomes[0], StoreRateLimited),
+        f"write_many: a claim past the rate is StoreRateLimited, got {outcomes[0]!r}",
+    )
+    _committed(
+        batch.write_many([_write_of("k4", _rated_claim(), docs["k4"].version, 250)])[0],
+        "write_many: a claim once a token is back",
+    )
+
+
+def _concurrent_claims_of_a_key_never_pass_its_rate(store: Store) -> None:
+    writer = _Writer(store)
+    keys = [f"k{number}" for number in range(_THREADS)]
+    queued = _index(eligible_at=0, concurrency_key="c", rate_every_ms=100, rate_burst=2)
+    for key in keys:
+        writer.put(key, queued)
+    versions = {key: doc.version for key in keys if (doc := store.read(key)) is not None}
+
+    def race(number: int, barrier: threading.Barrier) -> bool:
+        key = keys[number]
+        index = _rated_claim(worker=f"w{number}")
+        barrier.wait()
+        try:
+            # Every claim at one instant: the burst, and not one more.
+            store.write(key, _text(key, 60), index, versions[key], _audit(key, index, 60))
+        except StoreRateLimited:
+            return False
+        return True
+
+    won = _race(store, race)
+    _equal(won.count(True), 2, f"claims committed by {_THREADS} racing claimers of a key rated 2")
+
+
 _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     ("versions_count_from_one", _versions_count_from_one),
     ("documents_round_trip_exactly", _documents_round_trip_exactly),
@@ -1783,6 +1866,14 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     (
         "concurrent_claims_of_a_key_never_pass_its_limit",
         _concurrent_claims_of_a_key_never_pass_its_limit,
+    ),
+    (
+        "a_claim_past_its_keys_rate_is_refused_and_changes_nothing",
+        _a_claim_past_its_keys_rate_is_refused_and_changes_nothing,
+    ),
+    (
+        "concurrent_claims_of_a_key_never_pass_its_rate",
+        _concurrent_claims_of_a_key_never_pass_its_rate,
     ),
 )
 
@@ -2030,3 +2121,11 @@ class StoreConformance:
     def test_concurrent_claims_of_a_key_never_pass_its_limit(self) -> None:
         """Claimers racing in threads on one key never commit more claims than its limit."""
         self._check("concurrent_claims_of_a_key_never_pass_its_limit")
+
+    def test_a_claim_past_its_keys_rate_is_refused_and_changes_nothing(self) -> None:
+        """A claim past its concurrency key's rate is `StoreRateLimited` and writes nothing."""
+        self._check("a_claim_past_its_keys_rate_is_refused_and_changes_nothing")
+
+    def test_concurrent_claims_of_a_key_never_pass_its_rate(self) -> None:
+        """Claimers racing in threads at one instant never commit more claims than the burst."""
+        self._check("concurrent_claims_of_a_key_never_pass_its_rate")

@@ -120,6 +120,7 @@ class PostgresServer(PrivateServer):
                 " DELETE FROM workwarden_pauses;"
                 " DELETE FROM workwarden_pause_versions;"
                 " DELETE FROM workwarden_tombstones;"
+                " DELETE FROM workwarden_key_rates;"
                 " SELECT setval(pg_get_serial_sequence('workwarden_audit', 'sequence'), 1, false)"
             )
             self._free.append(name)

@@ -43,7 +43,9 @@ from workwarden.statemachine.properties.invariants import check_store
 from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
 from workwarden.storage import AuditRecord, IndexFields, MemoryStore, SQLiteStore, Store
 from workwarden.storage.base import Write, WriteOutcome
+from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA
 from workwarden.storage.postgres import PostgresStore
+from workwarden.storage.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA
 from workwarden.testing import authority_machine
 from workwarden.testing.concurrency_rules import CONCURRENCY_KEY, ConcurrencyRules
 from workwarden.testing.support import CheckFailed
@@ -318,7 +320,7 @@ class UnlimitedStore(MemoryStore):
         )
 
 
-# -- schema version 3 to 4 ----------------------------------------------------------------
+# -- schema version 3 to the current one -------------------------------------------------
 
 
 def _populate(store: Store) -> None:
@@ -338,7 +340,7 @@ def _works_after_the_upgrade(store: Store, before: list[Any]) -> None:
     assert len(holders(store)) == 1
 
 
-def test_a_version_3_sqlite_file_is_brought_to_version_4(tmp_path: Path) -> None:
+def test_a_version_3_sqlite_file_is_brought_to_the_current_version(tmp_path: Path) -> None:
     path = tmp_path / "v3.db"
     with SQLiteStore(path) as store:
         _populate(store)
@@ -354,14 +356,14 @@ def test_a_version_3_sqlite_file_is_brought_to_version_4(tmp_path: Path) -> None
     with SQLiteStore(path) as store:
         _works_after_the_upgrade(store, before)
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SQLITE_SCHEMA,)]
     kinds = {row[1]: row[2] for row in conn.execute("PRAGMA table_info(documents)")}
     assert kinds["concurrency_limit"] == "INTEGER"
     conn.close()
 
 
 @pytest.mark.postgres
-def test_a_version_3_postgres_database_is_brought_to_version_4() -> None:
+def test_a_version_3_postgres_database_is_brought_to_the_current_version() -> None:
     with pg.postgres_database() as dsn:
         with contextlib.closing(PostgresStore(dsn)) as store:
             _populate(store)
@@ -376,7 +378,7 @@ def test_a_version_3_postgres_database_is_brought_to_version_4() -> None:
             _works_after_the_upgrade(store, before)
         with psycopg.connect(dsn) as conn:
             row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
-            assert row == (4,)
+            assert row == (PG_SCHEMA,)
 
 
 # -- eight processes on one key -----------------------------------------------------------

@@ -117,6 +117,10 @@ class ThreadExecutor(Executor):
         return future
 
 
+#: The shortest wait between looks for work while a rated key may be out of tokens (ms).
+_RATE_LOOK_MS = 10
+
+
 @dataclass
 class _Report:
     """The outcome to report for an attempt: fixed once, so a repeat has the same arguments."""
@@ -286,6 +290,10 @@ class Worker:
                 self.batches, window_ms=batch_window_ms, max_size=batch_max, wake=self._wake.set
             )
         self._spec = authority.spec
+        intervals = [rate.every_ms for rate in self._spec.concurrency_rates.values()]
+        if self._spec.concurrency_default_rate is not None:
+            intervals.append(self._spec.concurrency_default_rate.every_ms)
+        self._rate_look_ms = max(_RATE_LOOK_MS, min(intervals, default=self.poll_ms))
         #: Every scope served: (tenant, application) first, then `also_serve`.
         self.scopes: tuple[FairScope, ...] = (FairScope.of((tenant, application)),)
         extra = list(also_serve) if not isinstance(also_serve, (str, bytes)) else [also_serve]
@@ -467,8 +475,13 @@ class Worker:
         held.attempt = workload.attempt_count
 
     def _when_to_look(self, now: int) -> int:
-        """When to look for work again: the next eligible instant, or `poll_ms` from now."""
-        latest = now + self.poll_ms
+        """When to look for work again: the next eligible instant, or `poll_ms` from now.
+
+        Under a spec that rates concurrency keys, no later than the shortest
+        interval in which a key gains a token (at least `_RATE_LOOK_MS`): the
+        store does not wake a worker when a token comes back.
+        """
+        latest = now + min(self.poll_ms, self._rate_look_ms)
         self._next_eligible = None
         if isinstance(self.store, DueInstants):
             due = self.store

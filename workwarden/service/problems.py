@@ -61,6 +61,7 @@ STATUS_BY_CODE: dict[str, int] = {
     errors.NOT_YET_ELIGIBLE: 409,
     # A claim at its concurrency key's limit: the work waits for a place, the service is fine.
     errors.CONCURRENCY_LIMITED: 409,
+    errors.RATE_LIMITED: 429,
     # What the server lacks, not what the caller did.
     errors.EXTRA_MISSING: 500,
     "GRAPHVIZ_NOT_FOUND": 500,

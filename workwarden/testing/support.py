@@ -214,7 +214,12 @@ _EFFECT_REFUSALS: dict[str, frozenset[str]] = {
     "admit": frozenset({errors.IDEMPOTENCY_KEY_REUSED}),
     # A lease of a workload whose concurrency key is at its limit is refused by the store.
     "lease": frozenset(
-        {errors.NOT_YET_ELIGIBLE, errors.CAPABILITY_DENIED, errors.CONCURRENCY_LIMITED}
+        {
+            errors.NOT_YET_ELIGIBLE,
+            errors.CAPABILITY_DENIED,
+            errors.CONCURRENCY_LIMITED,
+            errors.RATE_LIMITED,
+        }
     ),
     "record_result": frozenset({errors.RESULT_CONFLICT, errors.RESULT_DUPLICATE}),
     "rearm": frozenset({errors.RETRY_EXHAUSTED}),
