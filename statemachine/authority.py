@@ -756,7 +756,10 @@ class Authority:
         workload = inputs.parse_stored(doc)
         for record in in_force:
             if record.scope.covers(
-                workload.tenant_id, workload.application_id, workload.definition_id
+                workload.tenant_id,
+                workload.application_id,
+                workload.definition_id,
+                workload.concurrency_key,
             ):
                 raise errors.WorkloadError(
                     self.spec.operations["claim"].spec.denied,
@@ -1002,18 +1005,21 @@ class Authority:
         tenant: str,
         application: str | None = None,
         definition: str | None = None,
+        concurrency_key: str | None = None,
         reason: str | None = None,
         request_id: str | None = None,
     ) -> PauseRecord:
         """Pause claiming for a tenant, one of its applications, or one definition of it.
 
-        No claim takes work of the scope until `resume`; in-flight work is not
-        affected, and deadlines keep running (`workwarden.statemachine.pauses`).
-        Written with an audit record (operation `pause`); pausing a paused
-        scope writes nothing and returns the pause in force. `reason` is
-        checked as an operator's reason is (no plaintext secrets).
+        With `concurrency_key`, only the work of that concurrency key in the
+        scope is paused. No claim takes work of the scope until `resume`;
+        in-flight work is not affected, and deadlines keep running
+        (`workwarden.statemachine.pauses`). Written with an audit record
+        (operation `pause`); pausing a paused scope writes nothing and returns
+        the pause in force. `reason` is checked as an operator's reason is (no
+        plaintext secrets).
         """
-        scope = pauses.scope_of(tenant, application, definition)
+        scope = pauses.scope_of(tenant, application, definition, concurrency_key)
         return pauses.pause(self, scope, actor, now, reason, request_id)
 
     def resume(
@@ -1024,10 +1030,11 @@ class Authority:
         tenant: str,
         application: str | None = None,
         definition: str | None = None,
+        concurrency_key: str | None = None,
         request_id: str | None = None,
     ) -> bool:
         """Resume claiming for the scope; True if it was paused (an audit record `resume`)."""
-        scope = pauses.scope_of(tenant, application, definition)
+        scope = pauses.scope_of(tenant, application, definition, concurrency_key)
         return pauses.resume(self, scope, actor, now, request_id)
 
     def pauses(self, tenant: str | None = None) -> builtins.list[PauseRecord]:

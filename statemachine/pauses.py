@@ -1,4 +1,4 @@
-"""Pauses: operators stop and restart claiming for a tenant, an application or a definition.
+"""Pauses: operators stop and restart claiming for a tenant, an application, a definition, a key.
 
 A pause is a scheduler gate, not a state of the workloads it covers: work in
 a paused scope stays as it is (READY stays READY, and in-flight work runs on,
@@ -29,6 +29,8 @@ import hashlib
 import json
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.safety import check_text
 from workwarden.storage.base import AuditRecord, PauseRecord, Pauses, PauseScope
@@ -37,17 +39,63 @@ from workwarden.storage.base import AuditRecord, PauseRecord, Pauses, PauseScope
 # module does not import the one that imports it.
 Authority = Any
 
-__all__ = ["pause", "paused", "resume", "scope_of"]
+__all__ = ["PauseReply", "pause", "pause_record", "pause_reply", "paused", "resume", "scope_of"]
 
 
-def scope_of(tenant: Any, application: Any = None, definition: Any = None) -> PauseScope:
+class PauseReply(BaseModel):
+    """A pause in force as JSON (`PauseRecord`): its scope, since when, by whom and why.
+
+    The reply of a pause over the HTTP API and in the conformance vectors alike.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str = Field(description="the scope's key, pause/TENANT/APP/DEFINITION[/KEY]")
+    tenant: str
+    application: str | None
+    definition: str | None
+    concurrency_key: str | None = Field(
+        default=None, description="the concurrency key the pause is narrowed to, if any"
+    )
+    since: int = Field(description="when it was paused, in ms")
+    actor: str = Field(description="the operator who paused it")
+    reason: str | None
+    request_id: str | None
+
+
+def pause_reply(record: PauseRecord) -> PauseReply:
+    """The JSON model of a pause in force."""
+    scope = record.scope
+    return PauseReply(
+        scope=scope.key,
+        tenant=scope.tenant,
+        application=scope.application,
+        definition=scope.definition,
+        concurrency_key=scope.concurrency_key,
+        since=record.since,
+        actor=record.actor,
+        reason=record.reason,
+        request_id=record.request_id,
+    )
+
+
+def pause_record(reply: PauseReply) -> PauseRecord:
+    """The `PauseRecord` a `PauseReply` carries."""
+    scope = PauseScope(reply.tenant, reply.application, reply.definition, reply.concurrency_key)
+    return PauseRecord(scope, reply.since, reply.actor, reply.reason, reply.request_id)
+
+
+def scope_of(
+    tenant: Any, application: Any = None, definition: Any = None, concurrency_key: Any = None
+) -> PauseScope:
     """The scope named by the arguments, checked (`WORKLOAD_INVALID` for a bad one)."""
     tenant = inputs.as_name(tenant, "tenant")
     application = None if application is None else inputs.as_name(application, "application")
     definition = None if definition is None else inputs.as_name(definition, "definition")
     if definition is not None and application is None:
         raise errors.bad_argument("definition", "a definition's pause names its application")
-    return PauseScope(tenant, application, definition)
+    key = None if concurrency_key is None else inputs.as_name(concurrency_key, "concurrency_key")
+    return PauseScope(tenant, application, definition, key)
 
 
 def _store(authority: Authority) -> Pauses:

@@ -531,11 +531,14 @@ class PauseScope:
 
     `application` None: every application of the tenant; `definition` None:
     every definition of the application (a definition needs an application).
+    `concurrency_key`, when set, narrows the scope to the work of that
+    concurrency key (in the tenant, or its application, or its definition).
     """
 
     tenant: str
     application: str | None = None
     definition: str | None = None
+    concurrency_key: str | None = None
 
     @property
     def key(self) -> str:
@@ -543,17 +546,27 @@ class PauseScope:
 
         `*` stands for every application or definition; each name is
         percent-encoded (`/`, `*` and `%` included), so two scopes never share
-        a key.
+        a key. A scope of one concurrency key has it as a fourth part
+        (`pause/TENANT/APP/DEFINITION/KEY`).
         """
-        parts = (self.tenant, self.application, self.definition)
+        parts = [self.tenant, self.application, self.definition]
+        if self.concurrency_key is not None:
+            parts.append(self.concurrency_key)
         return "pause/" + "/".join("*" if part is None else quote(part, safe="") for part in parts)
 
-    def covers(self, tenant: str, application: str, definition: str) -> bool:
-        """Does the scope include work of this tenant, application and definition?"""
+    def covers(
+        self,
+        tenant: str,
+        application: str,
+        definition: str,
+        concurrency_key: str | None = None,
+    ) -> bool:
+        """Does the scope include work of this tenant, application, definition and key?"""
         return (
             self.tenant == tenant
             and self.application in (None, application)
             and self.definition in (None, definition)
+            and (self.concurrency_key is None or self.concurrency_key == concurrency_key)
         )
 
 
@@ -572,10 +585,11 @@ def pause_from_row(row: Sequence[Any]) -> PauseRecord:
     """A `PauseRecord` from a row of the SQL stores' pause columns.
 
     The columns, in order: scope key, tenant, application, definition, since,
-    actor, reason and request_id (SQLite and PostgreSQL select them alike).
+    actor, reason, request_id and concurrency_key (SQLite and PostgreSQL
+    select them alike).
     """
     return PauseRecord(
-        scope=PauseScope(row[1], row[2], row[3]),
+        scope=PauseScope(row[1], row[2], row[3], row[8]),
         since=row[4],
         actor=row[5],
         reason=row[6],

@@ -194,7 +194,10 @@ class MemoryStore:
             and doc.index.eligible_at is not None
             and doc.index.eligible_at <= now
             and not any(
-                scope.covers(tenant, application, doc.index.definition or "") for scope in pauses
+                scope.covers(
+                    tenant, application, doc.index.definition or "", doc.index.concurrency_key
+                )
+                for scope in pauses
             )
         ]
 

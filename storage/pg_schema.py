@@ -47,7 +47,8 @@ counting each scope's pauses and resumes) and the versions of purged keys
 which carry no concurrency key), with a partial index of the documents that
 hold a claim, for the concurrency check of a claim's write. Version 5 adds
 `rate_every_ms` and `rate_burst` to the documents (empty in an older database's
-documents) and each rated concurrency key's rate mark (`workwarden_key_rates`)."""
+documents), each rated concurrency key's rate mark (`workwarden_key_rates`) and
+the concurrency key of a key's pause (`workwarden_pauses.concurrency_key`)."""
 
 # The key of the advisory lock held while the schema is created (any fixed
 # number; advisory locks are scoped to one database).
@@ -178,6 +179,7 @@ _SCHEMA = (
     # Schema version 5: each document's key rate, and each rated key's rate mark.
     "ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS rate_every_ms BIGINT",
     "ALTER TABLE workwarden_documents ADD COLUMN IF NOT EXISTS rate_burst BIGINT",
+    'ALTER TABLE workwarden_pauses ADD COLUMN IF NOT EXISTS concurrency_key TEXT COLLATE "C"',
     """
     CREATE TABLE IF NOT EXISTS workwarden_key_rates (
         concurrency_key TEXT COLLATE "C" PRIMARY KEY,
@@ -252,15 +254,23 @@ _UPDATE = f"""
 
 # Paused scopes are left out by the claim queries themselves (`Pauses`): a
 # pause of the tenant or the application is an uncorrelated test, run once per
-# query; a pause of a definition, a lookup per row in the pauses' index.
+# query; a pause of a definition or of a concurrency key, a lookup per row in
+# the pauses' index.
 _NOT_PAUSED = """
         AND NOT EXISTS (SELECT 1 FROM workwarden_pauses AS p
             WHERE p.tenant = %(tenant)s
                 AND (p.application IS NULL OR p.application = %(application)s)
-                AND p.definition IS NULL)
+                AND p.definition IS NULL AND p.concurrency_key IS NULL)
         AND NOT EXISTS (SELECT 1 FROM workwarden_pauses AS p
             WHERE p.tenant = %(tenant)s AND p.application = %(application)s
-                AND p.definition = workwarden_documents.definition)
+                AND p.definition = workwarden_documents.definition
+                AND p.concurrency_key IS NULL)
+        AND (workwarden_documents.concurrency_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM workwarden_pauses AS p
+            WHERE p.tenant = %(tenant)s
+                AND (p.application IS NULL OR p.application = %(application)s)
+                AND (p.definition IS NULL OR p.definition = workwarden_documents.definition)
+                AND p.concurrency_key = workwarden_documents.concurrency_key))
 """
 
 _CANDIDATES = f"""
@@ -355,10 +365,12 @@ _COUNT_PAUSE = """
 _PAUSE = f"""
     WITH toggled AS (
         INSERT INTO workwarden_pauses (
-            scope_key, tenant, application, definition, since, actor, reason, request_id
+            scope_key, tenant, application, definition, since, actor, reason, request_id,
+            concurrency_key
         )
         VALUES (%(scope_key)s, %(scope_tenant)s, %(scope_application)s, %(scope_definition)s,
-            %(since)s, %(pause_actor)s, %(reason)s, %(pause_request_id)s)
+            %(since)s, %(pause_actor)s, %(reason)s, %(pause_request_id)s,
+            %(scope_concurrency_key)s)
         ON CONFLICT (scope_key) DO NOTHING
         RETURNING scope_key
     ), changed AS ({_COUNT_PAUSE})
@@ -375,7 +387,8 @@ _RESUME = f"""
 """
 
 _PAUSED = """
-    SELECT scope_key, tenant, application, definition, since, actor, reason, request_id
+    SELECT scope_key, tenant, application, definition, since, actor, reason, request_id,
+        concurrency_key
     FROM workwarden_pauses
     WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
     ORDER BY scope_key

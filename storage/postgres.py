@@ -795,6 +795,7 @@ class PostgresStore:
             "scope_tenant": scope.tenant,
             "scope_application": scope.application,
             "scope_definition": scope.definition,
+            "scope_concurrency_key": scope.concurrency_key,
         }
         if pause is not None:
             params.update(

@@ -688,6 +688,7 @@ class SQLiteStore:
                     "tenant": scope.tenant,
                     "application": scope.application,
                     "definition": scope.definition,
+                    "concurrency_key": scope.concurrency_key,
                     "since": pause.since,
                     "actor": pause.actor,
                     "reason": pause.reason,

@@ -41,8 +41,9 @@ and resumes) and the versions of purged keys (`tombstones`). Version 4 adds
 `documents.concurrency_key` and `documents.concurrency_limit` (empty in an older
 file's documents, which carry no concurrency key) and their partial index of the
 documents that hold a claim. Version 5 adds `documents.rate_every_ms` and
-`documents.rate_burst` (empty in an older file's documents) and each rated key's
-rate mark (`key_rates`)."""
+`documents.rate_burst` (empty in an older file's documents), each rated key's
+rate mark (`key_rates`) and the concurrency key of a key's pause
+(`pauses.concurrency_key`)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -104,7 +105,8 @@ CREATE TABLE IF NOT EXISTS pauses (
     since INTEGER NOT NULL,
     actor TEXT NOT NULL,
     reason TEXT,
-    request_id TEXT
+    request_id TEXT,
+    concurrency_key TEXT
 );
 CREATE INDEX IF NOT EXISTS pauses_by_scope ON pauses (tenant, application, definition);
 CREATE TABLE IF NOT EXISTS pause_versions (
@@ -137,6 +139,7 @@ _ADDED_COLUMNS = (
     ("documents", "concurrency_limit", "INTEGER", None),
     ("documents", "rate_every_ms", "INTEGER", None),
     ("documents", "rate_burst", "INTEGER", None),
+    ("pauses", "concurrency_key", "TEXT", None),
 )
 _ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS documents_by_claim_worker"
@@ -161,14 +164,20 @@ _READ = f"SELECT {_DOCUMENT} FROM documents WHERE key = :key"
 _FIND_RESULT = "SELECT key FROM documents WHERE result_id = :result_id"
 # Paused scopes are left out in the query itself (`Pauses`): a pause of the
 # tenant or the application is one uncorrelated test (run once, however many
-# rows), a pause of a definition a lookup per row in `pauses_by_scope`.
+# rows), a pause of a definition or of a concurrency key a lookup per row in
+# `pauses_by_scope`.
 _NOT_PAUSED = (
     " AND NOT EXISTS (SELECT 1 FROM pauses INDEXED BY pauses_by_scope"
     " WHERE tenant = :tenant AND (application IS NULL OR application = :application)"
-    " AND definition IS NULL)"
+    " AND definition IS NULL AND concurrency_key IS NULL)"
     " AND NOT EXISTS (SELECT 1 FROM pauses INDEXED BY pauses_by_scope"
     " WHERE tenant = :tenant AND application = :application"
-    " AND definition = documents.definition)"
+    " AND definition = documents.definition AND concurrency_key IS NULL)"
+    " AND (documents.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM pauses"
+    " INDEXED BY pauses_by_scope WHERE tenant = :tenant"
+    " AND (application IS NULL OR application = :application)"
+    " AND (definition IS NULL OR definition = documents.definition)"
+    " AND concurrency_key = documents.concurrency_key))"
 )
 _CLAIMABLE = (
     f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_claimable"
@@ -267,10 +276,13 @@ _APPEND_AUDIT = (
 
 # Pauses (`Pauses`): the pause in force is a row of `pauses`; each pause and
 # resume counts one more in `pause_versions` (its audit record's version).
-_PAUSE_COLUMNS = "scope_key, tenant, application, definition, since, actor, reason, request_id"
+_PAUSE_COLUMNS = (
+    "scope_key, tenant, application, definition, since, actor, reason, request_id, concurrency_key"
+)
 _ADD_PAUSE = (
     f"INSERT INTO pauses ({_PAUSE_COLUMNS}) VALUES (:scope_key, :tenant, :application,"
-    " :definition, :since, :actor, :reason, :request_id) ON CONFLICT (scope_key) DO NOTHING"
+    " :definition, :since, :actor, :reason, :request_id, :concurrency_key)"
+    " ON CONFLICT (scope_key) DO NOTHING"
 )
 _REMOVE_PAUSE = "DELETE FROM pauses WHERE scope_key = :scope_key"
 _PAUSE_VERSION = "SELECT version FROM pause_versions WHERE scope_key = :scope_key"

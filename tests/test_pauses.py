@@ -1,4 +1,4 @@
-"""Pauses: an operator stops claiming for a tenant, an application or a definition.
+"""Pauses: an operator stops claiming for a tenant, an application, a definition or a key.
 
 On every backend: no claim (`claim_next`, `claim_many`, `claim` by id) takes
 work of a paused scope; in-flight work runs on and completes; resuming makes
@@ -178,3 +178,74 @@ def test_names_that_look_like_the_wildcard_are_scopes_of_their_own(
     assert len(authority.pauses("t")) == 2
     slash = authority.pause("ops", NOW + 2, tenant="t", application="a/b")
     assert slash.scope.key == "pause/t/a%2Fb/*"
+
+
+# -- pauses of one concurrency key --------------------------------------------------------------
+
+
+def test_a_concurrency_key_pause_holds_that_keys_work_and_no_other(
+    authority: Authority, store: Store
+) -> None:
+    keyed = [_admit(authority, f"keyed{n}", concurrency_key="reports") for n in range(2)]
+    other_key = _admit(authority, "mail", concurrency_key="mail")
+    plain = _admit(authority, "plain")
+    elsewhere = _admit(authority, "elsewhere", tenant_id="u", concurrency_key="reports")
+    record = authority.pause("ops", NOW + 1, tenant="t", concurrency_key="reports")
+    assert record.scope.key == "pause/t/*/*/reports"
+    claimed = authority.claim_many("t", "app", "w", CAPS, NOW + 2, LEASE, 10)
+    assert {c.workload_id for c in claimed} == {other_key, plain}
+    assert authority.claim_next("t", "app", "w", CAPS, NOW + 2, LEASE) is None
+    with pytest.raises(WorkloadError) as refused:
+        authority.claim(keyed[0], "w", CAPS, NOW + 3, LEASE)
+    assert refused.value.code == errors.NOT_READY
+    assert refused.value.details["paused"] == "pause/t/*/*/reports"
+    # The pause is the tenant's: another tenant's work of the same key is claimed.
+    assert authority.claim(elsewhere, "w", CAPS, NOW + 3, LEASE).workload_id == elsewhere
+    assert [p.scope.concurrency_key for p in authority.pauses("t")] == ["reports"]
+    assert authority.resume("ops", NOW + 4, tenant="t", concurrency_key="reports") is True
+    again = authority.claim_many("t", "app", "w", CAPS, NOW + 5, LEASE, 10)
+    assert {c.workload_id for c in again} == set(keyed)
+    operations = [(r.operation, r.key) for r in store.audit_log()]
+    assert ("pause", "pause/t/*/*/reports") in operations
+    assert ("resume", "pause/t/*/*/reports") in operations
+
+
+def test_a_key_pause_narrowed_to_a_definition_leaves_the_keys_other_definitions(
+    authority: Authority,
+) -> None:
+    send = _admit(authority, "send", concurrency_key="reports")
+    render = _admit(authority, "render", concurrency_key="reports", definition_id="render")
+    authority.pause(
+        "ops", NOW + 1, tenant="t", application="app", definition="send", concurrency_key="reports"
+    )
+    claimed = authority.claim_many("t", "app", "w", CAPS, NOW + 2, LEASE, 10)
+    assert [c.workload_id for c in claimed] == [render]
+    assert authority.get(send).state == "READY"
+
+
+def test_the_pause_command_takes_a_concurrency_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        warden = Authority(store, grants=VERIFIER)
+        keyed = _admit(warden, "keyed", concurrency_key="reports")
+        plain = _admit(warden, "plain")
+    scope = ["--store", str(db), "--tenant", "t", "--concurrency-key", "reports", "--actor", "ops"]
+    assert main(["pause", *scope]) == 0
+    assert "paused pause/t/*/*/reports" in capsys.readouterr().out
+    assert main(["pauses", "--store", str(db), "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["concurrency_key"] == "reports"
+    with SQLiteStore(db) as store:
+        warden = Authority(store, grants=VERIFIER)
+        claim = warden.claim_next("t", "app", "w", CAPS, 30_000, LEASE)
+        assert claim is not None
+        assert claim.workload_id == plain
+        assert warden.claim_next("t", "app", "w", CAPS, 30_000, LEASE) is None
+    assert main(["resume", *scope]) == 0
+    assert "resumed pause/t/*/*/reports" in capsys.readouterr().out
+    with SQLiteStore(db) as store:
+        claim = Authority(store, grants=VERIFIER).claim_next("t", "app", "w", CAPS, 30_000, LEASE)
+        assert claim is not None
+        assert claim.workload_id == keyed

@@ -211,7 +211,7 @@ def test_a_malformed_rate_is_refused_when_the_spec_loads(table: str) -> None:
 # -- schema version 4 to 5 --------------------------------------------------------------------
 
 
-def test_a_version_4_sqlite_file_gains_the_rate_columns(tmp_path: Path) -> None:
+def test_a_version_4_sqlite_file_gains_the_rate_and_key_pause_columns(tmp_path: Path) -> None:
     path = tmp_path / "v4.db"
     with SQLiteStore(path) as store:
         authority = make_authority(store, rated_spec())
@@ -221,6 +221,7 @@ def test_a_version_4_sqlite_file_gains_the_rate_columns(tmp_path: Path) -> None:
     conn.executescript(
         "ALTER TABLE documents DROP COLUMN rate_every_ms;"
         " ALTER TABLE documents DROP COLUMN rate_burst; DROP TABLE key_rates;"
+        " ALTER TABLE pauses DROP COLUMN concurrency_key;"
         " UPDATE schema_version SET version = 4;"
     )
     conn.close()
@@ -230,13 +231,15 @@ def test_a_version_4_sqlite_file_gains_the_rate_columns(tmp_path: Path) -> None:
         admit(authority, "new")
         assert authority.claim_next("t", "app", "w", CAPS, NOW, LEASE) is not None
         assert authority.claim_next("t", "app", "w", CAPS, NOW, LEASE) is not None
+        authority.pause("ops", NOW, tenant="t", concurrency_key=KEY)
+        assert [p.scope.concurrency_key for p in authority.pauses()] == [KEY]
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SQLITE_SCHEMA,)]
     conn.close()
 
 
 @pytest.mark.postgres
-def test_a_version_4_postgres_database_gains_the_rate_columns() -> None:
+def test_a_version_4_postgres_database_gains_the_rate_and_key_pause_columns() -> None:
     with pg.postgres_database() as dsn:
         with contextlib.closing(PostgresStore(dsn)) as store:
             admit(make_authority(store, rated_spec()), "old")
@@ -244,12 +247,15 @@ def test_a_version_4_postgres_database_gains_the_rate_columns() -> None:
             conn.execute("ALTER TABLE workwarden_documents DROP COLUMN rate_every_ms")
             conn.execute("ALTER TABLE workwarden_documents DROP COLUMN rate_burst")
             conn.execute("DROP TABLE workwarden_key_rates")
+            conn.execute("ALTER TABLE workwarden_pauses DROP COLUMN concurrency_key")
             conn.execute("DELETE FROM workwarden_schema_version WHERE version > 4")
         with contextlib.closing(PostgresStore(dsn)) as store:
             authority = make_authority(store, rated_spec())
             admit(authority, "new")
             claims = [authority.claim_next("t", "app", "w", CAPS, NOW, LEASE) for _ in range(3)]
             assert [c is not None for c in claims] == [True, True, False]
+            authority.pause("ops", NOW, tenant="t", concurrency_key=KEY)
+            assert [p.scope.concurrency_key for p in authority.pauses()] == [KEY]
         with psycopg.connect(dsn) as conn:
             row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
             assert row == (PG_SCHEMA,)

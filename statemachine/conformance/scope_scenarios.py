@@ -40,6 +40,7 @@ def pause(
     tenant: str = "t",
     application: str | None = None,
     definition: str | None = None,
+    concurrency_key: str | None = None,
     reason: str | None = "maintenance",
 ) -> Step:
     """An operator's pause of a scope at `now`."""
@@ -47,6 +48,7 @@ def pause(
         tenant=tenant,
         application=application,
         definition=definition,
+        concurrency_key=concurrency_key,
         actor=OPERATOR,
         reason=reason,
     )
@@ -54,11 +56,20 @@ def pause(
 
 
 def resume(
-    now: int, *, tenant: str = "t", application: str | None = None, definition: str | None = None
+    now: int,
+    *,
+    tenant: str = "t",
+    application: str | None = None,
+    definition: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Step:
     """An operator's resume of a scope at `now`."""
     command = ResumeCommand(
-        tenant=tenant, application=application, definition=definition, actor=OPERATOR
+        tenant=tenant,
+        application=application,
+        definition=definition,
+        concurrency_key=concurrency_key,
+        actor=OPERATOR,
     )
     return command, now
 
@@ -93,7 +104,20 @@ def _pauses() -> list[Scenario]:
     billing = Work(request("billing", application_id="billing"))
     ours = Work(request("ours"))
     queued = Work(request("queued", timeouts=Timeouts(queue_ms=500)))
+    keyed = Work(request("keyed", concurrency_key="reports"))
     return [
+        _s(
+            "pauses/a_concurrency_key_pause_holds_that_keys_work_and_no_other",
+            keyed.admit(10_000),
+            ours.admit(10_100),
+            pause(10_500, concurrency_key="reports"),
+            keyed.claim("w1", 11_000),
+            claim_next("w1", 11_000),
+            claim_next("w2", 11_100),
+            resume(11_500, concurrency_key="reports"),
+            claim_next("w2", 12_000),
+            ends="CLAIMED",
+        ),
         _s(
             "pauses/a_paused_tenant_is_not_claimed_until_resumed",
             first.admit(10_000),

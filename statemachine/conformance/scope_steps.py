@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.models import Duration, Name, Text
+from workwarden.statemachine.pauses import PauseReply, pause_reply
 
 __all__ = [
     "SCOPE_COMMAND_MODELS",
@@ -58,6 +59,9 @@ class PauseCommand(_Strict):
     definition: Name | None = Field(
         default=None, description="None: every definition (a definition needs its application)"
     )
+    concurrency_key: Name | None = Field(
+        default=None, description="None: work of every concurrency key in the scope"
+    )
     actor: Name = Field(description="the operator")
     reason: Text | None = None
     request_id: Name | None = None
@@ -70,6 +74,7 @@ class ResumeCommand(_Strict):
     tenant: Name
     application: Name | None = None
     definition: Name | None = None
+    concurrency_key: Name | None = None
     actor: Name = Field(description="the operator")
     request_id: Name | None = None
 
@@ -86,19 +91,6 @@ class PurgeCommand(_Strict):
     actor: Name | None = Field(default=None, description="None: system.retention")
     dry_run: bool = Field(default=False, description="report what would go, write nothing")
     limit: Annotated[int, Field(strict=True, ge=1)] | None = None
-
-
-class PauseReply(_Strict):
-    """A pause in force: its scope, since when, by whom and why."""
-
-    scope: str = Field(description="the scope's key, pause/TENANT/APP/DEFINITION")
-    tenant: str
-    application: str | None
-    definition: str | None
-    since: int = Field(description="when it was paused, in ms")
-    actor: str = Field(description="the operator who paused it")
-    reason: str | None
-    request_id: str | None
 
 
 class ResumeReply(_Strict):
@@ -153,20 +145,11 @@ def run_scope_command(authority: Authority, command: Mapping[str, Any], now: int
             tenant=pause.tenant,
             application=pause.application,
             definition=pause.definition,
+            concurrency_key=pause.concurrency_key,
             reason=pause.reason,
             request_id=pause.request_id,
         )
-        scope = record.scope
-        return PauseReply(
-            scope=scope.key,
-            tenant=scope.tenant,
-            application=scope.application,
-            definition=scope.definition,
-            since=record.since,
-            actor=record.actor,
-            reason=record.reason,
-            request_id=record.request_id,
-        ).model_dump(mode="json")
+        return pause_reply(record).model_dump(mode="json")
     if op == "resume":
         resume: ResumeCommand = _parse(ResumeCommand, command)
         resumed = authority.resume(
@@ -175,6 +158,7 @@ def run_scope_command(authority: Authority, command: Mapping[str, Any], now: int
             tenant=resume.tenant,
             application=resume.application,
             definition=resume.definition,
+            concurrency_key=resume.concurrency_key,
             request_id=resume.request_id,
         )
         return ResumeReply(resumed=resumed).model_dump(mode="json")

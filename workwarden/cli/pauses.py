@@ -1,8 +1,9 @@
 """`workwarden pause`, `resume` and `pauses`: stop and restart claiming for a scope.
 
-`pause --store URL --tenant T [--application A [--definition D]] --actor NAME
-[--reason TEXT]` pauses claiming for the tenant (every application), one
-application, or one definition of it; in-flight work is not affected and
+`pause --store URL --tenant T [--application A [--definition D]]
+[--concurrency-key K] --actor NAME [--reason TEXT]` pauses claiming for the
+tenant (every application), one application, or one definition of it, or
+only the work of one concurrency key there; in-flight work is not affected and
 deadlines keep running. `resume` with the same scope restarts it. Each is
 written with an audit record; pausing a paused scope or resuming one that is
 not writes nothing and says so. `pauses [--tenant T] [--json]` lists the
@@ -43,6 +44,7 @@ def _pause(args: argparse.Namespace) -> int:
             tenant=args.tenant,
             application=args.application,
             definition=args.definition,
+            concurrency_key=args.concurrency_key,
             reason=args.reason,
             request_id=args.request_id,
         )
@@ -65,9 +67,10 @@ def _resume(args: argparse.Namespace) -> int:
             tenant=args.tenant,
             application=args.application,
             definition=args.definition,
+            concurrency_key=args.concurrency_key,
             request_id=args.request_id,
         )
-    key = PauseScope(args.tenant, args.application, args.definition).key
+    key = PauseScope(args.tenant, args.application, args.definition, args.concurrency_key).key
     print(f"resumed {key}" if resumed else f"{key} was not paused; nothing written")
     return 0
 
@@ -78,6 +81,7 @@ def _as_dict(record: PauseRecord) -> dict[str, Any]:
         "tenant": record.scope.tenant,
         "application": record.scope.application,
         "definition": record.scope.definition,
+        "concurrency_key": record.scope.concurrency_key,
         "since": record.since,
         "actor": record.actor,
         "reason": record.reason,
@@ -113,6 +117,11 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
         metavar="D",
         help="one definition of the application (default: every one)",
     )
+    parser.add_argument(
+        "--concurrency-key",
+        metavar="K",
+        help="only the work of this concurrency key in the scope (default: every key)",
+    )
     parser.add_argument("--actor", required=True, metavar="NAME", help="the operator")
     parser.add_argument(
         "--request-id",
@@ -128,7 +137,7 @@ def register(subparsers: Any) -> None:
     """Add the `pause`, `resume` and `pauses` commands."""
     pause: argparse.ArgumentParser = subparsers.add_parser(
         "pause",
-        help="pause claiming for a tenant, an application or a definition",
+        help="pause claiming for a tenant, an application, a definition or a concurrency key",
         description=(
             "Stop every claim of the scope's work until it is resumed; in-flight work runs "
             "on and deadlines keep running. Written with an audit record."

@@ -528,6 +528,7 @@ class HttpAuthority:
         tenant: str,
         application: str | None = None,
         definition: str | None = None,
+        concurrency_key: str | None = None,
         reason: str | None = None,
         request_id: str | None = None,
     ) -> PauseRecord:
@@ -538,6 +539,7 @@ class HttpAuthority:
             tenant=tenant,
             application=application,
             definition=definition,
+            concurrency_key=concurrency_key,
             actor=actor,
             reason=reason,
             request_id=request_id,
@@ -553,6 +555,7 @@ class HttpAuthority:
         tenant: str,
         application: str | None = None,
         definition: str | None = None,
+        concurrency_key: str | None = None,
         request_id: str | None = None,
     ) -> bool:
         """`Authority.resume` over HTTP: True if the scope was paused."""
@@ -562,6 +565,7 @@ class HttpAuthority:
             tenant=tenant,
             application=application,
             definition=definition,
+            concurrency_key=concurrency_key,
             actor=actor,
             request_id=request_id,
         )

@@ -147,10 +147,8 @@ def _pause_marks(pauses: list[PauseRecord], tenant: str, application: str) -> li
         scope = record.scope
         if scope.tenant != tenant or scope.application not in (None, application):
             continue
-        if scope.definition is None:
-            marks.append("paused")
-        else:
-            marks.append(f"paused: {scope.definition}")
+        narrowed = [part for part in (scope.definition, scope.concurrency_key) if part]
+        marks.append(f"paused: {' '.join(narrowed)}" if narrowed else "paused")
     return marks
 
 
@@ -312,6 +310,7 @@ def console_router(service: Service) -> APIRouter:
                 tenant=form.get("tenant", "").strip(),
                 application=_optional(form, "application"),
                 definition=_optional(form, "definition"),
+                concurrency_key=_optional(form, "concurrency_key"),
                 reason=_optional(form, "reason"),
             )
 
@@ -341,6 +340,7 @@ def console_router(service: Service) -> APIRouter:
                 tenant=form.get("tenant", "").strip(),
                 application=_optional(form, "application"),
                 definition=_optional(form, "definition"),
+                concurrency_key=_optional(form, "concurrency_key"),
             )
 
         try:

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workwarden.service.auth import Caller, forbidden
 from workwarden.statemachine.models import Duration, Name
+from workwarden.statemachine.pauses import PauseReply, pause_record, pause_reply
 from workwarden.statemachine.retention import PurgeReport
-from workwarden.storage.base import PauseRecord, PauseScope
 
 __all__ = [
     "OPERATOR_CALLS",
@@ -51,6 +51,9 @@ class PauseRequest(BaseModel):
     definition: Name | None = Field(
         default=None, description="None: every definition (a definition needs its application)"
     )
+    concurrency_key: Name | None = Field(
+        default=None, description="None: work of every concurrency key in the scope"
+    )
     actor: Name = Field(description="the operator: the token's subject")
     reason: Reason | None = None
     request_id: Name | None = None
@@ -64,21 +67,9 @@ class ResumeRequest(BaseModel):
     tenant: Name
     application: Name | None = None
     definition: Name | None = None
+    concurrency_key: Name | None = None
     actor: Name = Field(description="the operator: the token's subject")
     request_id: Name | None = None
-
-
-class PauseReply(BaseModel):
-    """A pause in force (`PauseRecord`): its scope, since when, by whom and why."""
-
-    scope: str = Field(description="the scope's key, pause/TENANT/APP/DEFINITION")
-    tenant: str
-    application: str | None
-    definition: str | None
-    since: int = Field(description="when it was paused, in ms")
-    actor: str = Field(description="the operator who paused it")
-    reason: str | None
-    request_id: str | None
 
 
 class ResumeReply(BaseModel):
@@ -113,27 +104,6 @@ class PurgeReply(BaseModel):
     kept: int = Field(description="terminal workloads in a [retention] keep state")
     young: int = Field(description="terminal workloads younger than the retention age")
     changed: int = Field(description="workloads changed between being found and being purged")
-
-
-def pause_reply(record: PauseRecord) -> PauseReply:
-    """The JSON model of a pause in force."""
-    scope = record.scope
-    return PauseReply(
-        scope=scope.key,
-        tenant=scope.tenant,
-        application=scope.application,
-        definition=scope.definition,
-        since=record.since,
-        actor=record.actor,
-        reason=record.reason,
-        request_id=record.request_id,
-    )
-
-
-def pause_record(reply: PauseReply) -> PauseRecord:
-    """The `PauseRecord` a `PauseReply` carries (what `HttpAuthority.pause` returns)."""
-    scope = PauseScope(reply.tenant, reply.application, reply.definition)
-    return PauseRecord(scope, reply.since, reply.actor, reply.reason, reply.request_id)
 
 
 def purge_reply(report: PurgeReport) -> PurgeReply:
