@@ -53,8 +53,16 @@ class Traced:
     def client(self) -> HttpAuthority:
         return HttpAuthority(self.url, [self.token("worker"), self.token("operator")])
 
-    def spans(self) -> list[ReadableSpan]:
-        return [s for s in self.exporter.get_finished_spans() if s.name.startswith("workwarden.")]
+    def spans(self, count: int) -> list[ReadableSpan]:
+        """The service's finished spans, waited for until `count` (each ends after its reply)."""
+        deadline = time.monotonic() + 10
+        while True:
+            spans = [
+                s for s in self.exporter.get_finished_spans() if s.name.startswith("workwarden.")
+            ]
+            if len(spans) >= count or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.01)
 
 
 @pytest.fixture
@@ -101,7 +109,7 @@ def test_each_call_is_one_span_with_its_operation_workload_and_code(traced: Trac
         with pytest.raises(WorkloadError):
             client.start(wid, Fence(claim_id="c", worker_id="w1", token=9), 12_500)
 
-    spans = traced.spans()
+    spans = traced.spans(4)
     assert [s.name for s in spans] == [
         "workwarden.admit",
         "workwarden.claim_next",
@@ -131,12 +139,12 @@ def test_a_refused_token_and_an_operate_call_are_spans_with_their_names_and_code
         wid = client.admit(request(), 10_000).workload.workload_id
         with pytest.raises(WorkloadError):
             client.operate(wid, "pause", "alice", 11_000)
-    missing, _, operate = (_attributes(s) for s in traced.spans())
+    missing, _, operate = (_attributes(s) for s in traced.spans(3))
     assert missing["workwarden.code"] == "WORKWARDEN_UNAUTHENTICATED"
     assert missing["http.response.status_code"] == 401
     assert operate["workwarden.operation"] == "pause"
     assert operate["workwarden.workload_id"] == wid
-    assert traced.spans()[2].name == "workwarden.pause"
+    assert traced.spans(3)[2].name == "workwarden.pause"
 
 
 def test_a_batch_span_names_its_workloads_and_the_codes_of_its_refused_slots(
@@ -153,7 +161,7 @@ def test_a_batch_span_names_its_workloads_and_the_codes_of_its_refused_slots(
         )
         claims = client.claim_many("t", "app", "w1", CAPS, 11_000, 5_000, 5)
     admitted = [a.workload.workload_id for a in answers if not isinstance(a, WorkloadError)]
-    admit, claim = traced.spans()
+    admit, claim = traced.spans(2)
     assert admit.name == "workwarden.admit_many"
     assert _attributes(admit)["workwarden.batch.size"] == 3
     assert _attributes(admit)["workwarden.batch.refused"] == 1
@@ -169,7 +177,7 @@ def test_a_call_made_inside_a_callers_span_continues_its_trace(traced: Traced) -
         wid = client.admit(request(), 10_000).workload.workload_id
         with tracer.start_as_current_span("handle one workload") as parent:
             client.get(wid)
-    _, read = traced.spans()
+    _, read = traced.spans(2)
     assert read.name == "workwarden.get"
     assert read.parent is not None
     assert read.parent.span_id == parent.get_span_context().span_id
