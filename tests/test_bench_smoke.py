@@ -178,3 +178,25 @@ def test_the_stateful_suite_harness_runs_a_suite(bench: Any, tmp_path: Path) -> 
     bench("stateful").main(["--files", str(suite), *_common(tmp_path)])
     result = _written(tmp_path, "stateful")
     assert result["runs"][0]["rc"] == 0
+
+
+def test_the_fairness_harness_reads_the_shares_from_the_audit_log(
+    bench: Any, tmp_path: Path
+) -> None:
+    sizes = ["--flood", "60", "--calm", "6", "--workers", "2", "--batch", "4"]
+    server_dsn = ["--server-dsn", _admin_dsn()]
+    assert bench("fairness").main([*sizes, *server_dsn, *_common(tmp_path)]) == 0
+    rows = _written(tmp_path, "fairness")["rows"]
+    assert sorted((r["store"], r["policy"]) for r in rows) == sorted(
+        (store, policy)
+        for store in ("sqlite", "postgresql")
+        for policy in ("round_robin", "weighted", "list_order")
+    )
+    for row in rows:
+        assert row["exactly_once"] is True
+        assert row["jobs"] == 66
+        if row["policy"] == "round_robin":
+            assert row["calm_share"] >= 0.4
+        if row["policy"] == "list_order":
+            # The flood is older: asked first, it is drained before the calm tenant.
+            assert row["claims_until_calm_drained"] == 66
