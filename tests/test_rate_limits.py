@@ -16,15 +16,18 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
 
 import pg
+from backends import BACKENDS
 from support import CAPS, request, store_snapshot
 from support import authority as make_authority
 from workwarden.statemachine import Authority, Spec, WorkloadError
@@ -32,15 +35,19 @@ from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
 from workwarden.storage import (
     AuditRecord,
     IndexFields,
+    MemoryStore,
     SQLiteStore,
     Store,
     StoreLimited,
     StoreRateLimited,
 )
-from workwarden.storage.base import spend_rate
+from workwarden.storage.base import Write, WriteOutcome, spend_rate
 from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA
 from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA
+from workwarden.testing import authority_machine
+from workwarden.testing.concurrency_rules import CONCURRENCY_KEY, ConcurrencyRules
+from workwarden.testing.support import CheckFailed
 
 NOW = 50_000
 LEASE = 600_000
@@ -381,3 +388,64 @@ def test_eight_processes_never_claim_a_key_faster_than_its_rate(kind: str, tmp_p
         # The rate was what held them back: half the rate would not have allowed them.
         assert not claims_within_rate(instants, EVERY_MS * 2, BURST)
         assert len({record.worker for record in claims}) > 1
+
+
+# -- the stateful suite, with workloads of one rated key ----------------------------------------
+
+_SUITE_RATE = f"rates = {{ {CONCURRENCY_KEY} = {{ every_ms = 2000, burst = 1 }} }}"
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_the_stateful_suite_never_sees_a_key_claimed_faster_than_its_rate(backend: str) -> None:
+    machine = authority_machine(BACKENDS[backend], rated_spec(_SUITE_RATE), shadow=False)
+    rated = type("RatedMachine", (ConcurrencyRules, machine), {})
+    base = settings.default
+    examples = base.max_examples if backend == "memory" else max(1, base.max_examples // 2)
+    run_state_machine_as_test(  # type: ignore[no-untyped-call, unused-ignore]
+        rated,
+        settings=settings(
+            base, max_examples=examples, suppress_health_check=[HealthCheck.too_slow]
+        ),
+    )
+
+
+class RatelessStore(MemoryStore):
+    """A store that drops the rate from every write: it never refuses a claim for its rate."""
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        rateless = replace(index, rate_every_ms=None, rate_burst=None)
+        return super().write(key, document, rateless, expected_version, audit)
+
+    def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome]:
+        return super().write_many(
+            [
+                replace(w, index=replace(w.index, rate_every_ms=None, rate_burst=None))
+                for w in writes
+            ]
+        )
+
+
+def test_the_stateful_suite_catches_a_store_that_ignores_the_rate() -> None:
+    machine = authority_machine(RatelessStore, rated_spec(_SUITE_RATE), shadow=False)
+    rated = type("RatedMachine", (ConcurrencyRules, machine), {})
+    with pytest.raises(CheckFailed) as failed:
+        run_state_machine_as_test(  # type: ignore[no-untyped-call, unused-ignore]
+            rated,
+            settings=settings(
+                max_examples=200,
+                stateful_step_count=40,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.generate],
+            ),
+        )
+    assert failed.value.check == "claims_within_rates"

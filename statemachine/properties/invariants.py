@@ -40,7 +40,11 @@ from workwarden.statemachine.properties.audit_log import (
     check_audit_fences,
     document_digest,
 )
-from workwarden.statemachine.properties.concurrency import check_concurrency
+from workwarden.statemachine.properties.concurrency import (
+    check_concurrency,
+    check_rates,
+    claimed_instants,
+)
 from workwarden.statemachine.properties.history import validate_workload
 from workwarden.statemachine.properties.operations import operation_roles
 from workwarden.statemachine.properties.registry import Violation
@@ -343,6 +347,8 @@ def check_store(
     out.extend(check_scopes(workloads))
     out.extend(check_concurrency(spec, workloads))
     out.extend(check_audit(documents, audit))
+    key_of = {w.workload_id: w.concurrency_key for w in workloads}
+    out.extend(check_rates(spec, claimed_instants(audit, key_of)))
     if versions is not None:
         for record in audit:
             text = versions.get((record.key, record.version))

@@ -244,6 +244,12 @@ PROPERTIES: dict[str, Property] = _table(
         "that key (`[concurrency]`)",
     ),
     _always(
+        "claims_within_rates",
+        ("audit",),
+        "over every span of time, the claims taken of one concurrency key number at most its "
+        "rate's burst plus one per every_ms of the span (`[concurrency] rates`)",
+    ),
+    _always(
         "fair_share_bound",
         ("step",),
         "while a tenant has claimable work, a fair claimer's claims of other tenants before "

@@ -61,6 +61,10 @@ from workwarden.testing.worker_rules import WorkerRules
 __all__ = ["HeldCallRules"]
 
 
+#: The refusals the store gives at a claim's write (its key's limit, its key's rate).
+_STORE_GATES = frozenset({errors.CONCURRENCY_LIMITED, errors.RATE_LIMITED})
+
+
 class HeldCallRules(WorkerRules, AdmissionRules, OperatorRules):
     """A writer's prepare held while others commit, and the commit that follows."""
 
@@ -257,8 +261,10 @@ class HeldCallRules(WorkerRules, AdmissionRules, OperatorRules):
         if self.shadow is not None and outcome is not None:
             moved = outcome.writes and self.shadow.version(held.key) != held.version
             predicted = Outcome(held.key, errors.CONFLICT) if moved else outcome
+        # A commit may meet what the store checks at the write: another writer
+        # first (a conflict), or its key's limit or rate reached meanwhile.
         allowed = frozenset({errors.CONFLICT}) | {
-            code for code in ALLOWED[held.op] if self._records(code)
+            code for code in ALLOWED[held.op] if self._records(code) or code in _STORE_GATES
         }
         reply, error = self._call(
             held.op, f"commit {held.label}", held.prepared.commit, predicted, allowed

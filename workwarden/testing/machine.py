@@ -25,7 +25,11 @@ from pydantic import ValidationError
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.models import CreateWorkload, Fence, Workload
-from workwarden.statemachine.properties.concurrency import check_concurrency
+from workwarden.statemachine.properties.concurrency import (
+    check_concurrency,
+    check_rates,
+    claimed_instants,
+)
 from workwarden.statemachine.properties.coverage import proceeding_rules
 from workwarden.statemachine.properties.invariants import (
     check_audit,
@@ -358,6 +362,9 @@ class MachineBase(RuleBasedStateMachine):
         violations.extend(check_scopes(workloads))
         violations.extend(check_concurrency(spec, workloads))
         violations.extend(check_audit(documents, audit))
+        if spec.concurrency_rates or spec.concurrency_default_rate is not None:
+            key_of = {w.workload_id: w.concurrency_key for w in workloads}
+            violations.extend(check_rates(spec, claimed_instants(audit, key_of)))
         for record in audit[self._records_checked :]:
             text = self.store.versions.get((record.key, record.version))
             prior = self.store.versions.get((record.key, record.version - 1))
