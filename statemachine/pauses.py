@@ -6,8 +6,9 @@ heartbeats, checkpoints and completes), and no claim (`claim_next`,
 `claim_many`, `claim` by id) takes work of the scope until it is resumed. A
 claim already being decided when the pause commits may still commit; every
 claim that starts after it sees it. Deadlines keep their declared meaning
-while paused (`[scheduling] deadlines_while_paused = "run"`): a queue
-deadline that falls while paused times the work out, as it would have.
+while paused (`specs/README.md`, "Scheduler gates": deadlines run while
+paused): a queue deadline that falls while paused times the work out, as it
+would have.
 
 The gate is the store's: a store that keeps pauses never offers work of a
 paused scope as a claim candidate (`Store.claim_candidates`,
