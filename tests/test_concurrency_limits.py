@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from fleet import drain_with_processes, fleet_target
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -436,17 +432,6 @@ Worker(
 '''
 
 
-@contextlib.contextmanager
-def _target(kind: str, tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    if kind == "sqlite":
-        path = str(tmp_path / "store.db")
-        with SQLiteStore(path) as store:
-            yield path, store
-        return
-    with pg.postgres_database() as dsn, contextlib.closing(PostgresStore(dsn)) as store:
-        yield dsn, store
-
-
 def _most_holders_at_any_version(store: Store) -> tuple[int, int]:
     """Replay the audit log in commit order: the most holders of `KEY` at once, and records read.
 
@@ -477,7 +462,7 @@ def test_eight_processes_never_hold_more_claims_of_a_key_than_its_limit(
 ) -> None:
     driver = tmp_path / "limited_worker.py"
     driver.write_text(textwrap.dedent(DRIVER))
-    with _target(kind, tmp_path) as (target, store):
+    with fleet_target(kind, tmp_path) as (target, store):
         authority = make_authority(store, limited_spec())
         ids = [
             authority.admit(
@@ -485,36 +470,14 @@ def test_eight_processes_never_hold_more_claims_of_a_key_than_its_limit(
             ).workload.workload_id
             for n in range(WORKLOADS)
         ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        logs = [(tmp_path / f"worker{n}.log").open("wb") for n in range(PROCESSES)]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, str(driver), kind, target, f"worker-{n}"],
-                cwd=tmp_path,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            for n, log in enumerate(logs)
-        ]
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                states = [doc.index.state for doc in store.scan()]
-                if states.count("SUCCEEDED") == WORKLOADS:
-                    break
-                for proc in procs:
-                    assert proc.poll() is None, (tmp_path / "worker0.log").read_text()
-                time.sleep(0.2)
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                proc.wait(timeout=60)
-            for log in logs:
-                log.close()
+        drain_with_processes(
+            driver,
+            lambda n: (kind, target, f"worker-{n}"),
+            PROCESSES,
+            store,
+            WORKLOADS,
+            tmp_path,
+        )
 
         assert [authority.get(w).state for w in ids] == ["SUCCEEDED"] * WORKLOADS
         most, records = _most_holders_at_any_version(store)

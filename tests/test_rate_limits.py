@@ -8,20 +8,15 @@ of the key at one instant, one more every N ms; a claim with no token left is
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
+from fleet import drain_with_processes, fleet_target
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
@@ -319,17 +314,6 @@ Worker(
 '''
 
 
-@contextlib.contextmanager
-def _target(kind: str, tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    if kind == "sqlite":
-        path = str(tmp_path / "store.db")
-        with SQLiteStore(path) as store:
-            yield path, store
-        return
-    with pg.postgres_database() as dsn, contextlib.closing(PostgresStore(dsn)) as store:
-        yield dsn, store
-
-
 def _claims(records: Sequence[AuditRecord]) -> list[AuditRecord]:
     return [r for r in records if r.operation in ("claim", "claim_next", "claim_many")]
 
@@ -338,48 +322,17 @@ def _claims(records: Sequence[AuditRecord]) -> list[AuditRecord]:
 def test_eight_processes_never_claim_a_key_faster_than_its_rate(kind: str, tmp_path: Path) -> None:
     driver = tmp_path / "rated_worker.py"
     driver.write_text(textwrap.dedent(DRIVER))
-    with _target(kind, tmp_path) as (target, store):
+    with fleet_target(kind, tmp_path) as (target, store):
         authority = make_authority(store, rated_spec())
         ids = [admit(authority, f"job{n}") for n in range(WORKLOADS)]
-        logs = [(tmp_path / f"worker{n}.log").open("wb") for n in range(PROCESSES)]
-        env: dict[str, Any] = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(driver),
-                    kind,
-                    target,
-                    f"worker-{n}",
-                    str(EVERY_MS),
-                    str(BURST),
-                ],
-                cwd=tmp_path,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            for n, log in enumerate(logs)
-        ]
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                states = [doc.index.state for doc in store.scan()]
-                if states.count("SUCCEEDED") == WORKLOADS:
-                    break
-                for proc in procs:
-                    assert proc.poll() is None, (tmp_path / "worker0.log").read_text()
-                time.sleep(0.2)
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                proc.wait(timeout=60)
-            for log in logs:
-                log.close()
-
+        drain_with_processes(
+            driver,
+            lambda n: (kind, target, f"worker-{n}", str(EVERY_MS), str(BURST)),
+            PROCESSES,
+            store,
+            WORKLOADS,
+            tmp_path,
+        )
         assert [authority.get(w).state for w in ids] == ["SUCCEEDED"] * WORKLOADS
         claims = _claims(store.audit_log())
         assert len(claims) == WORKLOADS

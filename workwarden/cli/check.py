@@ -111,18 +111,10 @@ def spec_argument(positional: str | None, option: str | None) -> str | None:
 
 def _mutant(name: str | None) -> Any:
     """The mutant called `name` (None for none); an unknown name is `WORKLOAD_INVALID`."""
+    from workwarden.cli.check_scheduling import pick_mutant
     from workwarden.statemachine.check.mutants import MUTANTS
 
-    if not name:
-        return None
-    mutant = MUTANTS.get(name)
-    if mutant is None:
-        raise errors.WorkloadError(
-            errors.INVALID,
-            f"no mutant {name!r}; the mutants are: {', '.join(sorted(MUTANTS))}",
-            {"field": "--mutant", "valid": sorted(MUTANTS)},
-        )
-    return mutant
+    return pick_mutant(MUTANTS, name, "mutant")
 
 
 def _writable_file(path: str, option: str) -> Path:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workwarden.statemachine import errors
 
-__all__ = ["register_options", "replay_scheduling", "run_scheduling"]
+T = TypeVar("T")
+
+__all__ = ["pick_mutant", "register_options", "replay_scheduling", "run_scheduling"]
 
 
 def register_options(parser: argparse.ArgumentParser) -> None:
@@ -87,19 +90,24 @@ def _universe(args: argparse.Namespace) -> Any:
     return SchedulingUniverse(**fields)
 
 
-def _mutant(name: str | None) -> Any:
-    from workwarden.statemachine.check.scheduling import SCHEDULING_MUTANTS
-
+def pick_mutant(table: Mapping[str, T], name: str | None, what: str) -> T | None:
+    """The mutant `name` of `table` (None for none); an unknown name is `WORKLOAD_INVALID`."""
     if not name:
         return None
-    mutant = SCHEDULING_MUTANTS.get(name)
+    mutant = table.get(name)
     if mutant is None:
         raise errors.WorkloadError(
             errors.INVALID,
-            f"no scheduling mutant {name!r}; they are: {', '.join(sorted(SCHEDULING_MUTANTS))}",
-            {"field": "--mutant", "valid": sorted(SCHEDULING_MUTANTS)},
+            f"no {what} {name!r}; they are: {', '.join(sorted(table))}",
+            {"field": "--mutant", "valid": sorted(table)},
         )
     return mutant
+
+
+def _mutant(name: str | None) -> Any:
+    from workwarden.statemachine.check.scheduling import SCHEDULING_MUTANTS
+
+    return pick_mutant(SCHEDULING_MUTANTS, name, "scheduling mutant")
 
 
 def run_scheduling(
