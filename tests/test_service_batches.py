@@ -406,3 +406,30 @@ def test_a_malformed_batch_body_is_refused_whole_naming_the_item(
     assert reply.status_code == 400
     assert reply.json()["code"] == "WORKLOAD_INVALID"
     assert _store(service) == []
+
+
+def test_a_remote_claimer_shares_its_claims_fairly_across_tenants(
+    service: RunningService,
+) -> None:
+    _reset(service)
+    client = service.client()
+    signer = GrantSigner(KEY_ID, SECRET)
+    for tenant, count in (("flood", 6), ("calm", 2)):
+        for n in range(count):
+            grant = fixture_request(f"{tenant}-{n}").authorization_snapshot.grant
+            snapshot = signer.sign(grant.model_copy(update={"tenant_id": tenant}))
+            admitted = request(
+                idempotency_key=f"{tenant}-{n}",
+                tenant_id=tenant,
+                authorization_snapshot=snapshot,
+            )
+            client.admit(admitted, NOW + n)
+    share = client.fair_share([("flood", "app"), ("calm", "app")])
+    tenants = []
+    for _ in range(4):
+        [claim] = client.claim_fair(share, "w1", CAPS, LATER, 5_000)
+        tenants.append(client.get(claim.workload_id).tenant_id)
+    # Round robin: the calm tenant's two between the flood's, not after them.
+    assert tenants == ["flood", "calm", "flood", "calm"]
+    batch = client.claim_fair(share, "w1", CAPS, LATER, 5_000, limit=10)
+    assert len(batch) == 4

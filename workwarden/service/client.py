@@ -49,7 +49,7 @@ from workwarden.service.operator_models import (
     purge_report,
 )
 from workwarden.service.state import NOW_HEADER
-from workwarden.statemachine import errors, inputs
+from workwarden.statemachine import errors, fairness, inputs
 from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS
 from workwarden.statemachine.commands import (
     AdmitReply,
@@ -378,6 +378,30 @@ class HttpAuthority:
         for (index, _), answer in zip(sent, _slots(data, len(sent)), strict=True):
             slots[index] = _outcome(answer, AdmitReply)
         return slots
+
+    def fair_share(self, scopes: Iterable[Any]) -> fairness.FairShare:
+        """`Authority.fair_share`: a ledger over `scopes`, as the client's spec's `[fairness]` says.
+
+        The ledger is the claimer's own, kept on this side; the service sees
+        only the claims it asks for.
+        """
+        return fairness.FairShare.from_spec(self.spec, scopes)
+
+    def claim_fair(
+        self,
+        share: fairness.FairShare,
+        worker_id: str,
+        capabilities: Iterable[str],
+        now: int,
+        lease_ms: int,
+        *,
+        limit: int = 1,
+        request_id: str | None = None,
+    ) -> builtins.list[ClaimReply]:
+        """`Authority.claim_fair` over HTTP: one `claim_next` or `claim_many` per scope tried."""
+        return fairness.claim_fair(
+            self, share, worker_id, capabilities, now, lease_ms, limit, request_id
+        )
 
     def claim_many(
         self,
