@@ -392,6 +392,19 @@ def _(a: Authority, b: Authority, store: Store) -> Call:
     return lambda: limited.claim(second, "w2", CAPS, now=11_000, lease_ms=10_000)
 
 
+@refusal(errors.RATE_LIMITED, "claim-of-a-key-with-no-token-left")
+def _(a: Authority, b: Authority, store: Store) -> Call:
+    text = shipped_spec_text().replace(
+        "[concurrency]\nlimits = {}",
+        "[concurrency]\nlimits = {}\nrates = { reports = { every_ms = 1000 } }",
+    )
+    rated = Authority(store, grants=a.grants, spec=load_spec_text(text))
+    first = _admit(rated, idempotency_key="first", concurrency_key="reports")
+    second = _admit(rated, idempotency_key="second", concurrency_key="reports")
+    rated.claim(first, "w1", CAPS, now=11_000, lease_ms=10_000)
+    return lambda: rated.claim(second, "w2", CAPS, now=11_500, lease_ms=10_000)
+
+
 def _records(code: str) -> bool:
     return CATALOGUE[code].records
 
