@@ -254,9 +254,17 @@ def claim_fair(
     work), grouped by scope, and asked of each scope in the plan's order (one
     `claim_many` per scope, `claim_next` for one); a scope that yields fewer
     than planned is empty, noted in the ledger, and the rest is planned
-    again over the others. Each claim the store grants is noted in the
-    ledger as it is answered, so a refusal that ends the call (a storage
-    failure) leaves the ledger true to what was claimed.
+    again over the others.
+
+    Without a request id, each claim the store grants is noted in the ledger
+    as it is answered, so a refusal that ends the call (a storage failure)
+    leaves the ledger true to what was claimed. With one, the call works on a
+    copy of the ledger and keeps it only when the call ends: a call whose
+    reply was lost (`WORKLOAD_OUTCOME_UNKNOWN`, a storage failure) leaves the
+    ledger as it was, so the same call made again plans the same scopes in
+    the same order under the same sub-request ids, and each is answered with
+    the claims it made (`own_claim`): nothing is claimed twice, and the
+    ledger counts each claim once.
     """
     if not isinstance(share, FairShare):
         raise errors.bad_argument("share", "a FairShare ledger (FairShare.from_spec)")
@@ -264,6 +272,9 @@ def claim_fair(
         raise errors.bad_argument("limit", f"limit must be a whole number from 1 to {_MAX_BATCH}")
     if request_id is not None:
         inputs.as_name(request_id, "request_id")
+    kept = share
+    if request_id is not None:
+        share = share.copy()
     claims: list[Any] = []
     empty: set[FairScope] = set()
     calls = 0
@@ -300,6 +311,8 @@ def claim_fair(
                 share.record(None, (scope,))
                 empty.add(scope)
                 break
+    if share is not kept:
+        kept.passes, kept.touched, kept.records = share.passes, share.touched, share.records
     return claims
 
 

@@ -16,6 +16,7 @@ from workwarden.statemachine.spec import Spec, load_spec_text, shipped_spec_text
 from workwarden.storage import MemoryStore
 
 LEASE = 10_000
+LATER = 20_000
 
 
 def admit(warden: Authority, tenant: str, key: str, now: int = 10_000, **changes: Any) -> str:
@@ -268,3 +269,40 @@ def test_a_worker_asked_to_serve_a_malformed_scope_is_refused() -> None:
     with pytest.raises(WorkloadError) as caught:
         Worker(make_authority(MemoryStore()), app, tenant="t", application="app", also_serve=["x"])
     assert caught.value.code == "WORKLOAD_INVALID"
+
+
+def test_a_fair_claim_whose_reply_was_lost_is_answered_again_with_the_same_claims() -> None:
+    from support import SwitchedStore
+
+    store = SwitchedStore(MemoryStore())
+    warden = make_authority(store)
+    for n in range(3):
+        admit(warden, "flood", f"f{n}")
+        admit(warden, "calm", f"c{n}", now=10_001)
+    share = warden.fair_share([("flood", "app"), ("calm", "app")])
+
+    writes = len(store.audit_log())
+    calls: list[str] = []
+    real_claim_next = warden.claim_next
+
+    def claim_next(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        if len(calls) == 2:
+            # The second scope's claim commits, and its reply is lost.
+            store.lose_next_reply = True
+        return real_claim_next(*args, **kwargs)
+
+    warden.claim_next = claim_next  # type: ignore[method-assign]
+    with pytest.raises(WorkloadError) as lost:
+        warden.claim_fair(share, "w", CAPS, LATER, LEASE, limit=2, request_id="r1")
+    assert lost.value.code == "WORKLOAD_OUTCOME_UNKNOWN"
+    assert calls == ["flood", "calm"]
+    committed = len(store.audit_log())
+    assert committed == writes + 2
+    again = warden.claim_fair(share, "w", CAPS, LATER, LEASE, limit=2, request_id="r1")
+    # The same two claims, one of each tenant, and nothing more written.
+    assert sorted(warden.get(c.workload_id).tenant_id for c in again) == ["calm", "flood"]
+    assert len(store.audit_log()) == committed
+    # The ledger counts them once: the next claim goes to the flood again.
+    [following] = warden.claim_fair(share, "w", CAPS, LATER, LEASE, request_id="r2")
+    assert warden.get(following.workload_id).tenant_id == "flood"
