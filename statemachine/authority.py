@@ -114,8 +114,8 @@ def _in_scope(workload: Workload, tenant: str | None, application: str | None) -
 
 
 #: The refusals of a commit decided on an unconfirmed version that are decided again on a
-#: fresh read: a lost compare-and-swap, and a concurrency limit counted against a version
-#: that may no longer be the committed one.
+#: fresh read: a lost compare-and-swap, and a concurrency limit or rate checked against a
+#: version that may no longer be the committed one (a holder's own write spends nothing).
 _DECIDE_AGAIN = frozenset({errors.CONFLICT, errors.CONCURRENCY_LIMITED, errors.RATE_LIMITED})
 
 
