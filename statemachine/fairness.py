@@ -49,7 +49,7 @@ from workwarden.statemachine import errors, inputs
 #: The most claims one call may ask for (as `batches.MAX_BATCH`).
 _MAX_BATCH = 1000
 
-__all__ = ["POLICIES", "FairScope", "FairShare", "Policy", "claim_fair"]
+__all__ = ["POLICIES", "FairScope", "FairShare", "Policy", "claim_fair", "spec_weight"]
 
 Policy = Literal["round_robin", "weighted"]
 
@@ -136,14 +136,38 @@ class FairShare:
         A weight is looked up by `tenant/application`, then by `tenant`,
         then `default_weight`.
         """
-        table = spec.data.fairness
         listed = [FairScope.of(value) for value in _as_list(scopes)]
-        named = table.weights
-        weights = {
-            scope: named.get(scope.key, named.get(scope.tenant, table.default_weight))
-            for scope in listed
-        }
-        return cls(listed, weights, table.policy)
+        weights = {scope: spec_weight(spec, scope) for scope in listed}
+        return cls(listed, weights, spec.data.fairness.policy)
+
+    def serve(self, scopes: Iterable[Any], weights: Mapping[FairScope, int] | None = None) -> None:
+        """Serve `scopes` too (those not served yet), after the ones served already.
+
+        A new scope joins at the lowest pass of the others, so it is served
+        next in its turn but brings no saved-up turns; `weights` gives the
+        weights of new scopes (1 when absent; 1 always under round robin).
+        The strides are kept in one unit: when a new weight changes their
+        least common multiple, every pass is scaled with it.
+        """
+        added = [FairScope.of(value) for value in _as_list(scopes)]
+        new = [scope for scope in dict.fromkeys(added) if scope not in self.passes]
+        if not new:
+            return
+        given = dict(weights or {})
+        floor = min(self.passes.values())
+        for scope in new:
+            weight = given.get(scope, 1) if self.policy == "weighted" else 1
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise errors.bad_argument("weights", f"{scope.key}: a weight is an integer ≥ 1")
+            self.weights[scope] = weight
+            self.passes[scope] = floor
+            self.touched[scope] = 0
+        unit = math.lcm(*self.weights.values())
+        if unit != self.stride_unit:
+            factor = unit // self.stride_unit
+            self.passes = {scope: value * factor for scope, value in self.passes.items()}
+            self.stride_unit = unit
+        self.scopes = (*self.scopes, *new)
 
     def stride(self, scope: FairScope) -> int:
         """How far a claim of `scope` moves its pass: the same for all under round robin."""
@@ -314,6 +338,14 @@ def claim_fair(
     if share is not kept:
         kept.passes, kept.touched, kept.records = share.passes, share.touched, share.records
     return claims
+
+
+def spec_weight(spec: Any, scope: FairScope) -> int:
+    """The weight `[fairness]` gives `scope`: by `tenant/application`, by tenant, or the default."""
+    table = spec.data.fairness
+    named = table.weights
+    weight: int = named.get(scope.key, named.get(scope.tenant, table.default_weight))
+    return weight
 
 
 def _plan(share: FairShare, empty: set[FairScope], count: int) -> list[tuple[FairScope, int]]:

@@ -30,6 +30,7 @@ __all__ = [
     "PauseScope",
     "Pauses",
     "Purges",
+    "ScopeListing",
     "Store",
     "StoreConflict",
     "StoreError",
@@ -405,6 +406,18 @@ class DueInstants(Protocol):
 
         Each is the smallest value strictly greater than `after` among the
         documents of the scope (None for `tenant` or `application`: every one).
+        """
+        ...
+
+
+@runtime_checkable
+class ScopeListing(Protocol):
+    """A store that can list the tenants and applications with work claimable now."""
+
+    def claimable_scopes(self, now: int) -> list[tuple[str, str]]:
+        """The (tenant, application) pairs with a document eligible at `now`, sorted.
+
+        Paused scopes are listed as well: a claim in one finds nothing.
         """
         ...
 

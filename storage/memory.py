@@ -8,6 +8,7 @@ appended in the same critical section as its document.
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -423,6 +424,17 @@ class MemoryStore:
             lease_expires_at=found.get("lease_expires_at"),
             deadline_at=found.get("next_deadline_at"),
         )
+
+    def claimable_scopes(self, now: int) -> builtins.list[tuple[str, str]]:
+        """The (tenant, application) pairs with a document eligible at `now`, sorted."""
+        with self._lock:
+            return sorted(
+                {
+                    (doc.index.tenant, doc.index.application)
+                    for doc in self._docs.values()
+                    if doc.index.eligible_at is not None and doc.index.eligible_at <= now
+                }
+            )
 
     def work_signal(self, tenant: str, application: str) -> WorkSignal:
         """Woken by every write through this store that leaves work of the scope READY."""

@@ -638,6 +638,13 @@ def _next_instant(column: str) -> str:
     )
 
 
+# The scopes with work claimable now (`ScopeListing`), read off the claimable index.
+_CLAIMABLE_SCOPES = """
+    SELECT DISTINCT tenant, application FROM workwarden_documents
+    WHERE eligible_at IS NOT NULL AND eligible_at <= %(now)s
+    ORDER BY tenant, application
+"""
+
 _NEXT_INSTANTS = "SELECT " + ", ".join(
     _next_instant(column) for column in ("eligible_at", "lease_expires_at", "next_deadline_at")
 )

@@ -132,6 +132,7 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _AUDIT_INSERT,
     _CANDIDATES,
     _CANDIDATES_FIRST,
+    _CLAIMABLE_SCOPES,
     _COLUMNS,
     _CREATE,
     _CREATE_NOTIFYING,
@@ -754,7 +755,7 @@ class PostgresStore:
         rows = self._fetchall("cannot read the audit log", _AUDIT, (after, limit))
         return [_audit(row) for row in rows]
 
-    # -- optional capabilities (`DueInstants`, `WakeUps`) ---------------------------
+    # -- optional capabilities (`DueInstants`, `ScopeListing`, `WakeUps`) -----------------------
 
     def next_instants(
         self, after: int, tenant: str | None = None, application: str | None = None
@@ -765,6 +766,11 @@ class PostgresStore:
         if row is None:
             return NextInstants()
         return NextInstants(eligible_at=row[0], lease_expires_at=row[1], deadline_at=row[2])
+
+    def claimable_scopes(self, now: int) -> builtins.list[tuple[str, str]]:
+        """The (tenant, application) pairs with a document eligible at `now`, sorted."""
+        rows = self._fetchall("cannot list the claimable scopes", _CLAIMABLE_SCOPES, {"now": now})
+        return [(str(row[0]), str(row[1])) for row in rows]
 
     def work_signal(self, tenant: str, application: str) -> WorkSignal:
         """`LISTEN` on the work channel, on a connection of the signal's own, from now on.

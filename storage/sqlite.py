@@ -75,6 +75,7 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _CLAIM_CANDIDATES_AFTER,
     _CLAIM_ORDER,
     _CLAIMABLE,
+    _CLAIMABLE_SCOPES,
     _COUNT_PAUSE,
     _DEADLINES_DUE,
     _DOCUMENT,
@@ -659,6 +660,11 @@ class SQLiteStore:
         params = {"after": after, "tenant": tenant, "application": application}
         row = self._query("next instants", _NEXT_INSTANTS, params)[0]
         return NextInstants(eligible_at=row[0], lease_expires_at=row[1], deadline_at=row[2])
+
+    def claimable_scopes(self, now: int) -> builtins.list[tuple[str, str]]:
+        """The (tenant, application) pairs with a document eligible at `now`, sorted."""
+        rows = self._query("claimable scopes", _CLAIMABLE_SCOPES, {"now": now})
+        return [(str(row[0]), str(row[1])) for row in rows]
 
     def work_signal(self, tenant: str, application: str) -> WorkSignal:
         """Woken by this store's writes that leave work READY, and by other connections' commits.

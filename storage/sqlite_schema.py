@@ -348,6 +348,11 @@ _EXAMPLE: Mapping[str, Any] = {
     "s1": "FAILED",
 }
 
+# The scopes with work claimable now (`ScopeListing`), read off the claimable index.
+_CLAIMABLE_SCOPES = (
+    "SELECT DISTINCT tenant, application FROM documents INDEXED BY documents_claimable"
+    " WHERE eligible_at IS NOT NULL AND eligible_at <= :now ORDER BY tenant, application"
+)
 _NEXT_INSTANTS = (
     "SELECT (SELECT min(eligible_at) FROM documents"
     " WHERE eligible_at IS NOT NULL AND eligible_at > :after" + _SCOPE + "),"

@@ -26,6 +26,7 @@ scanning, and writers racing in threads (exactly one wins each version).
 
 Further checks cover optional capabilities (`workwarden.storage.base`), and
 pass for a store that does not offer them: `next_instants` (`DueInstants`),
+`claimable_scopes` (`ScopeListing`),
 the work signal (`WakeUps`), and batches (`BatchStore`: `write_many`
 outcomes, conflicts, duplicate keys, result id clashes and audit records;
 `read_many`; `claim_batch` pages, limits and compare-and-swaps, and two
@@ -74,6 +75,7 @@ from workwarden.storage.base import (
     Pauses,
     PauseScope,
     Purges,
+    ScopeListing,
     Store,
     StoreConflict,
     StoredDocument,
@@ -852,6 +854,27 @@ def _concurrent_writes_to_distinct_keys_all_commit(store: Store) -> None:
 
 
 # -- optional capabilities ---------------------------------------------------------------
+
+
+def _claimable_scopes_are_the_scopes_with_work_eligible_now(store: Store) -> None:
+    if not isinstance(store, ScopeListing):
+        return
+    _equal(store.claimable_scopes(0), [], "claimable_scopes of an empty store")
+    writer = _Writer(store)
+    writer.put("k1", _index("t2", "a", eligible_at=100))
+    writer.put("k2", _index("t1", "b", eligible_at=0))
+    writer.put("k3", _index("t1", "a", eligible_at=500))
+    writer.put("k4", _index("t3", "a", state="CLAIMED", claim_worker="w"))
+    writer.put("k5", _index("t1", "b", eligible_at=50))
+    _equal(store.claimable_scopes(0), [("t1", "b")], "claimable_scopes at 0")
+    _equal(
+        store.claimable_scopes(500),
+        [("t1", "a"), ("t1", "b"), ("t2", "a")],
+        "claimable_scopes at 500, sorted, each once",
+    )
+    writer.put("k2", _index("t1", "b", state="CLAIMED", claim_worker="w"))
+    writer.put("k5", _index("t1", "b", state="SUCCEEDED"))
+    _equal(store.claimable_scopes(500), [("t1", "a"), ("t2", "a")], "after the claims")
 
 
 def _next_instants_are_the_earliest_after_an_instant(store: Store) -> None:
@@ -1808,6 +1831,10 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         _next_instants_are_the_earliest_after_an_instant,
     ),
     (
+        "claimable_scopes_are_the_scopes_with_work_eligible_now",
+        _claimable_scopes_are_the_scopes_with_work_eligible_now,
+    ),
+    (
         "a_work_signal_wakes_on_a_write_that_makes_work_claimable",
         _a_work_signal_wakes_on_a_write_that_makes_work_claimable,
     ),
@@ -2037,6 +2064,10 @@ class StoreConformance:
     def test_next_instants_are_the_earliest_after_an_instant(self) -> None:
         """`next_instants` (when offered) answers the earliest instants strictly after one."""
         self._check("next_instants_are_the_earliest_after_an_instant")
+
+    def test_claimable_scopes_are_the_scopes_with_work_eligible_now(self) -> None:
+        """`claimable_scopes` lists each scope with work eligible now once, sorted."""
+        self._check("claimable_scopes_are_the_scopes_with_work_eligible_now")
 
     def test_a_work_signal_wakes_on_a_write_that_makes_work_claimable(self) -> None:
         """A work signal (when offered) wakes on a READY write of its scope, not before."""

@@ -306,3 +306,80 @@ def test_a_fair_claim_whose_reply_was_lost_is_answered_again_with_the_same_claim
     # The ledger counts them once: the next claim goes to the flood again.
     [following] = warden.claim_fair(share, "w", CAPS, LATER, LEASE, request_id="r2")
     assert warden.get(following.workload_id).tenant_id == "flood"
+
+
+def test_a_scope_served_later_joins_at_the_lowest_pass_and_saves_no_turns() -> None:
+    a, b, c = (FairScope(t, "app") for t in "abc")
+    share = FairShare([a, b])
+    drive(share, [{a, b}] * 6)
+    share.serve([b, c])
+    assert share.scopes == (a, b, c)
+    # c is served next in its turn, then takes its share: no burst of saved turns.
+    served = drive(share, [{a, b, c}] * 6)
+    assert served.count(c) == 2
+    assert served[:3].count(c) == 1
+    assert share.bound(c) == 2
+
+
+def test_a_weighted_scope_served_later_keeps_the_others_proportions() -> None:
+    a, b = FairScope("a", "app"), FairScope("b", "app")
+    share = FairShare([a], {a: 1}, "weighted")
+    drive(share, [{a}] * 3)
+    share.serve([b], {b: 3})
+    served = drive(share, [{a, b}] * 8)
+    assert served.count(b) == 6
+    assert served.count(a) == 2
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_worker_of_every_scope_finds_each_tenant_and_shares_its_claims(
+    backend: str, tmp_path: Any
+) -> None:
+    from workwarden import App, Job, Worker
+    from workwarden.runtime import ManualClock
+    from workwarden.runtime.testing import InlineExecutor
+    from workwarden.storage import SQLiteStore
+
+    store = MemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "all.db")
+    warden = make_authority(store)
+    for i in range(20):
+        admit(warden, "flood", f"f{i}", now=1_000 + i)
+    for tenant in ("calm", "quiet"):
+        for i in range(2):
+            admit(warden, tenant, f"{tenant}{i}", now=5_000 + i)
+    served: list[str] = []
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        served.append(warden.get(job.workload_id).tenant_id)
+
+    worker = Worker(
+        warden,
+        app,
+        all_scopes=True,
+        clock=ManualClock(LEASE),
+        executor=InlineExecutor(),
+        batch=False,
+    )
+    worker.run_until_idle()
+    assert sorted(served) == ["calm"] * 2 + ["flood"] * 20 + ["quiet"] * 2
+    # Three scopes in turn: the two small tenants are done within the first six claims.
+    assert sorted(served[:6]) == ["calm", "calm", "flood", "flood", "quiet", "quiet"]
+    assert worker.share is not None
+    assert {s.tenant for s in worker.share.scopes} == {"flood", "calm", "quiet"}
+    store.close()
+
+
+def test_a_worker_of_every_scope_needs_a_store_that_lists_them() -> None:
+    from workwarden import App, Worker
+    from workwarden.storage import ForwardingStore
+
+    app = App()
+    app.handler("send", needs=CAPS)(lambda job: None)
+    with pytest.raises(WorkloadError) as caught:
+        Worker(make_authority(ForwardingStore(MemoryStore())), app, all_scopes=True)
+    assert caught.value.code == "WORKLOAD_INVALID"
+    with pytest.raises(WorkloadError) as unnamed:
+        Worker(make_authority(MemoryStore()), app)
+    assert unnamed.value.code == "WORKLOAD_INVALID"

@@ -113,6 +113,56 @@ def test_a_worker_process_runs_every_workload_to_success_and_exits_when_idle(
     assert _events(stderr, "stopped")
 
 
+def test_a_worker_of_every_scope_drains_every_tenant_it_finds(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    _admit(path, 3)
+    store = SQLiteStore(path)
+    try:
+        auth = authority(store)
+        now = int(time.time() * 1000)
+        grant = SIGNER.sign(grant_for(tenant="u", expires_at=now + 3_600_000))
+        for i in range(2):
+            auth.admit(
+                request(
+                    idempotency_key=f"u{i}",
+                    tenant_id="u",
+                    input={"id": i},
+                    authorization_snapshot=grant,
+                    capability_snapshot=CAPS,
+                ),
+                now,
+            )
+    finally:
+        store.close()
+    (tmp_path / "tasks.py").write_text(APP, encoding="utf-8")
+    command = [sys.executable, "-m", "workwarden", "worker", "--store", f"sqlite:///{path}"]
+    done = subprocess.run(
+        [*command, "--app", "tasks:app", "--all-scopes", "--until-idle"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, done.stderr
+    assert _states(path) == ["SUCCEEDED"] * 3
+    store = SQLiteStore(path)
+    try:
+        assert [w.state for w in authority(store).list("u", "app")] == ["SUCCEEDED"] * 2
+    finally:
+        store.close()
+    unnamed = subprocess.run(
+        [*command, "--app", "tasks:app", "--until-idle"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert unnamed.returncode == 2
+    assert unnamed.stderr.startswith("WORKWARDEN_USAGE: worker: name --tenant and --application")
+
+
 def test_a_worker_decides_under_the_spec_it_is_given(tmp_path: Path) -> None:
     # Under the claim-starts example a claim starts the attempt in its own commit, so a
     # worker deciding under it reports no start; under the shipped spec it would.

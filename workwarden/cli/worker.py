@@ -153,6 +153,10 @@ def _serve_metrics(port: int | None, counts: Callable[[], Mapping[str, int]]) ->
 
 
 def _worker(args: argparse.Namespace) -> int:
+    if (args.tenant is None or args.application is None) and not (
+        args.all_scopes and args.tenant is None and args.application is None
+    ):
+        raise _usage("worker: name --tenant and --application, or serve --all-scopes")
     _configure_logging()
     _remote("worker", args)
     app = load_app(args.app)
@@ -169,6 +173,7 @@ def _worker(args: argparse.Namespace) -> int:
             batch=args.batch,
             batch_window_ms=args.batch_window_ms,
             also_serve=args.also_serve,
+            all_scopes=args.all_scopes,
         )
         _serve_metrics(args.metrics_port, lambda: worker.counts)
         if args.until_idle:
@@ -238,8 +243,16 @@ def register(subparsers: Any) -> None:
     worker.add_argument(
         "--app", required=True, metavar="MODULE:ATTR", help="the App, e.g. tasks:app"
     )
-    worker.add_argument("--tenant", required=True, help="the tenant whose work to claim")
-    worker.add_argument("--application", required=True, help="the application whose work to claim")
+    worker.add_argument("--tenant", help="the tenant whose work to claim")
+    worker.add_argument("--application", help="the application whose work to claim")
+    worker.add_argument(
+        "--all-scopes",
+        action="store_true",
+        help=(
+            "claim the work of every tenant and application the store has work in, in the "
+            "order the spec's [fairness] declares (not over --warden)"
+        ),
+    )
     worker.add_argument(
         "--also-serve",
         action="append",

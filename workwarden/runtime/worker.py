@@ -69,9 +69,9 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.errors import WorkloadError
-from workwarden.statemachine.fairness import FairScope, FairShare, claim_fair
+from workwarden.statemachine.fairness import FairScope, FairShare, claim_fair, spec_weight
 from workwarden.statemachine.models import Checkpoint, ClaimReply, Fence
-from workwarden.storage.base import DueInstants, StoreError, WakeUps, WorkSignal
+from workwarden.storage.base import DueInstants, ScopeListing, StoreError, WakeUps, WorkSignal
 
 if TYPE_CHECKING:
     from workwarden.service.client import HttpAuthority
@@ -200,6 +200,12 @@ class Worker:
       ledger the worker keeps (`self.share`, `Authority.claim_fair`): while
       one scope has claimable work, at most `share.bound(scope)` of this
       worker's claims go to the others before one goes to it.
+    - `all_scopes`: serve every tenant and application the store has
+      claimable work in (`ScopeListing.claimable_scopes`, looked up once per
+      `poll_ms`, 1 s by default), fairly as `also_serve` does, beside any
+      named; `tenant` and `application` may then be left out. It needs the
+      store itself (not an `HttpAuthority`), and it looks for work every
+      `poll_ms` rather than waiting for a scope's wake-up.
 
     Thread-safety: `run()` and `step()` belong to one thread; `stop()` may
     be called from any thread (or a signal handler).
@@ -210,8 +216,8 @@ class Worker:
         authority: Authority | HttpAuthority,
         app: App,
         *,
-        tenant: str,
-        application: str,
+        tenant: str | None = None,
+        application: str | None = None,
         worker_id: str | None = None,
         concurrency: int = 1,
         lease_ms: int = 30_000,
@@ -228,6 +234,7 @@ class Worker:
         batch_window_ms: int = DEFAULT_WINDOW_MS,
         batch_max: int = DEFAULT_BATCH_MAX,
         also_serve: Iterable[Any] = (),
+        all_scopes: bool = False,
     ) -> None:
         if concurrency < 1:
             raise errors.bad_argument("concurrency", "concurrency must be at least 1")
@@ -267,7 +274,9 @@ class Worker:
         #: The store's capabilities (wake-ups, due instants); None over HTTP.
         self.store = authority.store if isinstance(authority, Authority) else None
         self.wake_ups = isinstance(self.store, WakeUps)
-        self.poll_ms = poll_ms if poll_ms is not None else (5_000 if self.wake_ups else 1_000)
+        # A worker of every scope hears no wake-up of a scope it has not found yet.
+        listens = self.wake_ups and not all_scopes
+        self.poll_ms = poll_ms if poll_ms is not None else (5_000 if listens else 1_000)
         self.authority: Authority | HttpAuthority = authority
         self._view: HandledOnly | None = None
         if isinstance(authority, Authority):
@@ -294,14 +303,28 @@ class Worker:
         if self._spec.concurrency_default_rate is not None:
             intervals.append(self._spec.concurrency_default_rate.every_ms)
         self._rate_look_ms = max(_RATE_LOOK_MS, min(intervals, default=self.poll_ms))
-        #: Every scope served: (tenant, application) first, then `also_serve`.
-        self.scopes: tuple[FairScope, ...] = (FairScope.of((tenant, application)),)
         extra = list(also_serve) if not isinstance(also_serve, (str, bytes)) else [also_serve]
+        named = [] if tenant is None and application is None else [(tenant, application)]
+        if not named and not all_scopes:
+            raise errors.bad_argument("tenant", "a worker serves a tenant and an application")
+        self.all_scopes = all_scopes
+        if all_scopes and not isinstance(self.store, ScopeListing):
+            raise errors.bad_argument(
+                "all_scopes",
+                "serving every scope needs a store that lists them (memory, SQLite,"
+                " PostgreSQL), not a remote authority",
+            )
+        #: Every scope served: (tenant, application) first, then `also_serve` (and, with
+        #: `all_scopes`, every scope the store has claimable work in, as it is found).
+        self.scopes: tuple[FairScope, ...] = tuple(
+            FairScope.of(scope) for scope in [*named, *extra]
+        )
         #: The fair-share ledger across `scopes` (None while one scope is served).
         self.share: FairShare | None = None
-        if extra:
-            self.share = FairShare.from_spec(self._spec, [*self.scopes, *extra])
+        if len(self.scopes) > 1 or (all_scopes and self.scopes):
+            self.share = FairShare.from_spec(self._spec, self.scopes)
             self.scopes = self.share.scopes
+        self._scopes_listed_at: int | None = None
         self._held: list[_Held] = []
         self._claim_at = 0
         self._claim_backoff = Backoff(backoff_base_ms, backoff_cap_ms)
@@ -403,6 +426,10 @@ class Worker:
         Serving several scopes, the claims are asked of them in the ledger's
         order (`claim_fair`), one call per scope tried.
         """
+        if self.all_scopes:
+            self._list_scopes(now)
+            if self.share is None:
+                return []
         if self.share is not None:
             return claim_fair(
                 self.authority,
@@ -414,6 +441,8 @@ class Worker:
                 limit if self.batches is not None else 1,
                 self._claim_request,
             )
+        assert self.tenant is not None
+        assert self.application is not None
         if self.batches is not None:
             return self.batches.claim_many(
                 self.tenant,
@@ -435,6 +464,21 @@ class Worker:
             request_id=self._claim_request,
         )
         return [] if claim is None else [claim]
+
+    def _list_scopes(self, now: int) -> None:
+        """Serve the scopes the store has claimable work in, looked up once per `poll_ms`."""
+        if self._scopes_listed_at is not None and now < self._scopes_listed_at + self.poll_ms:
+            return
+        assert isinstance(self.store, ScopeListing)
+        listed = [FairScope(t, a) for t, a in self.store.claimable_scopes(now)]
+        self._scopes_listed_at = now
+        if not listed:
+            return
+        if self.share is None:
+            self.share = FairShare.from_spec(self._spec, listed)
+        else:
+            self.share.serve(listed, {s: spec_weight(self._spec, s) for s in listed})
+        self.scopes = self.share.scopes
 
     def _take(self, claim: ClaimReply, now: int) -> None:
         """Hold a new claim and move it on; a claim that started its attempt needs no start."""
@@ -485,11 +529,14 @@ class Worker:
         self._next_eligible = None
         if isinstance(self.store, DueInstants):
             due = self.store
+            # Serving every scope, the next instant of any; a new scope is found by listing.
+            wanted = (
+                [(None, None)]
+                if self.all_scopes
+                else [(s.tenant, s.application) for s in self.scopes]
+            )
             try:
-                instants = [
-                    due.next_instants(now, scope.tenant, scope.application).eligible_at
-                    for scope in self.scopes
-                ]
+                instants = [due.next_instants(now, t, a).eligible_at for t, a in wanted]
             except StoreError as exc:
                 self._store_error("next_instants", exc, None)
                 return latest
@@ -922,6 +969,7 @@ class Worker:
             tenant=self.tenant,
             application=self.application,
             also_serve=[scope.key for scope in self.scopes[1:]] or None,
+            all_scopes=self.all_scopes or None,
             concurrency=self.concurrency,
             lease_ms=self.lease_ms,
             batch="on" if self._buffer is not None else "off",
