@@ -27,6 +27,7 @@ from workwarden.storage.pg_connections import _Connection
 from workwarden.storage.pg_schema import (
     _CONCURRENCY_HOLDERS,
     _CONCURRENCY_LOCK,
+    _GATED_VERSIONS,
     _RATE_MARKS,
     _SET_RATE_MARKS,
 )
@@ -43,6 +44,14 @@ def over_limit_writes(conn: _Connection, writes: Sequence[Write]) -> dict[str, S
     key's rate has no token at the write's instant (`StoreRateLimited`).
     """
     gated = [write for write in writes if write.index.gated]
+    if not gated:
+        return {}
+    versions: dict[str, int] = dict(
+        conn.execute(_GATED_VERSIONS, {"keys": sorted({w.key for w in gated})}).fetchall()
+    )
+    # A write expecting another version than the committed one fails its
+    # compare-and-swap: a conflict, neither counted nor spending a token.
+    gated = [write for write in gated if versions.get(write.key) == write.expected_version]
     if not gated:
         return {}
     keys = sorted({str(write.index.concurrency_key) for write in gated})

@@ -452,6 +452,9 @@ _CONCURRENCY_HOLDERS = (
     "SELECT concurrency_key, key FROM workwarden_documents"
     " WHERE claim_worker IS NOT NULL AND concurrency_key = ANY(%(keys)s::text[])"
 )
+# The committed versions of the keys a batch's gated writes expect (a write expecting
+# another version fails its compare-and-swap: a conflict, not a limit).
+_GATED_VERSIONS = "SELECT key, version FROM workwarden_documents WHERE key = ANY(%(keys)s::text[])"
 # The rate check (`IndexFields.rate_every_ms`), under the same locks: the marks of
 # the keys, and the marks the batch's claims moved them to.
 _RATE_MARKS = (

@@ -432,7 +432,7 @@ class SQLiteStore:
         """
         values = _document_params(key, document, index, expected_version)
         with self._transaction(f"write {key}") as conn:
-            mark = _check_limit(conn, key, index, audit.at)
+            mark = _check_limit(conn, key, index, audit.at, expected_version)
             if expected_version is None:
                 values["version"] = _first_version(conn, key)
                 conn.execute(_INSERT, values)
@@ -528,7 +528,7 @@ class SQLiteStore:
         key, expected_version = write.key, write.expected_version
         values = _document_params(key, write.document, write.index, expected_version)
         try:
-            mark = _check_limit(conn, key, write.index, write.audit.at)
+            mark = _check_limit(conn, key, write.index, write.audit.at, expected_version)
         except StoreLimited as limited:
             return limited
         try:

@@ -226,7 +226,7 @@ _HOLDERS = (
     "SELECT count(*) FROM documents INDEXED BY documents_by_concurrency"
     " WHERE claim_worker IS NOT NULL AND concurrency_key = :concurrency_key AND key <> :key"
 )
-_HELD = "SELECT claim_worker IS NOT NULL FROM documents WHERE key = :key"
+_HELD = "SELECT version, claim_worker IS NOT NULL FROM documents WHERE key = :key"
 # The rate check of a claim's write (`IndexFields.rate_every_ms`): the key's mark.
 _RATE_MARK = "SELECT mark FROM key_rates WHERE concurrency_key = :concurrency_key"
 _SET_RATE_MARK = (
@@ -447,15 +447,19 @@ def _add_columns(conn: sqlite3.Connection) -> None:
     )
 
 
-def _check_limit(conn: sqlite3.Connection, key: str, index: IndexFields, at: int) -> int | None:
+def _check_limit(
+    conn: sqlite3.Connection, key: str, index: IndexFields, at: int, expected: int | None
+) -> int | None:
     """Refuse a claim's write past its key's limit or rate, in the write's transaction.
 
     `StoreLimited` past the limit, `StoreRateLimited` with no token left at
     `at`. Counted only for a write that holds a claim with a limit or a rate;
     the document's committed version is read only when a check would refuse
-    (a holder already counted may go on: a heartbeat, a start). Returns the
-    key's new rate mark, for `_keep_rate_mark` once the write is made (None
-    when the write spends no token).
+    or spend (a holder already counted may go on: a heartbeat, a start; a
+    write expecting another version than the committed one is left to fail
+    its compare-and-swap, a conflict rather than a limit). Returns the key's
+    new rate mark, for `_keep_rate_mark` once the write is made (None when
+    the write spends no token).
     """
     if not index.gated:
         return None
@@ -475,7 +479,7 @@ def _check_limit(conn: sqlite3.Connection, key: str, index: IndexFields, at: int
     if refusal is None and mark is None:
         return None
     held = conn.execute(_HELD, {"key": key}).fetchone()
-    if held is not None and held[0]:
+    if (None if held is None else held[0]) != expected or (held is not None and held[1]):
         return None
     if refusal is not None:
         raise refusal

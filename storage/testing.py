@@ -1748,6 +1748,22 @@ def _a_claim_past_its_keys_rate_is_refused_and_changes_nothing(store: Store) -> 
     _expect(refused is not None, "a claim past its key's rate is refused with StoreRateLimited")
     _equal(refused.retry_at if refused else None, 1_150, "when the refused claim's token is back")
     _unchanged(store, before, "a claim refused for its key's rate", ["k3"])
+    stale: StoreConflict | None = None
+    try:
+        # Expecting a version that is not the committed one: a conflict, not the rate.
+        store.write(
+            "k3",
+            _text("k3", 50),
+            _rated_claim(),
+            versions["k3"] + 5,
+            _audit("k3", _rated_claim(), 50),
+        )
+    except StoreConflict as exc:
+        stale = exc
+    _expect(
+        stale is not None and not isinstance(stale, StoreLimited),
+        f"a stale claim of a spent key is a plain conflict, got {stale!r}",
+    )
     # A holder's own writes spend no token; another key has its own bucket.
     writer.put("k1", _rated_claim())
     writer.put("o1", _rated_claim(key="other"))
