@@ -15,6 +15,10 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
 from workwarden.statemachine import (
     Authority,
     CreateWorkload,
@@ -161,3 +165,25 @@ class SwitchedStore(ForwardingStore):
     ) -> Sequence[str]:
         self._check()
         return super().deadlines_due(now, limit, tenant, application)
+
+
+#: How the tests hunt a deliberately broken store with the stateful suite: derandomised,
+#: so a hunt that finds its bug always finds it.
+HUNT = settings(
+    max_examples=200,
+    stateful_step_count=40,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.generate],
+)
+
+
+def failed_check(machine: type) -> str:
+    """The name of the check the stateful `machine` fails under `HUNT` (it must fail one)."""
+    from workwarden.testing.support import CheckFailed
+
+    with pytest.raises(CheckFailed) as failed:
+        run_state_machine_as_test(machine, settings=HUNT)  # type: ignore[no-untyped-call, unused-ignore]
+    return failed.value.check

@@ -27,12 +27,12 @@ from typing import Any
 import psycopg
 import pytest
 from fleet import drain_with_processes, fleet_target
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import pg
 from backends import BACKENDS
-from support import CAPS, request, store_snapshot
+from support import CAPS, failed_check, request, store_snapshot
 from support import authority as make_authority
 from workwarden.statemachine import Authority, Spec, WorkloadError
 from workwarden.statemachine.properties.invariants import check_store
@@ -44,7 +44,6 @@ from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA
 from workwarden.testing import authority_machine
 from workwarden.testing.concurrency_rules import CONCURRENCY_KEY, ConcurrencyRules
-from workwarden.testing.support import CheckFailed
 
 NOW = 5_000
 LEASE = 60_000
@@ -280,20 +279,7 @@ def test_the_stateful_suite_catches_a_store_that_ignores_the_limit() -> None:
     spec = limited_spec(f"limits = {{ {CONCURRENCY_KEY} = 1 }}")
     machine = authority_machine(UnlimitedStore, spec, shadow=False)
     limited = type("LimitedMachine", (ConcurrencyRules, machine), {})
-    with pytest.raises(CheckFailed) as failed:
-        run_state_machine_as_test(  # type: ignore[no-untyped-call, unused-ignore]
-            limited,
-            settings=settings(
-                max_examples=200,
-                stateful_step_count=40,
-                deadline=None,
-                database=None,
-                derandomize=True,
-                suppress_health_check=list(HealthCheck),
-                phases=[Phase.generate],
-            ),
-        )
-    assert failed.value.check == "claims_within_concurrency_limits"
+    assert failed_check(limited) == "claims_within_concurrency_limits"
 
 
 class UnlimitedStore(MemoryStore):

@@ -17,13 +17,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from fleet import drain_with_processes, fleet_target
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 import pg
 from backends import BACKENDS
-from support import CAPS, request, store_snapshot
+from support import CAPS, failed_check, request, store_snapshot
 from support import authority as make_authority
 from workwarden.statemachine import Authority, Spec, WorkloadError
 from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
@@ -42,7 +42,6 @@ from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.sqlite_schema import SCHEMA_VERSION as SQLITE_SCHEMA
 from workwarden.testing import authority_machine
 from workwarden.testing.concurrency_rules import CONCURRENCY_KEY, ConcurrencyRules
-from workwarden.testing.support import CheckFailed
 
 NOW = 50_000
 LEASE = 600_000
@@ -388,17 +387,4 @@ class RatelessStore(MemoryStore):
 def test_the_stateful_suite_catches_a_store_that_ignores_the_rate() -> None:
     machine = authority_machine(RatelessStore, rated_spec(_SUITE_RATE), shadow=False)
     rated = type("RatedMachine", (ConcurrencyRules, machine), {})
-    with pytest.raises(CheckFailed) as failed:
-        run_state_machine_as_test(  # type: ignore[no-untyped-call, unused-ignore]
-            rated,
-            settings=settings(
-                max_examples=200,
-                stateful_step_count=40,
-                deadline=None,
-                database=None,
-                derandomize=True,
-                suppress_health_check=list(HealthCheck),
-                phases=[Phase.generate],
-            ),
-        )
-    assert failed.value.check == "claims_within_rates"
+    assert failed_check(rated) == "claims_within_rates"

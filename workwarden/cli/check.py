@@ -245,15 +245,9 @@ def _run_check(args: argparse.Namespace) -> int:
     if json_path is not None:
         _write(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n", "--json")
     if report.violations or report.refinement:
-        out_dir = Path(args.trace_dir)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"--trace-dir {out_dir}: cannot make the directory: {exc.strerror or exc}",
-                {"field": "--trace-dir"},
-            ) from None
+        from workwarden.cli.check_scheduling import trace_dir
+
+        out_dir = trace_dir(args.trace_dir)
         for finding in [*report.violations, *report.refinement[:1]]:
             trace = {
                 "spec": spec_file,

@@ -21,7 +21,7 @@ from workwarden.statemachine import errors
 
 T = TypeVar("T")
 
-__all__ = ["pick_mutant", "register_options", "replay_scheduling", "run_scheduling"]
+__all__ = ["pick_mutant", "register_options", "replay_scheduling", "run_scheduling", "trace_dir"]
 
 
 def register_options(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +90,20 @@ def _universe(args: argparse.Namespace) -> Any:
     return SchedulingUniverse(**fields)
 
 
+def trace_dir(path: str) -> Path:
+    """`--trace-dir`, made if missing (`WORKLOAD_INVALID` when it cannot be)."""
+    out_dir = Path(path)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"--trace-dir {out_dir}: cannot make the directory: {exc.strerror or exc}",
+            {"field": "--trace-dir"},
+        ) from None
+    return out_dir
+
+
 def pick_mutant(table: Mapping[str, T], name: str | None, what: str) -> T | None:
     """The mutant `name` of `table` (None for none); an unknown name is `WORKLOAD_INVALID`."""
     if not name:
@@ -142,15 +156,7 @@ def run_scheduling(
     if json_path is not None:
         json_path.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if report.violations:
-        out_dir = Path(args.trace_dir)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"--trace-dir {out_dir}: cannot make the directory: {exc.strerror or exc}",
-                {"field": "--trace-dir"},
-            ) from None
+        out_dir = trace_dir(args.trace_dir)
         for violation, steps in report.violations:
             print(f"  VIOLATION {violation.property}: {violation.message}")
             for number, step in enumerate(steps, 1):
