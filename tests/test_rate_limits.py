@@ -276,6 +276,7 @@ Its poll interval is the default: it looks again as often as the key gains a tok
 """
 
 import sys
+import time
 
 from workwarden import App, Worker
 from workwarden.statemachine import Authority, GrantVerifier
@@ -294,6 +295,8 @@ app = App()
 
 @app.handler("send", needs=("email:send",))
 def send(job):
+    # Longer than the rate's interval: one worker cannot take every token.
+    time.sleep(0.15)
     return {"sent": job.input}
 
 
@@ -307,7 +310,7 @@ Worker(
     tenant="t",
     application="app",
     worker_id=worker_id,
-    concurrency=4,
+    concurrency=1,
     lease_ms=60_000,
 ).run()
 '''

@@ -179,7 +179,14 @@ def send(job):
             time.sleep(0.005)
         record("cancel_seen", job.workload_id, wall_ms(), int(job.cancel_requested))
         return {"cancel_seen": job.cancel_requested}
-    time.sleep(job.input.get("sleep_ms", 0) / 1000)
+    # While it works past its checkpoint, the attempt is marked in flight, so that
+    # a kill meant to lose a checkpointed attempt can pick a process holding one.
+    working = CONTROL / f"working-{os.getpid()}-{job.workload_id}"
+    working.touch()
+    try:
+        time.sleep(job.input.get("sleep_ms", 0) / 1000)
+    finally:
+        working.unlink(missing_ok=True)
     return {"downstream": apply(job)}
 '''
 
@@ -254,7 +261,6 @@ class Proc:
     role: str
     popen: subprocess.Popen[bytes]
     log: Path
-    up_since: float | None = None
 
     @property
     def pid(self) -> int:
@@ -266,14 +272,6 @@ class Proc:
 
     def named(self, event: str) -> list[dict[str, str]]:
         return [fields for name, fields in self.events() if name == event]
-
-    def running_for(self) -> float:
-        """Seconds since the process was first seen to have logged `started` (0 before)."""
-        if self.up_since is None:
-            if not self.named("started"):
-                return 0.0
-            self.up_since = time.monotonic()
-        return time.monotonic() - self.up_since
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -573,8 +571,8 @@ def _chaos_drain(
     with backend(kind, tmp_path) as be, fleet(tmp_path, be.store_url, be.downstream.url) as f:
         store = open_store(be.store_url)
         try:
-            # Each handler works 25 ms after its checkpoint, so a kill mostly lands on
-            # checkpointed attempts whose work another worker then resumes.
+            # Each handler works 25 ms after its checkpoint: a kill lands on a
+            # checkpointed attempt whose work another worker then resumes.
             admitted = admit(make_authority(store), modes, sleep_ms=25)
             names = [f"w{i}" for i in range(workers)]
             for name in names:
@@ -582,17 +580,23 @@ def _chaos_drain(
             f.sweeper()
             kills = 0
             started = time.monotonic()
-            # Every few hundred ms, kill a random worker that has been working for a
-            # while (one still starting has done nothing to lose) and start another in
-            # its place, until nine tenths are done; the rest drains in peace.
+            # Every few hundred ms, kill a random worker that holds an attempt past its
+            # checkpoint (so the kill loses one, which another worker resumes) and start
+            # another in its place, until nine tenths are done (and at least one was
+            # killed, however fast the drain); the rest drains in peace.
+            control = f.workdir / "control"
             done, progress_at = 0, time.monotonic()
-            while done < 0.9 * count:
+            while done < 0.9 * count or (kills == 0 and done < count):
                 if time.monotonic() - progress_at > 120:
                     pytest.fail(f"no workload ended for 120 s, at {done}\n{f.logs()}")
                 if (now_done := terminal_count(be.count_states)) > done:
                     done, progress_at = now_done, time.monotonic()
                 time.sleep(rng.uniform(0.2, 0.6))
-                ripe = [p for p in f.alive() if p.role == "worker" and p.running_for() > 1.0]
+                ripe = [
+                    p
+                    for p in f.alive()
+                    if p.role == "worker" and any(control.glob(f"working-{p.popen.pid}-*"))
+                ]
                 if not ripe:
                     continue
                 victim = rng.choice(ripe)
