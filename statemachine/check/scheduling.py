@@ -41,6 +41,12 @@ from typing import Any
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.check.universe import (
+    APPLICATION,
+    CAPABILITY,
+    CHECKER_KEY,
+    CHECKER_KEY_ID,
+)
 from workwarden.statemachine.fairness import FairScope, FairShare
 from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Subject
 from workwarden.statemachine.index import index_fields
@@ -63,14 +69,11 @@ __all__ = [
     "replay",
 ]
 
-APPLICATION = "app"
-CAPABILITY = "cap"
 #: The concurrency key every workload of the universe carries.
 KEY = "k"
-_KEY_ID = "scheduling"
-_SECRET = b"scheduling-check-key-0123456789ab"
-_SIGNER = GrantSigner(_KEY_ID, _SECRET)
-_VERIFIER = GrantVerifier({_KEY_ID: _SECRET})
+# Admissions are signed as the core's universe signs them, with the checker's key.
+_SIGNER = GrantSigner(CHECKER_KEY_ID, CHECKER_KEY)
+_VERIFIER = GrantVerifier({CHECKER_KEY_ID: CHECKER_KEY})
 _REQUESTER = Subject(kind="service", id="requester")
 _SEED = AuditRecord("seed", "-", 0, "checker", "seed", "-", APPLICATION, 0, "")
 
