@@ -36,7 +36,25 @@ _OFFER_SPACE = 0x776F726B  # "work"
 
 _UNLOCK = "SELECT count(pg_advisory_unlock(%s::int4, hashtext(k))) FROM unnest(%s::text[]) AS k"
 
-_TRY_LOCK = "SELECT pg_try_advisory_lock(%s::int4, hashtext(%s))"
+# One statement tries the probed rows in page order and takes an offer on the
+# first one it can lock that is still at the version the page read: a row
+# claimed since by another claimer (which then let its offer go) would only
+# fail its compare-and-swap after a decision made for nothing. Each row is
+# locked first, then checked; a lock on a row found changed is let go at once
+# (`IS NULL` keeps the unlock from being folded away: it is never null). The
+# scan of `unnest` yields the rows in array order and `LIMIT 1` stops it at
+# the first taken, so no row after it is locked. The answer is the position
+# (from 1) of the row offered, or no row when none could be.
+_TRY_LOCK = """
+    SELECT n FROM unnest(%(keys)s::text[], %(versions)s::bigint[]) WITH ORDINALITY AS c(k, v, n)
+    WHERE CASE
+        WHEN NOT pg_try_advisory_lock(%(space)s::int4, hashtext(k)) THEN false
+        WHEN EXISTS (SELECT 1 FROM workwarden_documents AS d
+                     WHERE d.key = c.k AND d.version = c.v) THEN true
+        ELSE pg_advisory_unlock(%(space)s::int4, hashtext(k)) IS NULL
+    END
+    LIMIT 1
+"""
 
 
 def _arrange(rows: list[StoredDocument], busy: set[str]) -> list[StoredDocument]:
@@ -57,9 +75,10 @@ class _Offers:
     An offer is an advisory lock on the candidate's key, held by one
     connection of the store's own (opened on first use, apart from the pool)
     on behalf of one thread, until that thread asks for candidates again or
-    ends. The first rows of a page are tried in order until one can be
-    offered; rows offered to another thread of this store, and rows found
-    locked by another process's store on the way, are busy. The lock changes
+    ends. The first rows of a page are tried in order, in one statement,
+    until one can be offered; rows offered to another thread of this store,
+    and rows found locked by another process's store or changed since the
+    page was read (most likely claimed meanwhile) on the way, are busy. The lock changes
     nothing about the row: a busy row is only tried later, never hidden, and
     the compare-and-swap still decides who claims it.
     """
@@ -122,15 +141,22 @@ class _Offers:
             cursor = conn.execute(query, params)
         rows = [_document(row) for row in cursor.fetchall()]
         busy = {doc.key for doc in rows if doc.key in self._holder}
-        for doc in rows[: self._PROBES]:
-            if doc.key in busy:
-                continue
-            locked = conn.execute(_TRY_LOCK, (_OFFER_SPACE, doc.key)).fetchone()
-            if locked is not None and locked[0]:
-                self._offered[me] = doc.key
-                self._holder[doc.key] = me
-                break
-            busy.add(doc.key)
+        probes = [doc for doc in rows[: self._PROBES] if doc.key not in busy]
+        if probes:
+            offered = conn.execute(
+                _TRY_LOCK,
+                {
+                    "space": _OFFER_SPACE,
+                    "keys": [doc.key for doc in probes],
+                    "versions": [doc.version for doc in probes],
+                },
+            ).fetchone()
+            taken = len(probes) if offered is None else int(offered[0]) - 1
+            busy.update(doc.key for doc in probes[:taken])
+            if offered is not None:
+                key = probes[taken].key
+                self._offered[me] = key
+                self._holder[key] = me
         return _arrange(rows, busy)
 
     def _close(self) -> None:

@@ -667,12 +667,14 @@ class PostgresStore:
 
         The page is the next `limit` rows by priority (highest first), then
         created_at, then key, after `after`. The calling thread is offered
-        the first row no other claimer holds an offer on: an advisory lock,
+        the first row no other claimer holds an offer on and that is still
+        at the version the page read: an advisory lock,
         kept (by the store's own connection) until the thread asks for
         candidates again or ends; it does not lock the row, which stays
         readable and writable by everyone. Rows on offer to other threads of
-        this store, and rows found on offer to other processes while looking
-        for a free one, are moved behind the others, so that each claimer's
+        this store, and rows found on offer to other processes or changed
+        since the page was read while looking for a free one (all looked at
+        in one statement), are moved behind the others, so that each claimer's
         first compare-and-swap is on a row no one else is trying and most
         succeed at the first try. The page keeps its last
         row last, so `after` taken from it skips nothing. Nothing is hidden
