@@ -17,6 +17,8 @@ Three measurements in one run, on one private PostgreSQL cluster (`fsync=on`):
      and its defaults otherwise (`mode=drain`);
    - `workwarden`: `--workers` processes, each looping `claim_next`, `start`,
      `complete(output=None)`;
+   - `workwarden-claim-starts`: the same under `specs/examples/claim_starts.toml`,
+     whose claim starts the attempt in its own commit (no `start` call);
    - `workwarden-batched`: `--workers` processes, each looping
      `claim_many(limit=--batch)`, one `report_many` of the starts, one of the
      completions;
@@ -98,12 +100,14 @@ SIDES = (
     "procrastinate",
     "pgqueuer",
     "workwarden",
+    "workwarden-claim-starts",
     "workwarden-batched",
     "workwarden-batched-claim-starts",
 )
 SQLITE_SIDES = ("raw", "batched", "batched-claim-starts")
 RATIOS = {
     "workwarden / procrastinate": ("workwarden", "procrastinate", 1.5),
+    "workwarden-claim-starts / procrastinate": ("workwarden-claim-starts", "procrastinate", 1.5),
     "workwarden-batched / pgqueuer": ("workwarden-batched", "pgqueuer", 1.0),
     "workwarden-batched-claim-starts / pgqueuer": (
         "workwarden-batched-claim-starts",
@@ -155,9 +159,11 @@ def _one_at_a_time(
     )
     if claim is None:
         return 0, 0
-    authority.start(claim.workload_id, claim.fence, NOW)
+    started = claim.started_at is None
+    if started:
+        authority.start(claim.workload_id, claim.fence, NOW)
     authority.complete(claim.workload_id, claim.fence, f"result-{claim.workload_id}", None, NOW)
-    return 1, 1
+    return 1, int(started)
 
 
 def _batched(authority: Authority, fixture: Fixture, name: str, batch: int) -> tuple[int, int]:
@@ -210,7 +216,7 @@ def _workwarden_drain(
     fixture = Fixture()
     store = PostgresStore(dsn, pool_size=1)
     authority = Authority(store, grants=fixture.verifier, spec=_spec(side))
-    step = _one_at_a_time if side == "workwarden" else _batched
+    step = _batched if "batched" in side else _one_at_a_time
     name = f"worker-{worker}"
     profiler = None
     if profile is not None:
