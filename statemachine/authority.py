@@ -80,6 +80,7 @@ from workwarden.statemachine.models import (
     Fence,
     Result,
     Workload,
+    shallow_copy,
 )
 from workwarden.statemachine.remembered import DEFAULT_REMEMBER, Remembered
 from workwarden.statemachine.safety import check_json
@@ -729,7 +730,7 @@ class Authority:
             return doc
 
         def try_claim(doc: StoredDocument, workload: Workload) -> ClaimReply:
-            command = probe.model_copy(update={"workload_id": doc.key})
+            command = shallow_copy(probe, workload_id=doc.key)
             # Decided on the page's version; the write confirms it. When it
             # conflicts, the candidate changed since the page was read (most
             # likely another claimer took it): the scheduler skips it without

@@ -43,7 +43,7 @@ from workwarden.statemachine.commands import (
     HeartbeatCommand,
     StartCommand,
 )
-from workwarden.statemachine.models import ClaimReply, CreateWorkload, Workload
+from workwarden.statemachine.models import ClaimReply, CreateWorkload, Workload, shallow_copy
 from workwarden.storage.base import (
     CLAIM_PAGES,
     BatchStore,
@@ -319,6 +319,11 @@ def _report_round(
                     slots[slot] = _single(authority, command, now, command.op)
                 else:
                     pending.append((slot, command, item))
+    # A report's caller is given its reply only, never the workload decided:
+    # the workload may be kept decoded for the next report, as after a one-call
+    # method (`Remembered.wrote`).
+    for _, _, item in pending:
+        item._private = True
     _settle(authority, now, slots, pending)
 
 
@@ -434,7 +439,7 @@ def _decide_claim(
     if workload.dependencies:
         waiting.append(doc)
         return None
-    command = probe.model_copy(update={"workload_id": doc.key})
+    command = shallow_copy(probe, workload_id=doc.key)
     try:
         decision = authority._decide(workload, command, now)
     except errors.WorkloadError as exc:
@@ -487,7 +492,7 @@ def _reader(authority: Authority) -> Any:
 def _try_single_claim(
     authority: Authority, probe: ClaimCommand, now: int, doc: StoredDocument, workload: Workload
 ) -> ClaimReply | None:
-    command = probe.model_copy(update={"workload_id": doc.key})
+    command = shallow_copy(probe, workload_id=doc.key)
     prepared = authority._unconfirmed(command, now, "claim_next", doc.key, doc, workload)
     if prepared is None:
         prepared = authority._prepare(command, now, "claim_next")

@@ -108,7 +108,7 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
     Returns the canonical JSON text of `value` it measured, so a caller that
     also needs its digest does not serialise it twice.
     """
-    forbidden = {ascii_lower(key) for key in spec.secrets.forbidden_keys}
+    forbidden = spec.forbidden_keys_lowered
     max_depth = spec.limits.max_json_depth
     has_float = False
     stack: list[tuple[Any, int, str]] = [(value, 1, what)]
