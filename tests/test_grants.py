@@ -210,3 +210,24 @@ def test_any_of_several_keys_verifies(store: Store) -> None:
     assert new.created
     assert new.workload.authorization_snapshot.key_id == "k2"
     assert new.workload.requested_by == Subject(kind="agent", id="a1")
+
+
+def test_a_grant_verified_once_is_still_judged_by_each_verifier_and_each_signature() -> None:
+    # A verifier checks a signed grant object it accepted before without
+    # computing its signature again; that must not let anything else through.
+    good = SIGNER.sign(grant_for())
+    ours = GrantVerifier({KEY_ID: SECRET})
+    theirs = GrantVerifier({KEY_ID: b"another secret, 32 bytes long!!!"})
+    for _ in range(3):
+        ours.verify(good)
+    with pytest.raises(WorkloadError) as caught:
+        theirs.verify(good)
+    assert caught.value.code == "WORKLOAD_UNAUTHORIZED"
+    # An equal grant under a signature that does not verify, made after the
+    # good one was accepted, is refused: the signature is checked, not the grant.
+    forged = SignedGrant(grant=good.grant, key_id=good.key_id, signature="0" * 64)
+    with pytest.raises(WorkloadError):
+        ours.verify(forged)
+    for factory in BAD_SIGNATURES.values():
+        with pytest.raises(WorkloadError):
+            ours.verify(factory())
