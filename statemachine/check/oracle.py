@@ -17,11 +17,20 @@ validated) and the committed workload, and says what the core must answer.
   the target for a `direct` rule; `delay` "backoff" (the n-th retry waits
   initial * multiplier^(n-1), capped at max), "initial" or "none";
 - the attempt budget: `max_attempts` plus one per operator re-arm;
-- each operation's row: the replay rules of the calls the checker makes,
-  the deadline check, the fence (no claim, another claim, an expired
-  lease), the gate policy, the effect's own checks and edits, the edge
-  the operation takes out of the state (the table's edge listing it that
-  its actor class may take);
+- each operation's row: the replay rules of the calls the checker makes
+  (a checkpoint that names its sequence: the next one is recorded, one
+  already recorded by this attempt with the same state is answered with no
+  write, with another state or by another attempt `WORKLOAD_CONFLICT`, one
+  beyond the next `WORKLOAD_INVALID`), the deadline check, the fence (no
+  claim, another claim, an expired lease), the gate policy, the effect's own
+  checks and edits, the edge the operation takes out of the state (the
+  table's edge listing it that its actor class may take);
+- admission: the request's own checks, then the grant it carries (it binds
+  the requester, tenant and application, is active, and `issued_at <= now <
+  expires_at`, else `WORKLOAD_UNAUTHORIZED`), then a new workload, or, for a
+  workload already admitted under the key, the replay: no write when the
+  execution fields, the requester and the concurrency key are the same,
+  `IDEMPOTENCY_KEY_REUSED` otherwise;
 - a decision that writes at an instant earlier than the workload's last
   change is refused with `WORKLOAD_CONFLICT`.
 
@@ -31,19 +40,30 @@ the edges and decisions of the new events, attempt and retry counters,
 eligibility, fencing token, the lease, the last attempt, checkpoints,
 result). `check_step` compares every step the checker explores with it; a
 disagreement is the `spec_refinement` property, reported with the trace.
-An operation whose effect this module does not restate (admission, the
-spec's `move` operations) is not compared.
+An operation whose effect this module does not restate (the spec's `move`
+operations) is not compared, nor the document a new admission writes (only
+that it writes). A step where the core raised anything but a coded
+`WorkloadError` is reported whatever the spec answers.
 """
 
 from __future__ import annotations
 
+import json
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workwarden.statemachine.check.state import CheckState
-from workwarden.statemachine.check.universe import CAPABILITY, Action, Model, Step, worker_name
+from workwarden.statemachine.check.universe import (
+    CAPABILITY,
+    RAISED,
+    Action,
+    Model,
+    Step,
+    worker_name,
+)
 from workwarden.statemachine.commands import (
+    AdmitCommand,
     CancelCommand,
     CheckpointCommand,
     ClaimCommand,
@@ -60,7 +80,7 @@ from workwarden.statemachine.commands import (
     StartCommand,
     TimeoutCommand,
 )
-from workwarden.statemachine.models import Workload
+from workwarden.statemachine.models import CreateWorkload, Workload
 from workwarden.statemachine.properties.refinement import SPEC_REFINEMENT
 from workwarden.statemachine.spec import Spec
 from workwarden.statemachine.spec_model import PolicySpec, RuleSpec, SpecFile, TransitionSpec
@@ -83,6 +103,8 @@ _EXPIRED = "WORKLOAD_LEASE_EXPIRED"
 _RESULT_CONFLICT = "WORKLOAD_RESULT_CONFLICT"
 _RETRY_EXHAUSTED = "WORKLOAD_RETRY_EXHAUSTED"
 _TIMED_OUT = "WORKLOAD_TIMED_OUT"
+_UNAUTHORIZED = "WORKLOAD_UNAUTHORIZED"
+_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 
 
 @dataclass
@@ -344,6 +366,8 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
     undeclared = isinstance(cmd, FailCommand) and cmd.kind not in data.failures.kinds
     if undeclared and not data.failures.open:
         return Expected(_INVALID, False)
+    if isinstance(cmd, AdmitCommand):
+        return _admission(data, w, cmd.request, now)
     if w is None:
         return Expected(_NOT_FOUND, False)
     s = shape_of(w, len(w.execution_history))
@@ -401,8 +425,19 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
     # Replays of phase "live".
     if isinstance(cmd, StartCommand) and w.attempts and w.attempts[-1].started_at is not None:
         return Expected(None, False)
-    if isinstance(cmd, CheckpointCommand) and cmd.sequence is not None:
-        raise _Unmodelled
+    if isinstance(cmd, CheckpointCommand) and cmd.sequence is not None and row.replay is not None:
+        assert claim is not None  # the fence was checked
+        so_far = len(w.checkpoints)
+        if cmd.sequence > so_far + 1:
+            return Expected(_INVALID, False)
+        if cmd.sequence <= so_far:
+            # Named again: the same call when this attempt recorded it with the same state.
+            existing = w.checkpoints[cmd.sequence - 1]
+            ours = {a.attempt_id for a in w.attempts if a.fencing_token == claim.fencing_token}
+            same = existing.attempt_id in ours and _canonical(existing.state) == _canonical(
+                cmd.state
+            )
+            return Expected(None if same else _CONFLICT, False)
     holds = isinstance(cmd, ClaimCommand) and claim is not None and claim.worker_id == cmd.worker_id
     if holds and claim is not None and w.attempts[-1].started_at is None and claim.expires_at > now:
         return Expected(None, False)
@@ -421,6 +456,68 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
                 s.updated_at = now
                 return Expected(rule.refuse or _DENIED, True, s)
     return _effect(data, s, w, cmd, now)
+
+
+def _canonical(value: Any) -> str:
+    """A JSON value as one text (keys sorted): equal texts, the same value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _admission(data: SpecFile, w: Workload | None, request: CreateWorkload, now: int) -> Expected:
+    """Admission of `request` at `now`, `w` the workload already admitted under its key."""
+    if not request.idempotency_key.strip():
+        return Expected(_INVALID, False)
+    if any(value == 0 for value in request.timeouts.model_dump().values()):
+        return Expected(_INVALID, False)
+    policy = request.retry_policy
+    if not data.failures.open and set(policy.retry_on) - set(data.failures.kinds):
+        return Expected(_INVALID, False)
+    if policy.initial_delay_ms > policy.max_delay_ms:
+        return Expected(_INVALID, False)
+    if any(
+        d.required_state is not None and d.required_state not in data.states
+        for d in request.dependencies
+    ):
+        return Expected(_INVALID, False)
+    # The grant the request carries: it binds the requester, and holds at `now`.
+    grant = request.authorization_snapshot.grant
+    if (grant.subject, grant.tenant_id, grant.application_id) != (
+        request.requested_by,
+        request.tenant_id,
+        request.application_id,
+    ):
+        return Expected(_UNAUTHORIZED, False)
+    if grant.status != "active" or not grant.issued_at <= now < grant.expires_at:
+        return Expected(_UNAUTHORIZED, False)
+    if w is None:
+        return Expected(None, True)
+    return Expected(None if _admitted_as(w, request) else _KEY_REUSED, False)
+
+
+def _admitted_as(w: Workload, request: CreateWorkload) -> bool:
+    """Was `w` admitted by this very request (the fields a repeat is compared on)?"""
+    history = w.execution_history
+    recorded_not_before = history[0].evidence.get("not_before") if history else None
+    wanted = request.not_before
+    named = {d.workload_id: d.required_state for d in request.dependencies}
+    held = {d.workload_id: d.required_state for d in w.dependencies}
+    return (
+        w.requested_by == request.requested_by
+        and w.definition_id == request.definition_id
+        and w.definition_revision == request.definition_revision
+        and w.environment == request.environment
+        and _canonical(w.input) == _canonical(request.input)
+        and sorted(w.capability_snapshot) == sorted(request.capability_snapshot)
+        and sorted(w.connection_scopes) == sorted(request.connection_scopes)
+        and w.priority == request.priority
+        and w.retry_policy == request.retry_policy
+        and w.timeouts == request.timeouts
+        and set(named) == set(held)
+        # A dependency the request names no state for takes the one admission filled in.
+        and all(state is None or held[wid] == state for wid, state in named.items())
+        and recorded_not_before == (None if wanted is None else str(wanted))
+        and w.concurrency_key == request.concurrency_key
+    )
 
 
 def _expire(data: SpecFile, s: Shape, w: Workload, kind: str, now: int) -> None:
@@ -568,6 +665,7 @@ _CALLS = frozenset(
         "timeout",
         "retry",
         "confirm_cancel",
+        "admit",
     }
 )
 
@@ -650,12 +748,16 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
     A worker's or the operator's call is compared on its document; the
     sweeps (`recover_expired`, `enforce_deadlines`) on every document, each
     as that sweep's one-workload decision; `claim_next` on the document it
-    claimed. The clock, crashes, the racing writer and the spec's `move`
-    operations are not compared.
+    claimed; a repeated admission on its workload's document. The clock,
+    crashes, the racing writer and the spec's `move` operations are not
+    compared. A step where the core raised (`universe.RAISED`) is reported
+    whatever the action.
     """
     if step.cut or step.noop:
         return []
     label = action.label
+    if step.refusal is not None and step.refusal.startswith(RAISED):
+        return [f"{label}: the core {step.refusal}, where every refusal is a coded WorkloadError"]
     base = label.removeprefix("stale_")
     out: list[str] = []
     if base in _CALLS:

@@ -6,24 +6,30 @@ admits the universe's workloads into a fresh store, takes each action
 through a real `Authority` — workers keep the fences their claims returned,
 the racing writer holds a `prepare` and commits it later, a `move` is the
 spec's operation of effect `move` it names (`Authority.execute` of an
-`OperatorCommand`) — and checks the
-same properties as the checker after every step. A trace that shows a
-violation in the checker shows it here too.
+`OperatorCommand`), an `admit` the requester's admission sent again — and
+checks the same properties as the checker after every step. A trace that
+shows a violation in the checker shows it here too. A call the core answers
+by raising anything but a coded `WorkloadError` is recorded as the checker
+records it (`universe.raised`) and reported under `spec_refinement`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority, Prepared
 from workwarden.statemachine.check.checker import _step_violations, state_violations
+from workwarden.statemachine.check.oracle import PROPERTY
 from workwarden.statemachine.check.universe import (
     _CLAIM_GONE,
     _VERIFIER,
     APPLICATION,
     CAPABILITY,
+    RAISED,
     TENANT,
     Action,
     CheckState,
@@ -32,6 +38,7 @@ from workwarden.statemachine.check.universe import (
     Step,
     Universe,
     WorkerHold,
+    raised,
     worker_name,
 )
 from workwarden.statemachine.commands import (
@@ -41,9 +48,26 @@ from workwarden.statemachine.commands import (
     RecoverCommand,
 )
 from workwarden.statemachine.spec import Spec
-from workwarden.storage.base import Store
+from workwarden.storage.base import Store, StoreError
 
 __all__ = ["ReplayResult", "replay_trace", "trace_commands"]
+
+_T = TypeVar("_T")
+
+
+class _CoreRaised(Exception):
+    """An authority's call raised something other than a coded `WorkloadError`."""
+
+
+def _asking(call: Callable[[], _T]) -> _T:
+    """`call()`, an authority's call; what it raises but a coded refusal is `_CoreRaised`."""
+    try:
+        return call()
+    except (errors.WorkloadError, StoreError):
+        raise
+    except Exception as exc:
+        # The core crashed: recorded as the model records it (`universe.raised`).
+        raise _CoreRaised(raised(exc)) from exc
 
 
 @dataclass
@@ -112,7 +136,7 @@ class _Replayer:
             command = make(workload_id=key)
             self.sent.append((command, self.now))
             try:
-                self.authority.execute(command, self.now)
+                _asking(partial(self.authority.execute, command, self.now))
             except errors.WorkloadError as exc:
                 if exc.code != errors.CONFLICT:
                     raise
@@ -141,13 +165,15 @@ class _Replayer:
                         self.now,
                     )
                 )
-                claim = self.authority.claim_next(
-                    TENANT,
-                    APPLICATION,
-                    worker_name(action.worker),
-                    (CAPABILITY,),
-                    self.now,
-                    model.universe.lease_ms,
+                claim = _asking(
+                    lambda: self.authority.claim_next(
+                        TENANT,
+                        APPLICATION,
+                        worker_name(action.worker),
+                        (CAPABILITY,),
+                        self.now,
+                        model.universe.lease_ms,
+                    )
                 )
                 if claim is not None:
                     _, lost = self.workers[action.worker]
@@ -163,11 +189,11 @@ class _Replayer:
             elif label == "commit":
                 prepared, self.prepared = self.prepared, None
                 assert prepared is not None
-                prepared.commit()
+                _asking(prepared.commit)
             else:
                 command = model._command(self.state(), action)
                 self.sent.append((command, self.now))
-                reply = self.authority.execute(command, self.now)
+                reply = _asking(lambda: self.authority.execute(command, self.now))
                 if label == "claim":
                     _, lost = self.workers[action.worker]
                     hold = (action.slot, reply.claim_id, reply.worker_id, reply.fencing_token)
@@ -181,6 +207,8 @@ class _Replayer:
             if action.worker >= 0 and label not in ("claim", "claim_next", "crash"):
                 self._keep_or_release(action, exc.code)
             return exc.code
+        except _CoreRaised as exc:
+            return str(exc)
         return None
 
     def _keep_or_release(self, action: Action, refusal: str | None) -> None:
@@ -209,7 +237,7 @@ class _Replayer:
             command = self.model._command(
                 self.state(), Action("complete", "", action.slot, action.worker)
             )
-        self.prepared = self.racer.prepare(command, self.now)
+        self.prepared = _asking(lambda: self.racer.prepare(command, self.now))
         self.prepared_slot = action.slot
         self.prepares += 1
 
@@ -241,6 +269,8 @@ def replay_trace(
         step = Step(after, refusal, tuple(slot for slot, _, _ in changes), changes)
         result.steps.append({"step": number, **raw, "refusal": refusal})
         problems = _step_violations(model, before, action, step)
+        if refusal is not None and refusal.startswith(RAISED):
+            problems.append((PROPERTY, f"{action.label}: the core {refusal}"))
         for doc in after.docs:
             w = model.workload(doc)
             if w is not None:

@@ -46,6 +46,9 @@ class Universe:
     #: before (a chain); set by `workwarden check --workloads`, not the `[check]` table.
     workloads: int = 2
     racer: bool = False
+    #: Workers that lost a claim call again through the old fence: a completion and a
+    #: heartbeat while another claim holds the workload, and a cancellation confirmation
+    #: once their attempt ended cancelled (the repeat after a lost reply).
     stale_workers: bool = True
     first_timeouts: dict[str, int] = field(default_factory=lambda: {"claim_ms": 8})
     second_timeouts: dict[str, int] = field(default_factory=lambda: {"queue_ms": 8, "claim_ms": 4})

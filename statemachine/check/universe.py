@@ -1,8 +1,9 @@
 """The bounded universe the model checker explores: its states, its actions, one step.
 
 A universe is two (by default) workloads, the second depending on the first,
-admitted at instant 0; a few workers; an operator; a sweeper; and one racing
-writer that may hold a prepared decision while others commit. The operator
+admitted at instant 0; a few workers; an operator; a sweeper; the requester,
+which may repeat an admission at any later instant (its reply lost); and one
+racing writer that may hold a prepared decision while others commit. The operator
 also takes every operation the spec adds with the effect `move` (read from
 the operations table: whichever edge out of a workload's state the operation
 may take), up to `Universe.moves` of them per workload. Time moves only
@@ -81,6 +82,8 @@ __all__ = [
     "CACHE_LIMIT",
     "CHECKER_KEY",
     "CHECKER_KEY_ID",
+    "CHECKPOINT_VARIANTS",
+    "RAISED",
     "Action",
     "CheckState",
     "Model",
@@ -89,6 +92,7 @@ __all__ = [
     "Step",
     "Universe",
     "WorkerHold",
+    "raised",
 ]
 
 TENANT = "t"
@@ -172,6 +176,26 @@ def worker_name(index: int) -> str:
     return f"worker-{chr(ord('A') + index)}"
 
 
+#: What a worker's checkpoint call names, by the action's `arg`: no sequence
+#: (""), the next sequence ("next": the workload's checkpoints so far plus one),
+#: or the sequence of its attempt's last recorded checkpoint again ("repeat": the
+#: same call sent again after its reply was lost, with the same state).
+CHECKPOINT_VARIANTS = ("", "next", "repeat")
+
+#: The progress every checkpoint of the universe records.
+_CHECKPOINT_STATE = {"step": 1}
+
+#: The start of a step's refusal when the core raised something other than a
+#: `WorkloadError`: every refusal is a coded `WorkloadError`, so the oracle
+#: reports such a step whatever the spec answers.
+RAISED = "raised "
+
+
+def raised(exc: Exception) -> str:
+    """The refusal a step records when the core raised `exc`, not a `WorkloadError`."""
+    return f"{RAISED}{type(exc).__name__}: {exc}"
+
+
 _FAIL_VARIANTS = {
     "transient/none": ("transient_connection", "none"),
     "transient/unknown": ("transient_connection", "unknown"),
@@ -253,6 +277,8 @@ class Model:
             if op.spec.effect == "move"
         )
         self._held = frozenset(n for n, s in spec.states.items() if s.kind == "held")
+        confirm = spec.operations.get("confirm_cancel")
+        self._confirm_status = confirm.spec.attempt_status if confirm is not None else None
 
     # -- the initial state -------------------------------------------------
 
@@ -303,6 +329,10 @@ class Model:
                 yield Action("execution_context", name, slot=slot, worker=k)
                 if takes(at, "checkpoint") and info.checkpoints < u.checkpoints_per_attempt:
                     yield Action("checkpoint", name, slot=slot, worker=k)
+                    yield Action("checkpoint", name, slot=slot, worker=k, arg="next")
+                if info.checkpoints and info.claim_id == held[1]:
+                    # Its attempt recorded a checkpoint: the call sent again.
+                    yield Action("checkpoint", name, slot=slot, worker=k, arg="repeat")
                 if takes(at, "complete"):
                     yield Action("complete", name, slot=slot, worker=k)
                 if takes(at, "fail"):
@@ -318,6 +348,9 @@ class Model:
                     if takes(info.workload.state, "complete"):
                         yield Action("stale_complete", name, slot=lost[0], worker=k)
                     yield Action("stale_heartbeat", name, slot=lost[0], worker=k)
+                if info is not None and self._confirmed(info.workload, lost[3]):
+                    # Its attempt ended cancelled: the confirmation sent again.
+                    yield Action("stale_confirm_cancel", name, slot=lost[0], worker=k)
         operator_used = sum(info.operator_events for info in docs if info is not None)
         for slot, info in enumerate(docs):
             if info is None or operator_used >= u.operator_actions:
@@ -337,6 +370,10 @@ class Model:
                     yield Action("move", actor, slot=slot, arg=name)
         yield Action("recover_expired", "sweeper")
         yield Action("enforce_deadlines", "sweeper")
+        for slot, info in enumerate(docs):
+            if info is not None:
+                # The requester sends an admission again (its reply lost), at this instant.
+                yield Action("admit", "requester", slot=slot)
         if u.racer:
             if state.pending is None and state.prepares < u.racer_prepares:
                 for slot in range(len(docs)):
@@ -349,6 +386,13 @@ class Model:
                 yield Action("commit", "racer", slot=state.pending.slot)
         for instant in self._next_instants(state.now, docs):
             yield Action("jump", "clock", to=instant)
+
+    def _confirmed(self, workload: Workload, token: int) -> bool:
+        """Did the attempt of fence `token` end as a cancellation confirmed ends one?"""
+        status = self._confirm_status
+        return status is not None and any(
+            a.fencing_token == token and a.status == status for a in workload.attempts
+        )
 
     def _takes(self, state: str, operation: str) -> bool:
         """Does the table let `operation` leave `state`?"""
@@ -445,6 +489,8 @@ class Model:
             )
         except errors.WorkloadError as exc:
             outcome: tuple[str | None, str | None] = (None, exc.code)
+        except Exception as exc:  # noqa: BLE001 - a core that crashes is a finding, not the end
+            outcome = (None, raised(exc))
         else:
             written = decision.workload
             document = self.abstraction.serialise(written) if written is not None else None
@@ -457,7 +503,7 @@ class Model:
         label, slot = action.label, action.slot
         if label == "claim":
             return (label, slot, action.worker, None, "")
-        if label in ("cancel", "timeout", "retry"):
+        if label in ("cancel", "timeout", "retry", "admit"):
             return (label, slot, -1, None, "")
         if label == "move":
             return (label, slot, -1, None, action.arg)
@@ -465,7 +511,15 @@ class Model:
         held, lost = state.workers[action.worker]
         hold = lost if stale else held
         assert hold is not None
-        return (label.removeprefix("stale_"), slot, -1, hold, action.arg)
+        arg = action.arg
+        if label == "checkpoint" and arg:
+            assert arg in CHECKPOINT_VARIANTS, arg
+            # The sequence the worker names: what it knows of the checkpoints
+            # recorded (its claim's reply lists them, and it recorded the rest).
+            w = self.workload(state.docs[slot])
+            assert w is not None
+            arg = str(len(w.checkpoints) + (1 if arg == "next" else 0))
+        return (label.removeprefix("stale_"), slot, -1, hold, arg)
 
     def _command(self, state: CheckState, action: Action) -> Command:
         """The command a worker's or an operator's action sends in `state`."""
@@ -493,6 +547,8 @@ class Model:
             return TimeoutCommand(workload_id=wid, actor="operator")
         if base == "retry":
             return RetryCommand(workload_id=wid, actor="operator")
+        if base == "admit":
+            return AdmitCommand(request=self.requests[slot])
         if base == "move":
             actor = dict(self.moves)[arg]
             return OperatorCommand(operation=arg, workload_id=wid, actor=actor)
@@ -509,7 +565,12 @@ class Model:
         if base == "execution_context":
             return ExecutionContextCommand(workload_id=wid, fence=fence)
         if base == "checkpoint":
-            return CheckpointCommand(workload_id=wid, fence=fence, state={"step": 1})
+            return CheckpointCommand(
+                workload_id=wid,
+                fence=fence,
+                state=_CHECKPOINT_STATE,
+                sequence=int(arg) if arg else None,
+            )
         if base == "complete":
             return CompleteCommand(
                 workload_id=wid,
@@ -617,6 +678,8 @@ class Model:
                 authority.enforce_deadlines(state.now)
         except errors.WorkloadError as exc:
             refusal = exc.code
+        except Exception as exc:  # noqa: BLE001 - a core that crashes is a finding, not the end
+            refusal = raised(exc)
         docs: list[str | None] = []
         untouched = True
         for slot, before in enumerate(state.docs):

@@ -349,11 +349,14 @@ def _read_trace(path: str) -> dict[str, Any]:
 
 def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
     """Refuse a trace whose steps name workloads, workers or actions the universe lacks."""
+    from workwarden.statemachine.check.universe import CHECKPOINT_VARIANTS
+
     known = {
         "jump", "crash", "claim", "claim_next", "start", "heartbeat", "execution_context",
         "checkpoint", "complete", "fail", "confirm_cancel", "stale_complete", "stale_heartbeat",
-        "cancel", "timeout", "retry", "recover_expired", "enforce_deadlines", "prepare_recover",
-        "prepare_enforce", "prepare_complete", "commit", "move",
+        "stale_confirm_cancel", "cancel", "timeout", "retry", "recover_expired",
+        "enforce_deadlines", "prepare_recover", "prepare_enforce", "prepare_complete", "commit",
+        "move", "admit",
     }  # fmt: skip
     moves = dict(model.moves)
     for number, step in enumerate(trace["steps"], start=1):
@@ -364,6 +367,9 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
         elif label == "move" and step.get("arg") not in moves:
             valid = ", ".join(moves) or "none in this spec"
             problem = f"move {step.get('arg')!r} is not an operation of effect move ({valid})"
+        elif label == "checkpoint" and step.get("arg", "") not in CHECKPOINT_VARIANTS:
+            valid = ", ".join(repr(v) for v in CHECKPOINT_VARIANTS)
+            problem = f"checkpoint {step['arg']!r} is not a checkpoint call ({valid})"
         elif not -1 <= step.get("slot", -1) < len(model.ids):
             problem = f"slot {step['slot']} names no workload of the universe"
         elif not -1 <= step.get("worker", -1) < len(model.worker_names):

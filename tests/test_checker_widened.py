@@ -1,0 +1,394 @@
+"""The checker's calls that repeat a lost reply, and admission inside its grant's window.
+
+A worker's checkpoint may name its sequence (the next one, or its last one
+again after a lost reply), a worker whose cancellation confirmation went
+unanswered confirms again through the fence it lost, and the requester sends
+an admission again at a later instant than its grant was issued. The oracle
+restates what the spec says of each; a core that gets one wrong is reported
+by both engines, with a trace the real `Authority` replays.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workwarden.cli import main
+from workwarden.statemachine import default_spec, errors
+from workwarden.statemachine.check.checker import CheckReport, check
+from workwarden.statemachine.check.compiled import CompiledModel
+from workwarden.statemachine.check.compiled_check import check_compiled
+from workwarden.statemachine.check.mutants import Mutant
+from workwarden.statemachine.check.oracle import PROPERTY, expect
+from workwarden.statemachine.check.refinement import refine
+from workwarden.statemachine.check.replay import replay_trace
+from workwarden.statemachine.check.universe import (
+    CHECKER_KEY,
+    CHECKER_KEY_ID,
+    RAISED,
+    Action,
+    CheckState,
+    Model,
+    Universe,
+)
+from workwarden.statemachine.commands import (
+    AdmitCommand,
+    CheckpointCommand,
+    Command,
+    ConfirmCancelCommand,
+)
+from workwarden.statemachine.core import Decision, decide
+from workwarden.statemachine.grants import GrantSigner
+from workwarden.statemachine.models import CreateWorkload, Fence, Workload
+from workwarden.statemachine.spec import Spec
+from workwarden.storage import MemoryStore
+
+#: One workload, one worker, a short horizon: the checker judge's universe.
+SMALL = Universe(workers=1, dependent=False, horizon_ms=14)
+
+WORKER = "worker-A"
+
+
+def _walk(model: Model, *actions: Action) -> CheckState:
+    """The state `actions` reach from the initial one, each granted."""
+    state = model.initial()
+    for action in actions:
+        step = model.step(state, action)
+        assert step.refusal is None, (action, step.refusal)
+        state = step.state
+    return state
+
+
+def _claim() -> Action:
+    return Action("claim", WORKER, slot=0, worker=0)
+
+
+def _call(label: str, arg: str = "") -> Action:
+    return Action(label, WORKER, slot=0, worker=0, arg=arg)
+
+
+def _workload(model: Model, state: CheckState) -> Workload:
+    w = model.workload(state.docs[0])
+    assert w is not None
+    return w
+
+
+def _fence(w: Workload) -> Fence:
+    attempt = w.attempts[-1]
+    return Fence(
+        claim_id=attempt.claim_id, worker_id=attempt.worker_id, token=attempt.fencing_token
+    )
+
+
+def _core(spec: Spec, w: Workload | None, command: Command, now: int) -> tuple[str | None, bool]:
+    """The core's answer: its refusal code (None: granted), and whether it writes."""
+    try:
+        decision = decide(spec, w, command, now)
+    except errors.WorkloadError as exc:
+        return exc.code, False
+    code = decision.refusal.code if decision.refusal is not None else None
+    return code, decision.workload is not None
+
+
+def _spec_says(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> tuple[str | None, bool]:
+    expected = expect(spec, w, command, now)
+    assert expected is not None, f"the oracle does not restate {command.op}"
+    return expected.code, expected.writes
+
+
+# -- checkpoints that name their sequence ----------------------------------------------------
+
+
+def _checkpointed() -> tuple[Spec, Model, Workload]:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    state = _walk(model, _claim(), _call("start"), _call("checkpoint", "next"))
+    return spec, model, _workload(model, state)
+
+
+def test_a_checkpoint_naming_the_next_sequence_is_recorded() -> None:
+    spec, _, w = _checkpointed()
+    assert len(w.checkpoints) == 1
+    command = CheckpointCommand(
+        workload_id=w.workload_id, fence=_fence(w), state={"step": 1}, sequence=2
+    )
+    assert _spec_says(spec, w, command, 0) == (None, True) == _core(spec, w, command, 0)
+    expected = expect(spec, w, command, 0)
+    assert expected is not None
+    assert expected.shape is not None
+    assert expected.shape.checkpoints == 2
+
+
+def test_a_repeated_checkpoint_with_the_same_state_is_answered_without_a_write() -> None:
+    spec, _, w = _checkpointed()
+    command = CheckpointCommand(
+        workload_id=w.workload_id, fence=_fence(w), state={"step": 1}, sequence=1
+    )
+    assert _spec_says(spec, w, command, 0) == (None, False) == _core(spec, w, command, 0)
+
+
+@pytest.mark.parametrize(
+    ("sequence", "state", "code"),
+    [
+        (1, {"step": 2}, errors.CONFLICT),  # the recorded sequence, another state
+        (3, {"step": 1}, errors.INVALID),  # beyond the next
+    ],
+)
+def test_any_other_sequence_is_the_documented_refusal(
+    sequence: int, state: dict[str, int], code: str
+) -> None:
+    spec, _, w = _checkpointed()
+    command = CheckpointCommand(
+        workload_id=w.workload_id, fence=_fence(w), state=state, sequence=sequence
+    )
+    assert _spec_says(spec, w, command, 0) == (code, False) == _core(spec, w, command, 0)
+
+
+def test_the_worker_repeats_its_last_checkpoint_only_once_its_attempt_recorded_one() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    running = _walk(model, _claim(), _call("start"))
+    repeat = _call("checkpoint", "repeat")
+    assert repeat not in list(model.actions(running))
+    checkpointed = model.step(running, _call("checkpoint")).state
+    assert repeat in list(model.actions(checkpointed))
+    # The repeat names the checkpoint recorded, with the same state, and writes nothing.
+    command = model._command(checkpointed, repeat)
+    assert isinstance(command, CheckpointCommand)
+    assert command.sequence == 1
+    step = model.step(checkpointed, repeat)
+    assert (step.refusal, step.wrote) == (None, ())
+
+
+# -- a confirmation sent again after its reply was lost ---------------------------------------
+
+
+def test_a_worker_whose_confirmation_went_unanswered_confirms_again_and_is_answered() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    cancel = Action("cancel", "operator", slot=0)
+    state = _walk(model, _claim(), cancel, _call("confirm_cancel"))
+    held, lost = state.workers[0]
+    assert held is None
+    assert lost is not None
+    again = _call("stale_confirm_cancel")
+    assert again in list(model.actions(state))
+    w = _workload(model, state)
+    command = ConfirmCancelCommand(workload_id=w.workload_id, fence=_fence(w))
+    assert _spec_says(spec, w, command, 0) == (None, False) == _core(spec, w, command, 0)
+    step = model.step(state, again)
+    assert (step.refusal, step.wrote) == (None, ())
+
+
+# -- admission inside the grant's window ------------------------------------------------------
+
+
+def _request(model: Model, **grant: object) -> CreateWorkload:
+    """The universe's first request, its grant changed by `grant` and signed again."""
+    request = model.requests[0]
+    changed = request.authorization_snapshot.grant.model_copy(update=grant)
+    signed = GrantSigner(CHECKER_KEY_ID, CHECKER_KEY).sign(changed)
+    return request.model_copy(update={"authorization_snapshot": signed})
+
+
+def test_an_admission_after_the_grant_was_issued_is_answered_with_the_original() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    w = _workload(model, model.initial())
+    assert w.authorization_snapshot.grant.issued_at == 0
+    command = AdmitCommand(request=model.requests[0])
+    assert _spec_says(spec, w, command, 7) == (None, False) == _core(spec, w, command, 7)
+    assert _spec_says(spec, None, command, 7) == (None, True) == _core(spec, None, command, 7)
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [
+        {"issued_at": 8},  # not yet issued at 7
+        {"expires_at": 7},  # expired at 7
+        {"status": "revoked"},
+        {"tenant_id": "another"},  # does not bind the request's tenant
+    ],
+)
+def test_an_admission_outside_the_grant_is_unauthorized(grant: dict[str, object]) -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    w = _workload(model, model.initial())
+    command = AdmitCommand(request=_request(model, **grant))
+    refused = (errors.UNAUTHORIZED, False)
+    assert _spec_says(spec, w, command, 7) == refused == _core(spec, w, command, 7)
+    assert _spec_says(spec, None, command, 7) == refused == _core(spec, None, command, 7)
+
+
+def test_another_request_under_the_same_key_is_refused_as_a_reused_key() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    w = _workload(model, model.initial())
+    other = model.requests[0].model_copy(update={"input": {"n": 99}})
+    command = AdmitCommand(request=other)
+    reused = (errors.IDEMPOTENCY_KEY_REUSED, False)
+    assert _spec_says(spec, w, command, 7) == reused == _core(spec, w, command, 7)
+
+
+def test_the_requester_sends_its_admission_again_at_later_instants() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    state = _walk(model, _claim())  # its lease and claim deadline give the clock instants
+    later = [a for a in model.actions(state) if a.label == "jump"][-1]
+    moved = model.step(state, later).state
+    assert moved.now > 0
+    again = Action("admit", "requester", slot=0)
+    assert again in list(model.actions(moved))
+    step = model.step(moved, again)
+    assert (step.refusal, step.wrote) == (None, ())
+
+
+# -- a core that gets one of them wrong is reported ------------------------------------------
+
+
+def _records_the_repeat(spec: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+    """A core that ignores the sequence a checkpoint names: a repeat is recorded again."""
+    if isinstance(command, CheckpointCommand) and command.sequence is not None:
+        command = command.model_copy(update={"sequence": None})
+    return decide(spec, w, command, now)
+
+
+def _refuses_the_repeat(spec: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+    """A core that takes every recorded sequence named again for another state."""
+    if (
+        isinstance(command, CheckpointCommand)
+        and w is not None
+        and command.sequence is not None
+        and command.sequence <= len(w.checkpoints)
+    ):
+        raise errors.WorkloadError(errors.CONFLICT, "recorded with another state")
+    return decide(spec, w, command, now)
+
+
+def _confirmation_not_replayed(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that answers a repeated confirmation only on a workload's second attempt."""
+    if (
+        isinstance(command, ConfirmCancelCommand)
+        and w is not None
+        and w.current_claim is None
+        and len(w.attempts) < 2
+    ):
+        raise errors.WorkloadError(errors.CLAIM_INVALID, "no claim")
+    return decide(spec, w, command, now)
+
+
+def _grant_window_from_issue_only(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that admits only at the very instant the grant was issued."""
+    if (
+        isinstance(command, AdmitCommand)
+        and command.request.authorization_snapshot.grant.issued_at != now
+    ):
+        raise errors.WorkloadError(errors.UNAUTHORIZED, "not active at the instant")
+    return decide(spec, w, command, now)
+
+
+def _crashes_on_a_repeat(spec: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+    """A core that reads past the end of the checkpoints on a repeated one."""
+    if (
+        isinstance(command, CheckpointCommand)
+        and w is not None
+        and command.sequence is not None
+        and command.sequence <= len(w.checkpoints)
+    ):
+        return decide(spec, w, command, w.checkpoints[len(w.checkpoints)].created_at)
+    return decide(spec, w, command, now)
+
+
+WRONG = {
+    "records_the_repeat": (_records_the_repeat, "checkpoint", "repeat"),
+    "refuses_the_repeat": (_refuses_the_repeat, "checkpoint", "repeat"),
+    "confirmation_not_replayed": (_confirmation_not_replayed, "stale_confirm_cancel", ""),
+    "grant_window_from_issue_only": (_grant_window_from_issue_only, "admit", ""),
+}
+
+
+def _reported(report: CheckReport) -> list[dict[str, object]]:
+    found = [v for v in report.violations if v.property == PROPERTY]
+    assert found, "the wrong rule went unreported"
+    return list(found[0].trace)
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_replay_or_grant_rule_is_reported_by_both_engines(name: str) -> None:
+    decide_fn, label, arg = WRONG[name]
+    spec = default_spec()
+    mutant = Mutant(name, decide_fn.__doc__ or name, decide_fn=decide_fn)
+    traces = []
+    for run in (check, check_compiled):
+        model = Model(spec, SMALL, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
+        traces.append(_reported(run(spec, SMALL, model=model)))
+    assert traces[0] == traces[1]
+    last = traces[0][-1]
+    assert (last["action"], last.get("arg", "")) == (label, arg)
+    if label == "admit":
+        # Sent again after the instant the grant was issued at (0).
+        assert isinstance(last["now"], int)
+        assert last["now"] > 0
+
+
+def test_a_core_that_raises_is_reported_and_replayed_with_what_it_raised(tmp_path: Path) -> None:
+    spec = default_spec()
+    mutant = Mutant("crashes_on_a_repeat", "reads past the end", decide_fn=_crashes_on_a_repeat)
+    authority_cls = mutant.authority_cls()
+    compiled = CompiledModel(
+        Model(spec, SMALL, decide_fn=_crashes_on_a_repeat, authority_cls=authority_cls)
+    )
+    report = check_compiled(spec, compiled=compiled)
+    (finding,) = [v for v in report.violations if v.property == PROPERTY]
+    assert f"the core {RAISED}IndexError" in finding.message
+    assert finding.trace[-1]["arg"] == "repeat"
+    # The real authority with the same core raises the same: the compiled model holds.
+    assert refine(compiled, report, samples=0, authority_cls=authority_cls) == []
+    trace = {"universe": SMALL.to_dict(), "steps": list(finding.trace)}
+    result = replay_trace(spec, trace, MemoryStore(), authority_cls=authority_cls)
+    assert result.violation is not None
+    assert result.violation[1] == PROPERTY
+    assert replay_trace(spec, trace, MemoryStore()).violation is None
+
+
+def test_a_trace_of_the_new_calls_replays_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worker = {"actor": WORKER, "now": 0, "slot": 0, "worker": 0}
+    steps = [
+        {"action": "claim", **worker},
+        {"action": "start", **worker},
+        {"action": "checkpoint", "arg": "next", **worker},
+        {"action": "checkpoint", "arg": "repeat", **worker},
+        {"action": "cancel", "actor": "operator", "now": 0, "slot": 0},
+        {"action": "confirm_cancel", **worker},
+        {"action": "stale_confirm_cancel", **worker},
+        {"action": "jump", "actor": "clock", "now": 0, "to": 9},
+        {"action": "admit", "actor": "requester", "now": 9, "slot": 0},
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"universe": SMALL.to_dict(), "steps": steps}), encoding="utf-8")
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "replayed every step; no property was violated" in out
+    assert "->" not in out  # every call answered, none refused
+
+
+def test_a_trace_naming_a_checkpoint_call_the_universe_lacks_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    step = {"action": "checkpoint", "actor": WORKER, "arg": "again", "now": 0, "slot": 0}
+    path = tmp_path / "trace.json"
+    trace = {"universe": SMALL.to_dict(), "steps": [{**step, "worker": 0}]}
+    path.write_text(json.dumps(trace), encoding="utf-8")
+    assert main(["replay", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{errors.INVALID}: trace {path}: step 1: checkpoint 'again'")
