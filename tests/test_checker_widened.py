@@ -37,7 +37,9 @@ from workwarden.statemachine.commands import (
     AdmitCommand,
     CheckpointCommand,
     Command,
+    CompleteCommand,
     ConfirmCancelCommand,
+    RetryCommand,
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import GrantSigner
@@ -307,7 +309,35 @@ def _crashes_on_a_repeat(spec: Spec, w: Workload | None, command: Command, now: 
     return decide(spec, w, command, now)
 
 
+def _rearm_budget_overstated(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose re-arm event states one attempt more than the budget it makes."""
+    decision = decide(spec, w, command, now)
+    if isinstance(command, RetryCommand) and decision.workload is not None:
+        evidence = decision.workload.execution_history[-1].evidence
+        evidence["attempt_budget"] = str(int(evidence["attempt_budget"]) + 1)
+    return decision
+
+
+def _result_replay_by_identity(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that knows a repeated completion only by the very worker id object it recorded."""
+    if (
+        isinstance(command, CompleteCommand)
+        and w is not None
+        and w.result is not None
+        and w.result.result_id == command.result_id
+        and w.result.produced_by is not command.fence.worker_id
+    ):
+        raise errors.WorkloadError(errors.RESULT_CONFLICT, "recorded by a different report")
+    return decide(spec, w, command, now)
+
+
 WRONG = {
+    "rearm_budget_overstated": (_rearm_budget_overstated, "retry", ""),
+    "result_replay_by_identity": (_result_replay_by_identity, "stale_complete", ""),
     "records_the_repeat": (_records_the_repeat, "checkpoint", "repeat"),
     "refuses_the_repeat": (_refuses_the_repeat, "checkpoint", "repeat"),
     "confirmation_not_replayed": (_confirmation_not_replayed, "stale_confirm_cancel", ""),
@@ -322,7 +352,7 @@ def _reported(report: CheckReport) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
-def test_a_wrong_replay_or_grant_rule_is_reported_by_both_engines(name: str) -> None:
+def test_a_wrong_replay_grant_or_budget_rule_is_reported_by_both_engines(name: str) -> None:
     decide_fn, label, arg = WRONG[name]
     spec = default_spec()
     mutant = Mutant(name, decide_fn.__doc__ or name, decide_fn=decide_fn)

@@ -16,7 +16,10 @@ validated) and the committed workload, and says what the core must answer.
   defines them, first match decides; `via` then the target, or straight to
   the target for a `direct` rule; `delay` "backoff" (the n-th retry waits
   initial * multiplier^(n-1), capped at max), "initial" or "none";
-- the attempt budget: `max_attempts` plus one per operator re-arm;
+- the attempt budget: `max_attempts` plus one per operator re-arm, and
+  the budget each event that states one records (`attempt_budget` evidence:
+  an operator's re-arm states the budget it makes, a recovery or a gate
+  that moves the workload the budget it decided under);
 - each operation's row: the replay rules of the calls the checker makes
   (a checkpoint that names its sequence: the next one is recorded, one
   already recorded by this attempt with the same state is answered with no
@@ -127,6 +130,8 @@ class Shape:
     rearms: int
     edges: list[tuple[str, str]] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
+    #: The `attempt_budget` evidence of the new events, in order.
+    budgets: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, for messages."""
@@ -174,7 +179,13 @@ def shape_of(workload: Workload, since: int | None = None) -> Shape:
         rearms=_rearms(workload),
         edges=[(e.from_state or "", e.to) for e in added],
         decisions=[e.evidence["decision"] for e in added if "decision" in e.evidence],
+        budgets=[e.evidence["attempt_budget"] for e in added if "attempt_budget" in e.evidence],
     )
+
+
+def _budget(w: Workload, rearms: int = 0) -> str:
+    """The attempt budget of `w` as evidence states it, after `rearms` more re-arms."""
+    return str(w.retry_policy.max_attempts + _rearms(w) + rearms)
 
 
 # -- the spec's data, read plainly ------------------------------------------------------------
@@ -452,6 +463,7 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
             if rule.to is not None:
                 s.edges.append((w.state, rule.to))
                 s.decisions.append(rule.decision)
+                s.budgets.append(_budget(w))
                 s.state = rule.to
                 s.updated_at = now
                 return Expected(rule.refuse or _DENIED, True, s)
@@ -628,6 +640,7 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
         s.next_attempt_at = now
         s.claim = None
         s.rearms += 1
+        s.budgets.append(_budget(w, 1))
         _take(s, edge, now)
         return Expected(None, True, s)
     if isinstance(cmd, RecoverCommand):
@@ -638,7 +651,8 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
         if w.attempts:
             _end_attempt(s, status, now)
         assert row.policy is not None
-        _decide_by(data, s, row.policy, w, _Facts(), now)
+        if _decide_by(data, s, row.policy, w, _Facts(), now).to is not None:
+            s.budgets.append(_budget(w))
         return Expected(None, True, s)
     if isinstance(cmd, EnforceDeadlineCommand):
         fallen = _fallen(data, w, now)

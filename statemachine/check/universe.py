@@ -84,6 +84,7 @@ __all__ = [
     "CHECKER_KEY_ID",
     "CHECKPOINT_VARIANTS",
     "RAISED",
+    "REUSED_RESULT",
     "Action",
     "CheckState",
     "Model",
@@ -181,6 +182,10 @@ def worker_name(index: int) -> str:
 #: or the sequence of its attempt's last recorded checkpoint again ("repeat": the
 #: same call sent again after its reply was lost, with the same state).
 CHECKPOINT_VARIANTS = ("", "next", "repeat")
+
+#: The `arg` of a stale worker's completion sent under the result id another
+#: claim recorded (a worker reusing one result id across its attempts).
+REUSED_RESULT = "reused"
 
 #: The progress every checkpoint of the universe records.
 _CHECKPOINT_STATE = {"step": 1}
@@ -348,6 +353,16 @@ class Model:
                     if takes(info.workload.state, "complete"):
                         yield Action("stale_complete", name, slot=lost[0], worker=k)
                     yield Action("stale_heartbeat", name, slot=lost[0], worker=k)
+                elif info is not None and info.workload.result is not None:
+                    # A result is recorded: the worker sends its completion again
+                    # (its reply lost), and, where another claim produced the
+                    # result, its own under the recorded result id.
+                    yield Action("stale_complete", name, slot=lost[0], worker=k)
+                    made = info.workload.result.provenance.get("fencing_token")
+                    if made != str(lost[3]):
+                        yield Action(
+                            "stale_complete", name, slot=lost[0], worker=k, arg=REUSED_RESULT
+                        )
                 if info is not None and self._confirmed(info.workload, lost[3]):
                     # Its attempt ended cancelled: the confirmation sent again.
                     yield Action("stale_confirm_cancel", name, slot=lost[0], worker=k)
@@ -519,7 +534,15 @@ class Model:
             w = self.workload(state.docs[slot])
             assert w is not None
             arg = str(len(w.checkpoints) + (1 if arg == "next" else 0))
-        return (label.removeprefix("stale_"), slot, -1, hold, arg)
+        elif label == "stale_complete" and arg:
+            assert arg == REUSED_RESULT, arg
+            w = self.workload(state.docs[slot])
+            assert w is not None
+            assert w.result is not None
+            arg = w.result.result_id
+        # A call sent again is a command of its own (-2), built anew: the core
+        # must recognise it by its values, not as the very object it answered.
+        return (label.removeprefix("stale_"), slot, -2 if stale else -1, hold, arg)
 
     def _command(self, state: CheckState, action: Action) -> Command:
         """The command a worker's or an operator's action sends in `state`."""
@@ -557,7 +580,11 @@ class Model:
         if base == "enforce":
             return EnforceDeadlineCommand(workload_id=wid)
         assert hold is not None
-        fence = Fence(claim_id=hold[1], worker_id=hold[2], token=hold[3])
+        # The worker id as text of the worker's own, never the object a parsed
+        # document holds (pydantic keeps one object per parsed string): the core
+        # must compare ids by value, and an `is` would otherwise pass unseen.
+        worker_id = hold[2].encode().decode()
+        fence = Fence(claim_id=hold[1], worker_id=worker_id, token=hold[3])
         if base == "start":
             return StartCommand(workload_id=wid, fence=fence)
         if base == "heartbeat":
@@ -575,7 +602,7 @@ class Model:
             return CompleteCommand(
                 workload_id=wid,
                 fence=fence,
-                result_id=f"result-{slot}-{fence.worker_id}-{fence.token}",
+                result_id=arg or f"result-{slot}-{fence.worker_id}-{fence.token}",
                 output={"ok": True},
             )
         if base == "fail":

@@ -349,7 +349,7 @@ def _read_trace(path: str) -> dict[str, Any]:
 
 def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
     """Refuse a trace whose steps name workloads, workers or actions the universe lacks."""
-    from workwarden.statemachine.check.universe import CHECKPOINT_VARIANTS
+    from workwarden.statemachine.check.universe import CHECKPOINT_VARIANTS, REUSED_RESULT
 
     known = {
         "jump", "crash", "claim", "claim_next", "start", "heartbeat", "execution_context",
@@ -370,6 +370,8 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
         elif label == "checkpoint" and step.get("arg", "") not in CHECKPOINT_VARIANTS:
             valid = ", ".join(repr(v) for v in CHECKPOINT_VARIANTS)
             problem = f"checkpoint {step['arg']!r} is not a checkpoint call ({valid})"
+        elif label == "stale_complete" and step.get("arg", "") not in ("", REUSED_RESULT):
+            problem = f"stale_complete {step['arg']!r} is not a completion call ('', 'reused')"
         elif not -1 <= step.get("slot", -1) < len(model.ids):
             problem = f"slot {step['slot']} names no workload of the universe"
         elif not -1 <= step.get("worker", -1) < len(model.worker_names):
