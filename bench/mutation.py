@@ -100,6 +100,10 @@ EQUIVALENT: dict[str, str] = {
     "predicates.py:core/ReplaceTrueWithFalse:0": (
         "`Roles` not frozen: it is built once at spec load and nothing assigns to it"
     ),
+    "core.py:core/ReplaceComparisonOperator_Eq_GtE:0": (
+        "`phase >= 'live'`: a replay rule's phase is 'first' or 'live' (the rules are a"
+        " table in `effects.py`, not spec data), and only 'live' compares >= 'live'"
+    ),
     "admission.py:core/NumberReplacer:9": (
         "`edges_for(...)[0]` to `[-1]`: the admitting operation has exactly one edge out"
         " of the initial state (checked at load)"
