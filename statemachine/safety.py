@@ -102,13 +102,32 @@ def check_text(spec: Spec, text: str, what: str) -> None:
         )
 
 
+#: The forbidden keys of the specs checked lately, lowered once each: by the id of
+#: the spec's `[secrets]` table, kept with the table itself (an id alone could be
+#: reused by another object once this one is freed).
+_LOWERED: dict[int, tuple[Any, frozenset[str]]] = {}
+
+
+def _forbidden_keys(spec: Spec) -> frozenset[str]:
+    """`[secrets] forbidden_keys` with A-Z lowered, as every JSON key is compared."""
+    secrets = spec.secrets
+    known = _LOWERED.get(id(secrets))
+    if known is not None and known[0] is secrets:
+        return known[1]
+    lowered = frozenset(ascii_lower(key) for key in secrets.forbidden_keys)
+    if len(_LOWERED) >= 64:
+        _LOWERED.clear()
+    _LOWERED[id(secrets)] = (secrets, lowered)
+    return lowered
+
+
 def check_json(spec: Spec, value: Any, what: str) -> str:
     """Refuse caller JSON too deep, too large, not finite, not Unicode, or holding a secret.
 
     Returns the canonical JSON text of `value` it measured, so a caller that
     also needs its digest does not serialise it twice.
     """
-    forbidden = spec.forbidden_keys_lowered
+    forbidden = _forbidden_keys(spec)
     max_depth = spec.limits.max_json_depth
     has_float = False
     stack: list[tuple[Any, int, str]] = [(value, 1, what)]

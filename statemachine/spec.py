@@ -21,7 +21,6 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.effects import EFFECTS
 from workwarden.statemachine.machine import build_machine
 from workwarden.statemachine.predicates import PREDICATES, Facts, Roles
-from workwarden.statemachine.safety import ascii_lower
 from workwarden.statemachine.spec_checks import parse_spec_text, raised_codes
 from workwarden.statemachine.spec_model import (
     ACTOR_CLASSES,
@@ -214,10 +213,6 @@ class Spec:
         self.deadline_kinds: dict[str, DeadlineKindSpec] = dict(data.deadlines.kinds)
         self.deadline_contract_version = data.deadlines.contract_version
         self.secrets = data.secrets
-        #: `[secrets] forbidden_keys` with A-Z lowered, as every JSON key is compared.
-        self.forbidden_keys_lowered: frozenset[str] = frozenset(
-            ascii_lower(key) for key in data.secrets.forbidden_keys
-        )
         self.limits = data.limits
         self.errors: dict[str, ErrorSpec] = dict(data.errors)
         #: The concurrency limits (`[concurrency]`): one per listed key, and the default.
