@@ -54,7 +54,17 @@ MODULES = (
 )
 
 #: The universe the checker judge explores: a few seconds per mutant.
-CHECKER_ARGS = ("check", "--single", "--workers", "1", "--horizon-ms", "14", "--engine", "compiled")
+CHECKER_ARGS = (
+    "check",
+    "--single",
+    "--workers",
+    "1",
+    "--horizon-ms",
+    "14",
+    "--request-ids",
+    "--engine",
+    "compiled",
+)
 
 STATEFUL_EXAMPLES = 12
 STATEFUL_STEPS = 25

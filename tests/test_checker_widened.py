@@ -11,6 +11,8 @@ by both engines, with a trace the real `Authority` replays.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from workwarden.statemachine.check.universe import (
     CHECKER_KEY,
     CHECKER_KEY_ID,
     RAISED,
+    REQUEST_AGAIN,
     Action,
     CheckState,
     Model,
@@ -35,11 +38,15 @@ from workwarden.statemachine.check.universe import (
 )
 from workwarden.statemachine.commands import (
     AdmitCommand,
+    CancelCommand,
     CheckpointCommand,
+    ClaimCommand,
     Command,
     CompleteCommand,
     ConfirmCancelCommand,
+    FailCommand,
     RetryCommand,
+    TimeoutCommand,
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import GrantSigner
@@ -309,6 +316,32 @@ def _crashes_on_a_repeat(spec: Spec, w: Workload | None, command: Command, now: 
     return decide(spec, w, command, now)
 
 
+def _failure_report_not_replayed(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that refuses a failure report sent again once its attempt has ended."""
+    if (
+        isinstance(command, FailCommand)
+        and w is not None
+        and w.current_claim is None
+        and any(a.fencing_token == command.fence.token and a.ended_at for a in w.attempts)
+    ):
+        raise errors.WorkloadError(errors.CLAIM_INVALID, "no claim")
+    return decide(spec, w, command, now)
+
+
+def _checkpoint_sequence_misstated(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose checkpoint event states the sequence after the one it records."""
+    decision = decide(spec, w, command, now)
+    if isinstance(command, CheckpointCommand) and decision.workload is not None:
+        evidence = decision.workload.execution_history[-1].evidence
+        if "checkpoint_sequence" in evidence:
+            evidence["checkpoint_sequence"] = str(int(evidence["checkpoint_sequence"]) + 1)
+    return decision
+
+
 def _rearm_budget_overstated(
     spec: Spec, w: Workload | None, command: Command, now: int
 ) -> Decision:
@@ -335,7 +368,12 @@ def _result_replay_by_identity(
     return decide(spec, w, command, now)
 
 
-WRONG = {
+_Decide = Callable[[Spec, Workload | None, Command, int], Decision]
+
+#: Each wrong rule, the action the trace ends with, and its arg (None: any).
+WRONG: dict[str, tuple[_Decide, str, str | None]] = {
+    "checkpoint_sequence_misstated": (_checkpoint_sequence_misstated, "checkpoint", None),
+    "failure_report_not_replayed": (_failure_report_not_replayed, "stale_fail", None),
     "rearm_budget_overstated": (_rearm_budget_overstated, "retry", ""),
     "result_replay_by_identity": (_result_replay_by_identity, "stale_complete", ""),
     "records_the_repeat": (_records_the_repeat, "checkpoint", "repeat"),
@@ -362,7 +400,9 @@ def test_a_wrong_replay_grant_or_budget_rule_is_reported_by_both_engines(name: s
         traces.append(_reported(run(spec, SMALL, model=model)))
     assert traces[0] == traces[1]
     last = traces[0][-1]
-    assert (last["action"], last.get("arg", "")) == (label, arg)
+    assert last["action"] == label
+    if arg is not None:
+        assert last.get("arg", "") == arg
     if label == "admit":
         # Sent again after the instant the grant was issued at (0).
         assert isinstance(last["now"], int)
@@ -412,13 +452,106 @@ def test_a_trace_of_the_new_calls_replays_from_the_command_line(
     assert "->" not in out  # every call answered, none refused
 
 
-def test_a_trace_naming_a_checkpoint_call_the_universe_lacks_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("action", "arg"),
+    [("checkpoint", "again"), ("fail", "fatal/none"), ("stale_fail", ""), ("stale_complete", "x")],
+)
+def test_a_trace_naming_a_call_the_universe_lacks_is_refused(
+    action: str, arg: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    step = {"action": "checkpoint", "actor": WORKER, "arg": "again", "now": 0, "slot": 0}
+    step = {"action": action, "actor": WORKER, "arg": arg, "now": 0, "slot": 0}
     path = tmp_path / "trace.json"
     trace = {"universe": SMALL.to_dict(), "steps": [{**step, "worker": 0}]}
     path.write_text(json.dumps(trace), encoding="utf-8")
     assert main(["replay", str(path)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"{errors.INVALID}: trace {path}: step 1: checkpoint 'again'")
+    assert err.startswith(f"{errors.INVALID}: trace {path}: step 1: {action} {arg!r}")
+
+
+# -- request ids: a claim and an operator's call sent again ----------------------------------
+
+REQUESTS = replace(SMALL, request_ids=True)
+
+
+def test_a_claim_sent_again_with_its_request_id_is_answered_and_with_another_refused() -> None:
+    spec = default_spec()
+    model = Model(spec, REQUESTS)
+    claimed = _walk(model, Action("claim_next", WORKER, worker=0))
+    w = _workload(model, claimed)
+    for variant, answer in (("same", (None, False)), ("before", ("WORKLOAD_NOT_READY", False))):
+        command = model._command(claimed, Action("claim_again", WORKER, 0, 0, arg=variant))
+        assert command.request_id is not None
+        assert _spec_says(spec, w, command, 0) == answer == _core(spec, w, command, 0)
+    started = _walk(model, Action("claim_next", WORKER, worker=0), _call("start"))
+    w = _workload(model, started)
+    again = model._command(started, Action("claim_again", WORKER, 0, 0, arg="same"))
+    # The request was answered and its attempt started: refused, nothing written.
+    assert (
+        _spec_says(spec, w, again, 0) == ("WORKLOAD_NOT_READY", False) == _core(spec, w, again, 0)
+    )
+
+
+def test_an_operator_request_sent_again_is_answered_and_under_another_call_refused() -> None:
+    spec = default_spec()
+    model = Model(spec, REQUESTS)
+    cancelled = _walk(model, Action("cancel", "operator", slot=0))
+    w = _workload(model, cancelled)
+    assert w.execution_history[-1].evidence.get("request_operation") == "cancel"
+    same = model._command(cancelled, Action("cancel", "operator", slot=0, arg=REQUEST_AGAIN))
+    other = model._command(cancelled, Action("timeout", "operator", slot=0, arg=REQUEST_AGAIN))
+    assert _spec_says(spec, w, same, 0) == (None, False) == _core(spec, w, same, 0)
+    assert _spec_says(spec, w, other, 0) == ("WORKLOAD_CONFLICT", False) == _core(spec, w, other, 0)
+
+
+def _claim_request_ignored(spec: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+    """A core that answers its holder's claim as a repeat, whatever request id it names."""
+    if isinstance(command, ClaimCommand) and command.request_id is not None:
+        command = command.model_copy(update={"request_id": None})
+    return decide(spec, w, command, now)
+
+
+def _operator_request_forgotten(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that decides an operator's request sent again as a new call."""
+    operator = isinstance(command, (CancelCommand, TimeoutCommand, RetryCommand))
+    if operator and w is not None and command.request_id is not None:
+        known = {e.evidence.get("request_id") for e in w.execution_history}
+        if command.request_id in known:
+            command = command.model_copy(update={"request_id": f"{command.request_id}-anew"})
+    return decide(spec, w, command, now)
+
+
+@pytest.mark.parametrize(
+    ("decide_fn", "label", "arg"),
+    [
+        (_claim_request_ignored, None, None),
+        (_operator_request_forgotten, None, REQUEST_AGAIN),
+    ],
+)
+def test_a_wrong_request_id_rule_is_reported_by_both_engines(
+    decide_fn: _Decide, label: str | None, arg: str | None
+) -> None:
+    spec = default_spec()
+    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
+    traces = []
+    for run in (check, check_compiled):
+        model = Model(spec, REQUESTS, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
+        traces.append(_reported(run(spec, REQUESTS, model=model)))
+    assert traces[0] == traces[1]
+    last = traces[0][-1]
+    if label is not None:
+        assert last["action"] == label
+    if arg is not None:
+        assert last.get("arg", "") == arg
+
+
+def test_without_request_ids_no_call_names_one() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    state = _walk(model, Action("claim_next", WORKER, worker=0))
+    labels = {a.label for a in model.actions(state)}
+    assert "claim_again" not in labels
+    assert all(a.arg != REQUEST_AGAIN for a in model.actions(state))
+    w = _workload(model, state)
+    assert all("request_id" not in e.evidence for e in w.execution_history)

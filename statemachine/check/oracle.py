@@ -17,9 +17,10 @@ validated) and the committed workload, and says what the core must answer.
   the target for a `direct` rule; `delay` "backoff" (the n-th retry waits
   initial * multiplier^(n-1), capped at max), "initial" or "none";
 - the attempt budget: `max_attempts` plus one per operator re-arm, and
-  the budget each event that states one records (`attempt_budget` evidence:
-  an operator's re-arm states the budget it makes, a recovery or a gate
-  that moves the workload the budget it decided under);
+  the numbers events state in their evidence (`STATED`): an operator's
+  re-arm states the budget it makes and which re-arm it is, a recovery or a
+  gate that moves the workload the budget it decided under, a checkpoint
+  the sequence it records;
 - each operation's row: the replay rules of the calls the checker makes
   (a checkpoint that names its sequence: the next one is recorded, one
   already recorded by this attempt with the same state is answered with no
@@ -88,7 +89,7 @@ from workwarden.statemachine.properties.refinement import SPEC_REFINEMENT
 from workwarden.statemachine.spec import Spec
 from workwarden.statemachine.spec_model import PolicySpec, RuleSpec, SpecFile, TransitionSpec
 
-__all__ = ["PROPERTY", "Expected", "Shape", "check_step", "expect", "shape_of"]
+__all__ = ["PROPERTY", "STATED", "Expected", "Shape", "check_step", "expect", "shape_of"]
 
 #: The registered property a disagreement is reported under.
 PROPERTY = SPEC_REFINEMENT
@@ -130,8 +131,10 @@ class Shape:
     rearms: int
     edges: list[tuple[str, str]] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
-    #: The `attempt_budget` evidence of the new events, in order.
-    budgets: list[str] = field(default_factory=list)
+    #: The numbers the new events state (`STATED` evidence), in order: (key, value).
+    stated: list[tuple[str, str]] = field(default_factory=list)
+    #: The request each new event records: (request id, the operator's operation or None).
+    requests: list[tuple[str, str | None]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, for messages."""
@@ -179,13 +182,22 @@ def shape_of(workload: Workload, since: int | None = None) -> Shape:
         rearms=_rearms(workload),
         edges=[(e.from_state or "", e.to) for e in added],
         decisions=[e.evidence["decision"] for e in added if "decision" in e.evidence],
-        budgets=[e.evidence["attempt_budget"] for e in added if "attempt_budget" in e.evidence],
+        stated=[(k, e.evidence[k]) for e in added for k in STATED if k in e.evidence],
+        requests=[
+            (e.evidence["request_id"], e.evidence.get("request_operation"))
+            for e in added
+            if "request_id" in e.evidence
+        ],
     )
 
 
-def _budget(w: Workload, rearms: int = 0) -> str:
+#: The evidence keys whose values the oracle states for every new event, in this order.
+STATED = ("attempt_budget", "operator_retry", "checkpoint_sequence")
+
+
+def _budget(w: Workload, rearms: int = 0) -> tuple[str, str]:
     """The attempt budget of `w` as evidence states it, after `rearms` more re-arms."""
-    return str(w.retry_policy.max_attempts + _rearms(w) + rearms)
+    return ("attempt_budget", str(w.retry_policy.max_attempts + _rearms(w) + rearms))
 
 
 # -- the spec's data, read plainly ------------------------------------------------------------
@@ -364,11 +376,38 @@ def expect(spec: Spec, w: Workload | None, command: Command, now: int) -> Expect
         return None
     if w is not None and expected.writes and now < w.updated_at:
         return Expected(_CONFLICT, False)
+    request = getattr(command, "request_id", None)
+    if request is not None and expected.shape is not None and expected.code is None:
+        # Every event a granted claim or operator's call writes records its request
+        # (a refusal that writes, a deadline's or a gate's, records none).
+        operation = None if isinstance(command, ClaimCommand) else command.op
+        expected.shape.requests = [(request, operation)] * len(expected.shape.edges)
     return expected
 
 
+def _claim_request(w: Workload, token: int) -> str | None:
+    """The request id the claim of fence `token` was made with (its event's evidence)."""
+    for event in reversed(w.execution_history):
+        if event.evidence.get("fencing_token") == str(token):
+            return event.evidence.get("request_id")
+    return None
+
+
+def _started_by_claim(data: SpecFile, w: Workload) -> bool:
+    """Did the current claim start its attempt in its own commit, nothing recorded since?"""
+    claim = w.current_claim
+    assert claim is not None
+    last = w.attempts[-1]
+    return (
+        any(row.then is not None for row in data.operations.values())
+        and last.started_at == claim.claimed_at
+        and claim.last_heartbeat == claim.claimed_at
+        and all(c.attempt_id != last.attempt_id for c in w.checkpoints)
+    )
+
+
 def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expected:
-    if isinstance(cmd, OperatorCommand) or getattr(cmd, "request_id", None) is not None:
+    if isinstance(cmd, OperatorCommand):
         raise _Unmodelled
     name = cmd.op
     row = data.operations.get(name)
@@ -384,6 +423,21 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
     s = shape_of(w, len(w.execution_history))
     claim = w.current_claim
     fence = getattr(cmd, "fence", None)
+    # The operator's request sent again: the first call made with its request id
+    # answers it, when it was the same operation by the same actor.
+    request = getattr(cmd, "request_id", None)
+    operator = (CancelCommand, TimeoutCommand, RetryCommand)
+    if isinstance(cmd, operator) and request is not None and row.replay is not None:
+        taken = [
+            e
+            for e in w.execution_history
+            if e.evidence.get("request_id") == request and "request_operation" in e.evidence
+        ]
+        if taken:
+            first = taken[0]
+            if first.actor != cmd.actor or first.evidence["request_operation"] != name:
+                return Expected(_CONFLICT, False)
+            return Expected(None, False)
     # Replays of phase "first": the first call ended the claim the fence names.
     recorded = w.result
     repeated = isinstance(cmd, CompleteCommand) and recorded is not None
@@ -450,8 +504,19 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
             )
             return Expected(None if same else _CONFLICT, False)
     holds = isinstance(cmd, ClaimCommand) and claim is not None and claim.worker_id == cmd.worker_id
-    if holds and claim is not None and w.attempts[-1].started_at is None and claim.expires_at > now:
-        return Expected(None, False)
+    if (
+        holds
+        and claim is not None
+        and (request is None or _claim_request(w, claim.fencing_token) == request)
+    ):
+        # The worker's own claim asked for again (with the request id it was made
+        # with, or with none): answered while live and unstarted (or started by the
+        # claim itself); once started, the request was answered: refused.
+        started = w.attempts[-1].started_at is not None and not _started_by_claim(data, w)
+        if started and request is not None:
+            return Expected(row.denied, False)
+        if not started and claim.expires_at > now:
+            return Expected(None, False)
     # The gate: a policy without `via`, decided before the operation's own edge.
     policy = data.policies[row.policy] if row.policy is not None else None
     if policy is not None and policy.via is None:
@@ -463,7 +528,7 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
             if rule.to is not None:
                 s.edges.append((w.state, rule.to))
                 s.decisions.append(rule.decision)
-                s.budgets.append(_budget(w))
+                s.stated.append(_budget(w))
                 s.state = rule.to
                 s.updated_at = now
                 return Expected(rule.refuse or _DENIED, True, s)
@@ -585,6 +650,7 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
         assert s.last_attempt is not None
         s.last_attempt = (s.last_attempt[0], status, s.last_attempt[2], s.last_attempt[3])
         s.checkpoints += 1
+        s.stated.append(("checkpoint_sequence", str(s.checkpoints)))
         _take(s, edge, now)
         return Expected(None, True, s)
     if isinstance(cmd, CompleteCommand):
@@ -640,7 +706,7 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
         s.next_attempt_at = now
         s.claim = None
         s.rearms += 1
-        s.budgets.append(_budget(w, 1))
+        s.stated += [_budget(w, 1), ("operator_retry", str(_rearms(w) + 1))]
         _take(s, edge, now)
         return Expected(None, True, s)
     if isinstance(cmd, RecoverCommand):
@@ -652,7 +718,7 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
             _end_attempt(s, status, now)
         assert row.policy is not None
         if _decide_by(data, s, row.policy, w, _Facts(), now).to is not None:
-            s.budgets.append(_budget(w))
+            s.stated.append(_budget(w))
         return Expected(None, True, s)
     if isinstance(cmd, EnforceDeadlineCommand):
         fallen = _fallen(data, w, now)
@@ -669,6 +735,7 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
 _CALLS = frozenset(
     {
         "claim",
+        "claim_again",
         "start",
         "heartbeat",
         "execution_context",
@@ -801,6 +868,7 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
                 worker_id=worker_name(action.worker),
                 capabilities=(CAPABILITY,),
                 lease_ms=model.universe.lease_ms,
+                request_id=model.claim_request(state, action.worker) or None,
             )
         else:
             return out

@@ -153,6 +153,7 @@ class _Replayer:
                 self.workers[action.worker] = (None, held)
                 self.crashes += 1
             elif label == "claim_next":
+                request = model.claim_request(self.state(), action.worker) or None
                 self.sent.append(
                     (
                         ClaimNextCommand(
@@ -161,6 +162,7 @@ class _Replayer:
                             worker_id=worker_name(action.worker),
                             capabilities=(CAPABILITY,),
                             lease_ms=model.universe.lease_ms,
+                            request_id=request,
                         ),
                         self.now,
                     )
@@ -173,6 +175,7 @@ class _Replayer:
                         (CAPABILITY,),
                         self.now,
                         model.universe.lease_ms,
+                        request_id=request,
                     )
                 )
                 if claim is not None:

@@ -50,6 +50,11 @@ class Universe:
     #: heartbeat while another claim holds the workload, and a cancellation confirmation
     #: once their attempt ended cancelled (the repeat after a lost reply).
     stale_workers: bool = True
+    #: Claims and the operator's calls carry request ids, and are sent again as after a
+    #: lost reply: a worker holding a claim sends it again (with its request id, and with
+    #: another), and the operator sends its last request again (as the same call, and as
+    #: another call under the same request id).
+    request_ids: bool = False
     first_timeouts: dict[str, int] = field(default_factory=lambda: {"claim_ms": 8})
     second_timeouts: dict[str, int] = field(default_factory=lambda: {"queue_ms": 8, "claim_ms": 4})
     second_retry_on: tuple[str, ...] = ("transient_connection",)
@@ -74,6 +79,7 @@ class Universe:
             "workloads": self.workloads,
             "racer": self.racer,
             "stale_workers": self.stale_workers,
+            "request_ids": self.request_ids,
             "first_timeouts": dict(self.first_timeouts),
             "second_timeouts": dict(self.second_timeouts),
             "second_retry_on": list(self.second_retry_on),

@@ -83,7 +83,10 @@ __all__ = [
     "CHECKER_KEY",
     "CHECKER_KEY_ID",
     "CHECKPOINT_VARIANTS",
+    "CLAIM_AGAIN_VARIANTS",
+    "FAIL_VARIANTS",
     "RAISED",
+    "REQUEST_AGAIN",
     "REUSED_RESULT",
     "Action",
     "CheckState",
@@ -183,6 +186,14 @@ def worker_name(index: int) -> str:
 #: same call sent again after its reply was lost, with the same state).
 CHECKPOINT_VARIANTS = ("", "next", "repeat")
 
+#: What a worker holding a claim names when it sends a claim again, by the action's
+#: `arg`: the request id its claim was made with ("same": the repeat after a lost
+#: reply), or another that sorts before or after it (a new request while it holds one).
+CLAIM_AGAIN_VARIANTS = ("same", "before", "after")
+
+#: The operator calls that carry request ids, and are sent again, under `request_ids`.
+_OPERATOR_CALLS = ("cancel", "timeout", "retry")
+
 #: The `arg` of a stale worker's completion sent under the result id another
 #: claim recorded (a worker reusing one result id across its attempts).
 REUSED_RESULT = "reused"
@@ -206,6 +217,9 @@ _FAIL_VARIANTS = {
     "transient/unknown": ("transient_connection", "unknown"),
     "validation/none": ("validation", "none"),
 }
+
+#: The failure reports a worker makes, by the action's `arg` (kind/effect).
+FAIL_VARIANTS = tuple(_FAIL_VARIANTS)
 
 
 #: Who calls an operation of effect `move` in the universe, by the operation's actor
@@ -284,6 +298,8 @@ class Model:
         self._held = frozenset(n for n, s in spec.states.items() if s.kind == "held")
         confirm = spec.operations.get("confirm_cancel")
         self._confirm_status = confirm.spec.attempt_status if confirm is not None else None
+        fail = spec.operations.get("fail")
+        self._fail_status = fail.spec.attempt_status if fail is not None else None
 
     # -- the initial state -------------------------------------------------
 
@@ -328,6 +344,10 @@ class Model:
                 info = docs[slot]
                 assert info is not None
                 at = info.workload.state
+                if u.request_ids and info.claim_id == held[1]:
+                    # The claim sent again by the worker holding it.
+                    for variant in CLAIM_AGAIN_VARIANTS:
+                        yield Action("claim_again", name, slot=slot, worker=k, arg=variant)
                 if takes(at, "start"):
                     yield Action("start", name, slot=slot, worker=k)
                 yield Action("heartbeat", name, slot=slot, worker=k)
@@ -366,6 +386,11 @@ class Model:
                 if info is not None and self._confirmed(info.workload, lost[3]):
                     # Its attempt ended cancelled: the confirmation sent again.
                     yield Action("stale_confirm_cancel", name, slot=lost[0], worker=k)
+                if info is not None and self._failed(info.workload, lost[3]):
+                    # Its attempt ended failed: a failure report sent again (the one it
+                    # sent is a replay; another kind or effect is not).
+                    for variant in _FAIL_VARIANTS:
+                        yield Action("stale_fail", name, slot=lost[0], worker=k, arg=variant)
         operator_used = sum(info.operator_events for info in docs if info is not None)
         for slot, info in enumerate(docs):
             if info is None or operator_used >= u.operator_actions:
@@ -374,6 +399,13 @@ class Model:
             yield Action("timeout", "operator", slot=slot)
             if info.operator_retries < u.rearms:
                 yield Action("retry", "operator", slot=slot)
+        if u.request_ids:
+            for slot, info in enumerate(docs):
+                if info is not None and _operator_request(info.workload) is not None:
+                    # The operator's last request sent again: as the call it made (a
+                    # replay), or as another call under the same request id.
+                    for call in _OPERATOR_CALLS:
+                        yield Action(call, "operator", slot=slot, arg=REQUEST_AGAIN)
         for slot, info in enumerate(docs):
             if info is None:
                 continue
@@ -401,6 +433,29 @@ class Model:
                 yield Action("commit", "racer", slot=state.pending.slot)
         for instant in self._next_instants(state.now, docs):
             yield Action("jump", "clock", to=instant)
+
+    def claim_request(self, state: CheckState, worker: int) -> str:
+        """The request id of a new claim by `worker` in `state` ("" without `request_ids`).
+
+        Made of the fencing tokens issued so far, so that every new claim names
+        a request id of its own, and a state says which (not of the worker's
+        name: the abstraction may swap workers).
+        """
+        if not self.universe.request_ids:
+            return ""
+        issued = 0
+        for document in state.docs:
+            w = self.workload(document)
+            if w is not None:
+                issued += w.fencing_token
+        return f"claim-{issued + 1}"
+
+    def _failed(self, workload: Workload, token: int) -> bool:
+        """Did the attempt of fence `token` end as a failure report ends one?"""
+        status = self._fail_status
+        return status is not None and any(
+            a.fencing_token == token and a.status == status for a in workload.attempts
+        )
 
     def _confirmed(self, workload: Workload, token: int) -> bool:
         """Did the attempt of fence `token` end as a cancellation confirmed ends one?"""
@@ -517,8 +572,27 @@ class Model:
         """What the command of a worker's or an operator's action is made from."""
         label, slot = action.label, action.slot
         if label == "claim":
-            return (label, slot, action.worker, None, "")
-        if label in ("cancel", "timeout", "retry", "admit"):
+            return (label, slot, action.worker, None, self.claim_request(state, action.worker))
+        if label == "claim_again":
+            held = state.workers[action.worker][0]
+            assert held is not None
+            w = self.workload(state.docs[slot])
+            assert w is not None
+            made = _claim_request_of(w, held[3]) or ""
+            arg = {"same": made, "before": made[:-1], "after": made + "+"}[action.arg]
+            # Its own command (the fence held marks it), built anew.
+            return ("claim", slot, action.worker, held, arg)
+        if label in _OPERATOR_CALLS:
+            if not self.universe.request_ids:
+                return (label, slot, -1, None, "")
+            w = self.workload(state.docs[slot])
+            assert w is not None
+            if action.arg == REQUEST_AGAIN:
+                recorded = _operator_request(w)
+                assert recorded is not None
+                return (label, slot, -2, None, recorded)
+            return (label, slot, -1, None, f"op-{label}-{slot}-{len(w.execution_history)}")
+        if label == "admit":
             return (label, slot, -1, None, "")
         if label == "move":
             return (label, slot, -1, None, action.arg)
@@ -557,19 +631,22 @@ class Model:
     def _make_command(self, key: _CommandKey) -> Command:
         base, slot, worker, hold, arg = key
         wid = self.ids[slot]
+        request = arg or None
         if base == "claim":
             return ClaimCommand(
                 workload_id=wid,
-                worker_id=worker_name(worker),
+                # Built anew (see the fence below).
+                worker_id=worker_name(worker).encode().decode(),
                 capabilities=(CAPABILITY,),
                 lease_ms=self.universe.lease_ms,
+                request_id=request,
             )
         if base == "cancel":
-            return CancelCommand(workload_id=wid, actor="operator")
+            return CancelCommand(workload_id=wid, actor="operator", request_id=request)
         if base == "timeout":
-            return TimeoutCommand(workload_id=wid, actor="operator")
+            return TimeoutCommand(workload_id=wid, actor="operator", request_id=request)
         if base == "retry":
-            return RetryCommand(workload_id=wid, actor="operator")
+            return RetryCommand(workload_id=wid, actor="operator", request_id=request)
         if base == "admit":
             return AdmitCommand(request=self.requests[slot])
         if base == "move":
@@ -698,6 +775,7 @@ class Model:
                     (CAPABILITY,),
                     state.now,
                     self.universe.lease_ms,
+                    request_id=self.claim_request(state, action.worker) or None,
                 )
             elif action.label == "recover_expired":
                 authority.recover_expired(state.now)
@@ -767,6 +845,26 @@ class Model:
             (pending.slot,),
             ((pending.slot, before, pending.document),),
         )
+
+
+#: The `arg` of an operator call that sends the operator's last request id again.
+REQUEST_AGAIN = "again"
+
+
+def _claim_request_of(w: Workload, token: int) -> str | None:
+    """The request id the claim of fence `token` was made with, as its event records it."""
+    for event in reversed(w.execution_history):
+        if event.evidence.get("fencing_token") == str(token):
+            return event.evidence.get("request_id")
+    return None
+
+
+def _operator_request(w: Workload) -> str | None:
+    """The request id of the operator's last call recorded on `w`, or None."""
+    for event in reversed(w.execution_history):
+        if "request_operation" in event.evidence:
+            return event.evidence.get("request_id")
+    return None
 
 
 def _with(workers: tuple[WorkerHold, ...], index: int, hold: WorkerHold) -> tuple[WorkerHold, ...]:

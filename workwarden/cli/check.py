@@ -57,7 +57,7 @@ def _universe(args: argparse.Namespace, spec: Any) -> Any:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
-    for flag in ("racer", "dependent"):
+    for flag in ("racer", "dependent", "request_ids"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
     return Universe.from_spec(spec, **overrides)
@@ -349,14 +349,20 @@ def _read_trace(path: str) -> dict[str, Any]:
 
 def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
     """Refuse a trace whose steps name workloads, workers or actions the universe lacks."""
-    from workwarden.statemachine.check.universe import CHECKPOINT_VARIANTS, REUSED_RESULT
+    from workwarden.statemachine.check.universe import (
+        CHECKPOINT_VARIANTS,
+        CLAIM_AGAIN_VARIANTS,
+        FAIL_VARIANTS,
+        REQUEST_AGAIN,
+        REUSED_RESULT,
+    )
 
     known = {
         "jump", "crash", "claim", "claim_next", "start", "heartbeat", "execution_context",
         "checkpoint", "complete", "fail", "confirm_cancel", "stale_complete", "stale_heartbeat",
-        "stale_confirm_cancel", "cancel", "timeout", "retry", "recover_expired",
-        "enforce_deadlines", "prepare_recover", "prepare_enforce", "prepare_complete", "commit",
-        "move", "admit",
+        "stale_confirm_cancel", "stale_fail", "claim_again", "cancel", "timeout", "retry",
+        "recover_expired", "enforce_deadlines", "prepare_recover", "prepare_enforce",
+        "prepare_complete", "commit", "move", "admit",
     }  # fmt: skip
     moves = dict(model.moves)
     for number, step in enumerate(trace["steps"], start=1):
@@ -370,6 +376,17 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
         elif label == "checkpoint" and step.get("arg", "") not in CHECKPOINT_VARIANTS:
             valid = ", ".join(repr(v) for v in CHECKPOINT_VARIANTS)
             problem = f"checkpoint {step['arg']!r} is not a checkpoint call ({valid})"
+        elif label == "claim_again" and step.get("arg", "") not in CLAIM_AGAIN_VARIANTS:
+            valid = ", ".join(repr(v) for v in CLAIM_AGAIN_VARIANTS)
+            problem = f"claim_again {step.get('arg', '')!r} is not a claim sent again ({valid})"
+        elif label in ("cancel", "timeout", "retry") and step.get("arg", "") not in (
+            "",
+            REQUEST_AGAIN,
+        ):
+            problem = f"{label} {step['arg']!r} is not an operator call ('', {REQUEST_AGAIN!r})"
+        elif label in ("fail", "stale_fail") and step.get("arg", "") not in FAIL_VARIANTS:
+            valid = ", ".join(repr(v) for v in FAIL_VARIANTS)
+            problem = f"{label} {step.get('arg', '')!r} is not a failure report ({valid})"
         elif label == "stale_complete" and step.get("arg", "") not in ("", REUSED_RESULT):
             problem = f"stale_complete {step['arg']!r} is not a completion call ('', 'reused')"
         elif not -1 <= step.get("slot", -1) < len(model.ids):
@@ -493,6 +510,17 @@ def register(subparsers: Any) -> None:
         help="add a writer that holds a prepared decision while others commit",
     )
     parser.add_argument("--no-racer", dest="racer", action="store_false")
+    parser.add_argument(
+        "--request-ids",
+        dest="request_ids",
+        action="store_true",
+        default=None,
+        help=(
+            "claims and the operator's calls carry request ids and are sent again, as after "
+            "a lost reply"
+        ),
+    )
+    parser.add_argument("--no-request-ids", dest="request_ids", action="store_false")
     parser.add_argument(
         "--single",
         dest="dependent",
