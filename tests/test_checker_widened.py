@@ -31,6 +31,7 @@ from workwarden.statemachine.check.universe import (
     CHECKER_KEY_ID,
     RAISED,
     REQUEST_AGAIN,
+    STALE_FAIL_VARIANTS,
     Action,
     CheckState,
     Model,
@@ -44,6 +45,7 @@ from workwarden.statemachine.commands import (
     Command,
     CompleteCommand,
     ConfirmCancelCommand,
+    ExecutionContextCommand,
     FailCommand,
     RetryCommand,
     TimeoutCommand,
@@ -555,3 +557,71 @@ def test_without_request_ids_no_call_names_one() -> None:
     assert all(a.arg != REQUEST_AGAIN for a in model.actions(state))
     w = _workload(model, state)
     assert all("request_id" not in e.evidence for e in w.execution_history)
+
+
+# -- failure reports sent again, the workload id's recipe, what replies say ------------------
+
+
+def test_a_failure_report_sent_again_with_another_error_is_not_a_replay() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    failed = _walk(
+        model,
+        Action("claim_next", WORKER, worker=0),
+        _call("start"),
+        _call("fail", "validation/none"),
+    )
+    w = _workload(model, failed)
+    for variant in STALE_FAIL_VARIANTS:
+        command = model._command(failed, _call("stale_fail", variant))
+        said = _spec_says(spec, w, command, 0)
+        assert said == _core(spec, w, command, 0)
+        assert (said == (None, False)) is (variant == "validation/none")
+
+
+def test_an_admission_under_a_key_holding_another_workload_id_is_a_conflict() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    w = _workload(model, model.initial())
+    request = model.requests[0]
+    assert _spec_says(spec, w, AdmitCommand(request=request), 1) == (None, False)
+    moved = w.model_copy(update={"workload_id": w.workload_id[:-1]})
+    command = AdmitCommand(request=request)
+    assert _spec_says(spec, moved, command, 1) == ("WORKLOAD_CONFLICT", False)
+    assert _core(spec, moved, command, 1) == ("WORKLOAD_CONFLICT", False)
+
+
+def _replay_says_created(spec: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+    """A core whose admission replay says it created the workload."""
+    decision = decide(spec, w, command, now)
+    if isinstance(command, AdmitCommand) and w is not None and decision.reply is not None:
+        return replace(decision, reply=decision.reply.model_copy(update={"created": True}))
+    return decision
+
+
+def _context_of_the_first_attempt(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose execution context names the workload's first attempt."""
+    decision = decide(spec, w, command, now)
+    context = isinstance(command, ExecutionContextCommand) and decision.reply is not None
+    if context and w is not None and len(w.attempts) > 1:
+        first = w.attempts[0].attempt_id
+        reply = decision.reply.model_copy(update={"attempt_id": first})
+        return replace(decision, reply=reply)
+    return decision
+
+
+@pytest.mark.parametrize(
+    ("decide_fn", "label"),
+    [(_replay_says_created, "admit"), (_context_of_the_first_attempt, "execution_context")],
+)
+def test_a_wrong_reply_is_reported_by_both_engines(decide_fn: _Decide, label: str) -> None:
+    spec = default_spec()
+    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
+    traces = []
+    for run in (check, check_compiled):
+        model = Model(spec, SMALL, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
+        traces.append(_reported(run(spec, SMALL, model=model)))
+    assert traces[0] == traces[1]
+    assert traces[0][-1]["action"] == label

@@ -52,6 +52,7 @@ that it writes). A step where the core raised anything but a coded
 
 from __future__ import annotations
 
+import hashlib
 import json
 import weakref
 from dataclasses import dataclass, field, replace
@@ -148,6 +149,8 @@ class Expected:
     code: str | None
     writes: bool
     shape: Shape | None = None
+    #: What the reply must say beyond the document (`universe.reply_fact`), when restated.
+    reply: tuple[str, str] | None = None
 
 
 def _rearms(workload: Workload) -> int:
@@ -568,7 +571,26 @@ def _admission(data: SpecFile, w: Workload | None, request: CreateWorkload, now:
         return Expected(_UNAUTHORIZED, False)
     if w is None:
         return Expected(None, True)
-    return Expected(None if _admitted_as(w, request) else _KEY_REUSED, False)
+    if w.workload_id != _workload_id(request):
+        # The workload under the request's key is not the one its scope names.
+        return Expected(_CONFLICT, False)
+    if not _admitted_as(w, request):
+        return Expected(_KEY_REUSED, False)
+    # The replay: the workload admitted before, not created by this call.
+    return Expected(None, False, reply=("created", "False"))
+
+
+def _workload_id(request: CreateWorkload) -> str:
+    """The id design.md's recipe gives a request's workload: its scope, hashed."""
+    scope = [
+        request.tenant_id,
+        request.application_id,
+        request.requested_by.kind,
+        request.requested_by.id,
+        request.idempotency_key,
+    ]
+    text = json.dumps(scope, separators=(",", ":"), ensure_ascii=False)
+    return "workload_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
 def _admitted_as(w: Workload, request: CreateWorkload) -> bool:
@@ -643,7 +665,8 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
     if isinstance(cmd, ExecutionContextCommand):
         if cmd.secret_references:
             raise _Unmodelled
-        return Expected(None, False)
+        # The context of the attempt the fence's claim made: the last one.
+        return Expected(None, False, reply=("attempt_id", w.attempts[-1].attempt_id))
     if isinstance(cmd, CheckpointCommand):
         if edge is None:
             return Expected(row.denied, False)
@@ -762,8 +785,9 @@ def _disagreement(
     document: str | None,
     refusal: str | None,
     what: str,
+    reply: tuple[str, str] | None = None,
 ) -> str | None:
-    """Why the core's outcome (`document` written, `refusal`) is not `expected`; None: agree."""
+    """Why the core's outcome (`document` written, `refusal`, `reply`) is not `expected`."""
     wrote = document is not None
     if expected.code != refusal or expected.writes != wrote:
         return (
@@ -771,6 +795,8 @@ def _disagreement(
             f"({'a write' if expected.writes else 'no write'}), the core "
             f"{refusal or 'granted'} ({'a write' if wrote else 'no write'})"
         )
+    if expected.reply is not None and reply != expected.reply:
+        return f"{what}: the reply says {reply}, the spec {expected.reply}"
     if document is None or expected.shape is None:
         return None
     after = model.workload(document)
@@ -804,9 +830,10 @@ def _compare(
     document: str | None,
     refusal: str | None,
     what: str,
+    reply: tuple[str, str] | None = None,
 ) -> str | None:
     memo = _memo.setdefault(model, {})
-    key = (before_doc, model._command_key(state, action), now, document, refusal)
+    key = (before_doc, model._command_key(state, action), now, document, refusal, reply)
     known = memo.get(key)
     if known is not None:
         return known[0] if known else None
@@ -815,7 +842,7 @@ def _compare(
     problem = (
         None
         if expected is None
-        else _disagreement(model, expected, before, document, refusal, what)
+        else _disagreement(model, expected, before, document, refusal, what, reply)
     )
     if len(memo) > model.cache_limit:
         memo.clear()
@@ -845,7 +872,16 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
         command = model._command(state, action)
         ((slot, before, document),) = step.decision_docs
         problem = _compare(
-            model, state, action, before, command, state.now, document, step.refusal, label
+            model,
+            state,
+            action,
+            before,
+            command,
+            state.now,
+            document,
+            step.refusal,
+            label,
+            step.reply,
         )
         if problem is not None:
             out.append(problem)

@@ -46,6 +46,7 @@ from workwarden.statemachine.check.abstraction import (
 from workwarden.statemachine.check.state import CheckState, Pending, Universe, WorkerHold
 from workwarden.statemachine.commands import (
     AdmitCommand,
+    AdmitReply,
     CancelCommand,
     CheckpointCommand,
     ClaimCommand,
@@ -69,6 +70,7 @@ from workwarden.statemachine.models import (
     Claim,
     CreateWorkload,
     Dependency,
+    ExecutionContext,
     Fence,
     RetryPolicy,
     Timeouts,
@@ -88,6 +90,7 @@ __all__ = [
     "RAISED",
     "REQUEST_AGAIN",
     "REUSED_RESULT",
+    "STALE_FAIL_VARIANTS",
     "Action",
     "CheckState",
     "Model",
@@ -97,6 +100,7 @@ __all__ = [
     "Universe",
     "WorkerHold",
     "raised",
+    "reply_fact",
 ]
 
 TENANT = "t"
@@ -133,6 +137,18 @@ class Step:
     decision_docs: tuple[tuple[int, str | None, str | None], ...] = ()
     cut: bool = False
     noop: bool = False
+    #: What the reply of a call says that its document does not (see `reply_fact`).
+    reply: tuple[str, str] | None = None
+
+
+def reply_fact(reply: Any) -> tuple[str, str] | None:
+    """What a reply says beyond the document it wrote: an admission's `created`, the attempt
+    an execution context names; None for the others."""
+    if isinstance(reply, AdmitReply):
+        return ("created", str(reply.created))
+    if isinstance(reply, ExecutionContext):
+        return ("attempt_id", reply.attempt_id)
+    return None
 
 
 def _request(universe: Universe, index: int, parent: str | None) -> CreateWorkload:
@@ -221,6 +237,10 @@ _FAIL_VARIANTS = {
 #: The failure reports a worker makes, by the action's `arg` (kind/effect).
 FAIL_VARIANTS = tuple(_FAIL_VARIANTS)
 
+#: The failure reports a worker sends again once its attempt ended failed: each
+#: report, and one with another error text ("+error": not the report it made).
+STALE_FAIL_VARIANTS = (*FAIL_VARIANTS, f"{FAIL_VARIANTS[0]}+error")
+
 
 #: Who calls an operation of effect `move` in the universe, by the operation's actor
 #: class (a worker's is the first worker's, which needs no claim to call it).
@@ -280,7 +300,10 @@ class Model:
         self.abstraction = Abstraction(spec, self.universe, self.worker_names, cache_limit)
         """What of a state decides its future: documents read once, states as keys."""
         # Caches, each keyed by everything its value is computed from (see `keep`).
-        self._memo: dict[tuple[str | None, _CommandKey, int], tuple[str | None, str | None]] = {}
+        self._memo: dict[
+            tuple[str | None, _CommandKey, int],
+            tuple[str | None, str | None, tuple[str, str] | None],
+        ] = {}
         self._store_memo: dict[
             tuple[Any, ...],
             tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None],
@@ -389,7 +412,7 @@ class Model:
                 if info is not None and self._failed(info.workload, lost[3]):
                     # Its attempt ended failed: a failure report sent again (the one it
                     # sent is a replay; another kind or effect is not).
-                    for variant in _FAIL_VARIANTS:
+                    for variant in STALE_FAIL_VARIANTS:
                         yield Action("stale_fail", name, slot=lost[0], worker=k, arg=variant)
         operator_used = sum(info.operator_events for info in docs if info is not None)
         for slot, info in enumerate(docs):
@@ -524,7 +547,7 @@ class Model:
             return self._commit(state)
         slot = action.slot
         before = state.docs[slot]
-        document, refusal = self._decided(before, self._command_key(state, action), state.now)
+        document, refusal, fact = self._decided(before, self._command_key(state, action), state.now)
         docs = state.docs
         pending = state.pending
         wrote: tuple[int, ...] = ()
@@ -537,14 +560,15 @@ class Model:
         changes = ((slot, before, document),)
         if not wrote and workers is state.workers:
             # Nothing changed: the same state (which spares the checker its key).
-            return Step(state, refusal, (), changes)
+            return Step(state, refusal, (), changes, reply=fact)
         next_state = CheckState(state.now, docs, workers, pending, state.crashes, state.prepares)
-        return Step(next_state, refusal, wrote, changes)
+        return Step(next_state, refusal, wrote, changes, reply=fact)
 
     def _decided(
         self, before: str | None, command: _CommandKey, now: int
-    ) -> tuple[str | None, str | None]:
-        """The document a command writes (None: nothing) and the code it refuses with.
+    ) -> tuple[str | None, str | None, tuple[str, str] | None]:
+        """The document a command writes (None: nothing), the code it refuses with, and
+        what its reply says beyond the document (`reply_fact`).
 
         Memoised by (document, command, instant): the core is pure, so the same
         three decide the same way in every state they recur in.
@@ -558,14 +582,14 @@ class Model:
                 self.spec, self.workload(before), self._command_for(command), now
             )
         except errors.WorkloadError as exc:
-            outcome: tuple[str | None, str | None] = (None, exc.code)
+            outcome: tuple[str | None, str | None, tuple[str, str] | None] = (None, exc.code, None)
         except Exception as exc:  # noqa: BLE001 - a core that crashes is a finding, not the end
-            outcome = (None, raised(exc))
+            outcome = (None, raised(exc), None)
         else:
             written = decision.workload
             document = self.abstraction.serialise(written) if written is not None else None
             refusal = decision.refusal.code if decision.refusal is not None else None
-            outcome = (document, refusal)
+            outcome = (document, refusal, reply_fact(decision.reply))
         return keep(self._memo, key, outcome, self.cache_limit)
 
     def _command_key(self, state: CheckState, action: Action) -> _CommandKey:
@@ -683,12 +707,14 @@ class Model:
                 output={"ok": True},
             )
         if base == "fail":
-            kind, effect = _FAIL_VARIANTS[arg]
+            variant, _, other = arg.partition("+")
+            kind, effect = _FAIL_VARIANTS[variant]
             return FailCommand(
                 workload_id=wid,
                 fence=fence,
                 kind=kind,
-                error="failed",
+                # Another error text, one that sorts before the first ("failed").
+                error="failed" if not other else "another failure",
                 effect="unknown" if effect == "unknown" else "none",
             )
         if base == "confirm_cancel":
@@ -816,7 +842,7 @@ class Model:
             key = (label, slot, -1, None, "")
         else:
             key = self._command_key(state, replace(action, label="complete"))
-        document, refusal = self._decided(state.docs[slot], key, state.now)
+        document, refusal, _ = self._decided(state.docs[slot], key, state.now)
         if document is None:
             # A prepared call that would write nothing has no race to lose.
             return Step(state, refusal, (), noop=True)

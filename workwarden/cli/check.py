@@ -355,6 +355,7 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
         FAIL_VARIANTS,
         REQUEST_AGAIN,
         REUSED_RESULT,
+        STALE_FAIL_VARIANTS,
     )
 
     known = {
@@ -384,8 +385,12 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
             REQUEST_AGAIN,
         ):
             problem = f"{label} {step['arg']!r} is not an operator call ('', {REQUEST_AGAIN!r})"
-        elif label in ("fail", "stale_fail") and step.get("arg", "") not in FAIL_VARIANTS:
-            valid = ", ".join(repr(v) for v in FAIL_VARIANTS)
+        elif label in ("fail", "stale_fail") and step.get("arg", "") not in (
+            FAIL_VARIANTS if label == "fail" else STALE_FAIL_VARIANTS
+        ):
+            valid = ", ".join(
+                repr(v) for v in (FAIL_VARIANTS if label == "fail" else STALE_FAIL_VARIANTS)
+            )
             problem = f"{label} {step.get('arg', '')!r} is not a failure report ({valid})"
         elif label == "stale_complete" and step.get("arg", "") not in ("", REUSED_RESULT):
             problem = f"stale_complete {step['arg']!r} is not a completion call ('', 'reused')"
