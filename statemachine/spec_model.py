@@ -328,6 +328,7 @@ class CheckSpec(_Strict):
     dependent: bool | None = None
     racer: bool | None = None
     stale_workers: bool | None = None
+    request_ids: bool | None = None
     first_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
     second_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
     second_retry_on: list[str] | None = None
