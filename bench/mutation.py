@@ -114,6 +114,18 @@ EQUIVALENT: dict[str, str] = {
         "`phase >= 'live'`: a replay rule's phase is 'first' or 'live' (the rules are a"
         " table in `effects.py`, not spec data), and only 'live' compares >= 'live'"
     ),
+    "predicates.py:core/ReplaceComparisonOperator_Eq_Is:2": (
+        "`deadline_bounds is 'work'`: the bounds are a validated `Literal` of the spec, the"
+        " interned object, so `is` answers as `==`"
+    ),
+    "predicates.py:core/ReplaceTrueWithFalse:2": (
+        "`Facts` not frozen: the core builds a fresh one for each decision and nothing"
+        " assigns to it"
+    ),
+    "steps.py:core/ReplaceComparisonOperator_Is_Eq:1": (
+        "`kind == list` for `kind is list`: `kind` is a type, and types compare equal only"
+        " to themselves"
+    ),
     "admission.py:core/NumberReplacer:9": (
         "`edges_for(...)[0]` to `[-1]`: the admitting operation has exactly one edge out"
         " of the initial state (checked at load)"
