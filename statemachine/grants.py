@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.identity import ByIdentity
 
 __all__ = ["Grant", "GrantSigner", "GrantVerifier", "ResourceScope", "SignedGrant", "Subject"]
 
@@ -132,34 +131,8 @@ must be at least 16 bytes
         return SignedGrant(grant=grant, key_id=self.key_id, signature=digest)
 
 
-class _Verified:
-    """The signed grants a verifier accepted lately, by identity: each is verified once.
-
-    A producer hands the same `SignedGrant` with every request it makes, and
-    verifying it again (its canonical JSON, then the HMAC) is a fair share of
-    an admission's cost. A `SignedGrant` is immutable all the way down (frozen
-    models of text, numbers and tuples) and the verifier's keys never change,
-    so the same object verifies the same way every time. The object itself is
-    kept, not only its `id`, so that an id reused by another object after
-    this one was freed is never taken for it. At most `SIZE` are kept.
-    """
-
-    SIZE = 64
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[int, SignedGrant] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def holds(self, signed: SignedGrant) -> bool:
-        with self._lock:
-            return self._kept.get(id(signed)) is signed
-
-    def add(self, signed: SignedGrant) -> None:
-        with self._lock:
-            self._kept[id(signed)] = signed
-            self._kept.move_to_end(id(signed))
-            while len(self._kept) > self.SIZE:
-                self._kept.popitem(last=False)
+#: How many accepted signed grants a verifier keeps, so as not to verify them again.
+_VERIFIED = 64
 
 
 class GrantVerifier:
@@ -193,7 +166,11 @@ key; use GrantVerifier.without_signatures() to skip signature checks explicitly
             for key_id, secret in keys.items()
         }
         self.checks_signatures = True
-        self._verified = _Verified()
+        # The signed grants accepted lately. A producer hands the same `SignedGrant`
+        # with every request, and verifying it again (its canonical JSON, then the
+        # HMAC) is a fair share of an admission; a `SignedGrant` is immutable all the
+        # way down and the keys never change, so the same object verifies the same way.
+        self._verified: ByIdentity[SignedGrant, bool] = ByIdentity(_VERIFIED)
 
     @classmethod
     def without_signatures(cls) -> GrantVerifier:
@@ -201,12 +178,12 @@ key; use GrantVerifier.without_signatures() to skip signature checks explicitly
         verifier = cls.__new__(cls)
         verifier._keys = {}
         verifier.checks_signatures = False
-        verifier._verified = _Verified()
+        verifier._verified = ByIdentity(_VERIFIED)
         return verifier
 
     def verify(self, signed: SignedGrant) -> None:
         """Raise `WORKLOAD_UNAUTHORIZED` unless the signature verifies under a known key."""
-        if not self.checks_signatures or self._verified.holds(signed):
+        if not self.checks_signatures or self._verified.get(signed) is not None:
             return
         secret = self._keys.get(signed.key_id)
         if secret is None:
@@ -220,4 +197,4 @@ key; use GrantVerifier.without_signatures() to skip signature checks explicitly
             raise errors.WorkloadError(
                 errors.UNAUTHORIZED, "the authorization snapshot's signature does not verify"
             )
-        self._verified.add(signed)
+        self._verified.put(signed, True)

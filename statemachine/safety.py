@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.identity import ByIdentity
 
 if TYPE_CHECKING:
     from workwarden.statemachine.spec import Spec
@@ -102,22 +103,17 @@ def check_text(spec: Spec, text: str, what: str) -> None:
         )
 
 
-#: The forbidden keys of the specs checked lately, lowered once each: by the id of
-#: the spec's `[secrets]` table, kept with the table itself (an id alone could be
-#: reused by another object once this one is freed).
-_LOWERED: dict[int, tuple[Any, frozenset[str]]] = {}
+#: The forbidden keys of the specs checked lately, lowered once each, by the
+#: spec's `[secrets]` table.
+_LOWERED: ByIdentity[Any, frozenset[str]] = ByIdentity(64)
 
 
 def _forbidden_keys(spec: Spec) -> frozenset[str]:
     """`[secrets] forbidden_keys` with A-Z lowered, as every JSON key is compared."""
-    secrets = spec.secrets
-    known = _LOWERED.get(id(secrets))
-    if known is not None and known[0] is secrets:
-        return known[1]
-    lowered = frozenset(ascii_lower(key) for key in secrets.forbidden_keys)
-    if len(_LOWERED) >= 64:
-        _LOWERED.clear()
-    _LOWERED[id(secrets)] = (secrets, lowered)
+    lowered = _LOWERED.get(spec.secrets)
+    if lowered is None:
+        lowered = frozenset(ascii_lower(key) for key in spec.secrets.forbidden_keys)
+        _LOWERED.put(spec.secrets, lowered)
     return lowered
 
 

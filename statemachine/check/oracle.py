@@ -65,6 +65,7 @@ from workwarden.statemachine.check.universe import (
     Action,
     Model,
     Step,
+    claim_request_of,
     worker_name,
 )
 from workwarden.statemachine.commands import (
@@ -388,14 +389,6 @@ def expect(spec: Spec, w: Workload | None, command: Command, now: int) -> Expect
     return expected
 
 
-def _claim_request(w: Workload, token: int) -> str | None:
-    """The request id the claim of fence `token` was made with (its event's evidence)."""
-    for event in reversed(w.execution_history):
-        if event.evidence.get("fencing_token") == str(token):
-            return event.evidence.get("request_id")
-    return None
-
-
 def _started_by_claim(data: SpecFile, w: Workload) -> bool:
     """Did the current claim start its attempt in its own commit, nothing recorded since?"""
     claim = w.current_claim
@@ -510,7 +503,7 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
     if (
         holds
         and claim is not None
-        and (request is None or _claim_request(w, claim.fencing_token) == request)
+        and (request is None or claim_request_of(w, claim.fencing_token) == request)
     ):
         # The worker's own claim asked for again (with the request id it was made
         # with, or with none): answered while live and unstarted (or started by the

@@ -82,6 +82,7 @@ from workwarden.storage.memory import MemoryStore
 
 __all__ = [
     "CACHE_LIMIT",
+    "CALL_ARGS",
     "CHECKER_KEY",
     "CHECKER_KEY_ID",
     "CHECKPOINT_VARIANTS",
@@ -99,6 +100,7 @@ __all__ = [
     "Step",
     "Universe",
     "WorkerHold",
+    "claim_request_of",
     "raised",
     "reply_fact",
 ]
@@ -210,6 +212,9 @@ CLAIM_AGAIN_VARIANTS = ("same", "before", "after")
 #: The operator calls that carry request ids, and are sent again, under `request_ids`.
 _OPERATOR_CALLS = ("cancel", "timeout", "retry")
 
+#: The `arg` of an operator call that sends the operator's last request id again.
+REQUEST_AGAIN = "again"
+
 #: The `arg` of a stale worker's completion sent under the result id another
 #: claim recorded (a worker reusing one result id across its attempts).
 REUSED_RESULT = "reused"
@@ -240,6 +245,17 @@ FAIL_VARIANTS = tuple(_FAIL_VARIANTS)
 #: The failure reports a worker sends again once its attempt ended failed: each
 #: report, and one with another error text ("+error": not the report it made).
 STALE_FAIL_VARIANTS = (*FAIL_VARIANTS, f"{FAIL_VARIANTS[0]}+error")
+
+#: The calls whose `arg` says which form of the call is sent: the forms, and what
+#: the call is (for a trace that names another form).
+CALL_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "checkpoint": (CHECKPOINT_VARIANTS, "a checkpoint call"),
+    "claim_again": (CLAIM_AGAIN_VARIANTS, "a claim sent again"),
+    **dict.fromkeys(_OPERATOR_CALLS, (("", REQUEST_AGAIN), "an operator call")),
+    "fail": (FAIL_VARIANTS, "a failure report"),
+    "stale_fail": (STALE_FAIL_VARIANTS, "a failure report sent again"),
+    "stale_complete": (("", REUSED_RESULT), "a completion sent again"),
+}
 
 
 #: Who calls an operation of effect `move` in the universe, by the operation's actor
@@ -406,12 +422,14 @@ class Model:
                         yield Action(
                             "stale_complete", name, slot=lost[0], worker=k, arg=REUSED_RESULT
                         )
-                if info is not None and self._confirmed(info.workload, lost[3]):
+                if info is not None and self._ended_as(
+                    info.workload, lost[3], self._confirm_status
+                ):
                     # Its attempt ended cancelled: the confirmation sent again.
                     yield Action("stale_confirm_cancel", name, slot=lost[0], worker=k)
-                if info is not None and self._failed(info.workload, lost[3]):
+                if info is not None and self._ended_as(info.workload, lost[3], self._fail_status):
                     # Its attempt ended failed: a failure report sent again (the one it
-                    # sent is a replay; another kind or effect is not).
+                    # sent is a replay; another kind, effect or error text is not).
                     for variant in STALE_FAIL_VARIANTS:
                         yield Action("stale_fail", name, slot=lost[0], worker=k, arg=variant)
         operator_used = sum(info.operator_events for info in docs if info is not None)
@@ -473,16 +491,9 @@ class Model:
                 issued += w.fencing_token
         return f"claim-{issued + 1}"
 
-    def _failed(self, workload: Workload, token: int) -> bool:
-        """Did the attempt of fence `token` end as a failure report ends one?"""
-        status = self._fail_status
-        return status is not None and any(
-            a.fencing_token == token and a.status == status for a in workload.attempts
-        )
-
-    def _confirmed(self, workload: Workload, token: int) -> bool:
-        """Did the attempt of fence `token` end as a cancellation confirmed ends one?"""
-        status = self._confirm_status
+    @staticmethod
+    def _ended_as(workload: Workload, token: int, status: str | None) -> bool:
+        """Did the attempt of fence `token` end with `status` (an operation's attempt status)?"""
         return status is not None and any(
             a.fencing_token == token and a.status == status for a in workload.attempts
         )
@@ -602,7 +613,7 @@ class Model:
             assert held is not None
             w = self.workload(state.docs[slot])
             assert w is not None
-            made = _claim_request_of(w, held[3]) or ""
+            made = claim_request_of(w, held[3]) or ""
             arg = {"same": made, "before": made[:-1], "after": made + "+"}[action.arg]
             # Its own command (the fence held marks it), built anew.
             return ("claim", slot, action.worker, held, arg)
@@ -659,8 +670,7 @@ class Model:
         if base == "claim":
             return ClaimCommand(
                 workload_id=wid,
-                # Built anew (see the fence below).
-                worker_id=worker_name(worker).encode().decode(),
+                worker_id=_own_text(worker_name(worker)),
                 capabilities=(CAPABILITY,),
                 lease_ms=self.universe.lease_ms,
                 request_id=request,
@@ -681,11 +691,7 @@ class Model:
         if base == "enforce":
             return EnforceDeadlineCommand(workload_id=wid)
         assert hold is not None
-        # The worker id as text of the worker's own, never the object a parsed
-        # document holds (pydantic keeps one object per parsed string): the core
-        # must compare ids by value, and an `is` would otherwise pass unseen.
-        worker_id = hold[2].encode().decode()
-        fence = Fence(claim_id=hold[1], worker_id=worker_id, token=hold[3])
+        fence = Fence(claim_id=hold[1], worker_id=_own_text(hold[2]), token=hold[3])
         if base == "start":
             return StartCommand(workload_id=wid, fence=fence)
         if base == "heartbeat":
@@ -873,16 +879,22 @@ class Model:
         )
 
 
-#: The `arg` of an operator call that sends the operator's last request id again.
-REQUEST_AGAIN = "again"
-
-
-def _claim_request_of(w: Workload, token: int) -> str | None:
+def claim_request_of(w: Workload, token: int) -> str | None:
     """The request id the claim of fence `token` was made with, as its event records it."""
     for event in reversed(w.execution_history):
         if event.evidence.get("fencing_token") == str(token):
             return event.evidence.get("request_id")
     return None
+
+
+def _own_text(text: str) -> str:
+    """`text` as a string object of its own, never one a parsed document holds.
+
+    pydantic keeps one object per parsed string, so an id taken from a document
+    and the same id in the document the core reads would be the very same
+    object: the core must compare ids by value, and an `is` would pass unseen.
+    """
+    return text.encode().decode()
 
 
 def _operator_request(w: Workload) -> str | None:

@@ -349,14 +349,7 @@ def _read_trace(path: str) -> dict[str, Any]:
 
 def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
     """Refuse a trace whose steps name workloads, workers or actions the universe lacks."""
-    from workwarden.statemachine.check.universe import (
-        CHECKPOINT_VARIANTS,
-        CLAIM_AGAIN_VARIANTS,
-        FAIL_VARIANTS,
-        REQUEST_AGAIN,
-        REUSED_RESULT,
-        STALE_FAIL_VARIANTS,
-    )
+    from workwarden.statemachine.check.universe import CALL_ARGS
 
     known = {
         "jump", "crash", "claim", "claim_next", "start", "heartbeat", "execution_context",
@@ -374,26 +367,10 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
         elif label == "move" and step.get("arg") not in moves:
             valid = ", ".join(moves) or "none in this spec"
             problem = f"move {step.get('arg')!r} is not an operation of effect move ({valid})"
-        elif label == "checkpoint" and step.get("arg", "") not in CHECKPOINT_VARIANTS:
-            valid = ", ".join(repr(v) for v in CHECKPOINT_VARIANTS)
-            problem = f"checkpoint {step['arg']!r} is not a checkpoint call ({valid})"
-        elif label == "claim_again" and step.get("arg", "") not in CLAIM_AGAIN_VARIANTS:
-            valid = ", ".join(repr(v) for v in CLAIM_AGAIN_VARIANTS)
-            problem = f"claim_again {step.get('arg', '')!r} is not a claim sent again ({valid})"
-        elif label in ("cancel", "timeout", "retry") and step.get("arg", "") not in (
-            "",
-            REQUEST_AGAIN,
-        ):
-            problem = f"{label} {step['arg']!r} is not an operator call ('', {REQUEST_AGAIN!r})"
-        elif label in ("fail", "stale_fail") and step.get("arg", "") not in (
-            FAIL_VARIANTS if label == "fail" else STALE_FAIL_VARIANTS
-        ):
-            valid = ", ".join(
-                repr(v) for v in (FAIL_VARIANTS if label == "fail" else STALE_FAIL_VARIANTS)
-            )
-            problem = f"{label} {step.get('arg', '')!r} is not a failure report ({valid})"
-        elif label == "stale_complete" and step.get("arg", "") not in ("", REUSED_RESULT):
-            problem = f"stale_complete {step['arg']!r} is not a completion call ('', 'reused')"
+        elif label in CALL_ARGS and step.get("arg", "") not in CALL_ARGS[label][0]:
+            forms, what = CALL_ARGS[label]
+            valid = ", ".join(repr(form) for form in forms)
+            problem = f"{label} {step.get('arg', '')!r} is not {what} ({valid})"
         elif not -1 <= step.get("slot", -1) < len(model.ids):
             problem = f"slot {step['slot']} names no workload of the universe"
         elif not -1 <= step.get("worker", -1) < len(model.worker_names):
