@@ -10,8 +10,9 @@ the copy, never into the working tree, and the judges import the copy (it
 comes first on `PYTHONPATH`, ahead of the editable install). Each mutant is
 then judged three times, separately, each with its own timeout:
 
-- **checker**: `workwarden check` on a small universe (`CHECKER_ARGS`);
-  killed when it reports a violation or fails;
+- **checker**: `workwarden check` on a few small universes (`CHECKER_RUNS`,
+  or the first alone with `--checker base`); killed when one of them reports
+  a violation or fails;
 - **stateful**: the stateful suite on the memory store with a short,
   derandomised Hypothesis profile (`STATEFUL_EXAMPLES` examples of
   `STATEFUL_STEPS` steps); killed when it fails;
@@ -53,7 +54,7 @@ MODULES = (
     "steps.py",
 )
 
-#: The universe the checker judge explores: a few seconds per mutant.
+#: The universe the checker judge explored up to 2026-12-05 (`--checker base`).
 CHECKER_ARGS = (
     "check",
     "--single",
@@ -65,6 +66,25 @@ CHECKER_ARGS = (
     "--engine",
     "compiled",
 )
+
+#: The universes the checker judge explores, in order, each a few seconds; a
+#: mutant is killed when any of them reports a violation or fails. Each adds
+#: what the first lacks, as a maintainer's `workwarden check` runs in CI
+#: would: two workers (whose ids compare both ways), a third attempt and a
+#: second re-arm, a second workload depending on the first (a queue deadline),
+#: deadlines that fall after a lease expires and while work waits after a retry,
+#: and the example specs' shapes (an operation with `then`,
+#: moves, an operation the default spec lacks).
+CHECKER_RUNS: dict[str, tuple[str, ...]] = {
+    "base": CHECKER_ARGS,
+    "two-workers": (*CHECKER_ARGS[:3], "2", *CHECKER_ARGS[4:]),
+    "three-attempts": (*CHECKER_ARGS, "--max-attempts", "3", "--rearms", "2"),
+    "dependent": ("check", *CHECKER_ARGS[2:5], "8", *CHECKER_ARGS[6:]),
+    "deadlines": (*CHECKER_ARGS, "--first-timeouts", "claim_ms=8,execution_ms=12,queue_ms=5"),
+    "claim-starts": (*CHECKER_ARGS, "--spec", "specs/examples/claim_starts.toml"),
+    "pause": (*CHECKER_ARGS, "--spec", "specs/examples/pause.toml"),
+    "approval": (*CHECKER_ARGS, "--spec", "specs/examples/approval.toml"),
+}
 
 STATEFUL_EXAMPLES = 12
 STATEFUL_STEPS = 25
@@ -130,10 +150,59 @@ EQUIVALENT: dict[str, str] = {
         "`edges_for(...)[0]` to `[-1]`: the admitting operation has exactly one edge out"
         " of the initial state (checked at load)"
     ),
+    "replays.py:core/ReplaceBinaryOperator_Add_FloorDiv:1": (
+        "`sequence > recorded // 1` after `sequence == recorded + 1` has returned: for"
+        " integers both refuse exactly the sequences from recorded + 2 on"
+    ),
+    "policies.py:core/NumberReplacer:5": (
+        "`delay == -1` for `delay == 0` in the backoff loop's early stop: a zero delay stays"
+        " zero when multiplied, so the loop (bounded by the retry count) returns the same"
+    ),
+    "policies.py:core/ReplaceComparisonOperator_Eq_Lt:1": (
+        "`multiplier < 1` for `multiplier == 1` in the backoff loop's early stop: the spec"
+        " refuses a multiplier below 1, and multiplying by 1 leaves the delay as it is"
+    ),
+    "steps.py:core/AddNot:2": (
+        "`not kind in _ATOMS` in `json_copy`: atoms go to `copy.deepcopy`, which hands back"
+        " the same immutable value; every other JSON value is a dict or a list, copied above"
+    ),
+    "steps.py:core/ReplaceComparisonOperator_GtE_Is:0": (
+        "`previous is max_attempts` for `>=`: the operator's re-arms count one at a time and"
+        " the one that reaches the maximum is refused, so the count never passes it; equal"
+        " small integers are one object in CPython, so `is` answers as `==`"
+    ),
+    "predicates.py:core/ReplaceComparisonOperator_GtE_Is:0": (
+        "`attempt_count is budget` for `>=`: a claim that would pass the budget is refused at"
+        " equality, so the count never passes it; equal small integers are one object"
+    ),
+    "replays.py:core/ReplaceComparisonOperator_NotEq_Lt:1": (
+        "`attempt.status < failed` for `!=` in the failure replay: a status sorting after it"
+        " passes on to the error text and then to the attempt's failure event, which only a"
+        " failure report writes, and that ends the attempt with the failed status itself"
+    ),
 }
 
 #: Survivors that are gaps of a judge, not equivalent: mutant id -> why that judge misses it.
 GAPS: dict[str, str] = {
+    "core.py:core/ReplaceOrWithAnd:3": (
+        "the claim gate's diverting rule (`claim.attempt_budget_exhausted`): no universe of"
+        " the checker brings a workload to a claim with its budget spent (the checker lists"
+        " the rule as never deciding), so a gate that never diverts goes unseen"
+    ),
+    "deadlines.py:core/ReplaceComparisonOperator_Lt_Gt:0": (
+        "a document admitted under an older deadline contract: every universe admits under"
+        " the spec's own `contract_version`, and no judge loads an older document"
+    ),
+    "predicates.py:core/AddNot:0": (
+        "the queue deadline's anchor when a workload re-enters READY later than it left it:"
+        " time must pass while it is held or dead-lettered, and the single-workload"
+        " universes have no instant to move to then"
+    ),
+    "admission.py:core/ReplaceComparisonOperator_NotEq_Is:2": (
+        "`requested_by is` for `!=` on a repeated admission: a false conflict only when the"
+        " workload handed to the core is the very object its admission built from the same"
+        " request; the checker, the stores and the authority always parse the document"
+    ),
     "replays.py:core/ReplaceBinaryOperator_Add_BitOr:0": (
         "a checkpoint call that names its sequence: the stateful suite never sends one (the"
         " checker's workers do, and send a recorded one again)"
@@ -239,6 +308,10 @@ def _mutants(site: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _ident(mutant: dict[str, Any]) -> str:
+    return f"{mutant['module']}:{mutant['operator']}:{mutant['occurrence']}"
+
+
 def _diff(original: str, mutated: str, module: str) -> str:
     lines = difflib.unified_diff(
         original.splitlines(), mutated.splitlines(), f"a/{module}", f"b/{module}", n=0, lineterm=""
@@ -246,7 +319,16 @@ def _diff(original: str, mutated: str, module: str) -> str:
     return "\n".join(line for line in lines if not line.startswith(("---", "+++")))
 
 
-def _run(argv: list[str], cwd: Path, site: Path, timeout: int) -> tuple[str, float]:
+def _run(argv: list[Any], cwd: Path, site: Path, timeout: int) -> tuple[str, float]:
+    """Run one judge; a judge given as a list of commands runs them in turn until one fails."""
+    if argv and isinstance(argv[0], list):
+        spent = 0.0
+        for one in argv:
+            outcome, seconds = _run(one, cwd, site, max(1, int(timeout - spent)))
+            spent += seconds
+            if outcome != "survived":
+                return outcome, spent
+        return "survived", spent
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{site.parent}{os.pathsep}{cwd}{os.pathsep}{cwd / 'tests'}"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -260,10 +342,10 @@ def _run(argv: list[str], cwd: Path, site: Path, timeout: int) -> tuple[str, flo
     return ("survived" if done.returncode == 0 else "killed"), time.perf_counter() - started
 
 
-def _judges(tree: Path, site: Path, only: list[str]) -> dict[str, list[str]]:
+def _judges(tree: Path, site: Path, only: list[str], checker: list[str]) -> dict[str, list[Any]]:
     py = sys.executable
-    judges = {
-        "checker": [py, "-m", "workwarden", *CHECKER_ARGS],
+    judges: dict[str, list[Any]] = {
+        "checker": [[py, "-m", "workwarden", *CHECKER_RUNS[name]] for name in checker],
         "stateful": [py, "-c", _STATEFUL],
         "tests": [
             py,
@@ -288,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/workwarden-mutation"))
     parser.add_argument("--judges", default="checker,stateful,tests")
+    parser.add_argument(
+        "--checker",
+        default=",".join(CHECKER_RUNS),
+        help=f"the checker judge's universes, in order (of {', '.join(CHECKER_RUNS)})",
+    )
+    parser.add_argument(
+        "--ids", type=Path, default=None, help="judge only the mutants whose ids this file lists"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mutation.json")
     parser.add_argument(
         "--resummarise",
@@ -298,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resummarise:
         old = json.loads(args.out.read_text(encoding="utf-8"))
         args.sample, args.seed = old["sample"]["drawn"], old["sample"]["seed"]
+        args.checker = ",".join(old.get("checker_runs", {"base": ()}))
         baseline = {n: (b["outcome"], b["seconds"]) for n, b in old["baseline"].items()}
         judged = [n for n in ("checker", "stateful", "tests") if n in old["scores"]]
         report = summarise(old["results"], judged, old["mutants_total"], args, baseline)
@@ -309,10 +400,13 @@ def main(argv: list[str] | None = None) -> int:
     from cosmic_ray.plugins import get_operator
 
     tree, site = _snapshot(args.work)
-    judges = _judges(tree, site, args.judges.split(","))
+    judges = _judges(tree, site, args.judges.split(","), args.checker.split(","))
     everything = _mutants(site)
     chosen = list(everything)
-    if args.sample and args.sample < len(chosen):
+    if args.ids is not None:
+        wanted = set(args.ids.read_text(encoding="utf-8").split())
+        chosen = [m for m in everything if _ident(m) in wanted]
+    elif args.sample and args.sample < len(chosen):
         chosen = sorted(random.Random(args.seed).sample(range(len(everything)), args.sample))
         chosen = [everything[i] for i in chosen]
     # The unmutated tree must pass every judge, or no kill means anything.
@@ -324,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         original = path.read_text(encoding="utf-8")
         operator = get_operator(mutant["operator"])()
         mutated = mutate_code(original, operator, mutant["occurrence"])
-        ident = f"{mutant['module']}:{mutant['operator']}:{mutant['occurrence']}"
+        ident = _ident(mutant)
         if mutated is None or mutated == original:
             continue
         record: dict[str, Any] = {"id": ident, "diff": _diff(original, mutated, mutant["module"])}
@@ -379,7 +473,8 @@ def summarise(
     }
     return {
         "command": "nice -n 10 python -m bench.mutation "
-        f"--sample {args.sample} --seed {args.seed} --judges {','.join(judges)}",
+        f"--sample {args.sample} --seed {args.seed} --judges {','.join(judges)}"
+        f" --checker {args.checker}",
         "date": time.strftime("%Y-%m-%d"),
         "mutants_total": total,
         "mutants_judged": len(results),
@@ -387,7 +482,7 @@ def summarise(
         "baseline": {
             name: {"outcome": o, "seconds": round(s, 1)} for name, (o, s) in baseline.items()
         },
-        "checker_args": list(CHECKER_ARGS),
+        "checker_runs": {name: list(CHECKER_RUNS[name]) for name in args.checker.split(",")},
         "stateful": {"examples": STATEFUL_EXAMPLES, "steps": STATEFUL_STEPS},
         "core_tests": list(CORE_TESTS),
         "sample": {"drawn": args.sample, "seed": args.seed, "of": total},

@@ -19,6 +19,7 @@ import pytest
 
 from workwarden.cli import main
 from workwarden.statemachine import default_spec, errors
+from workwarden.statemachine.admission import with_required_states
 from workwarden.statemachine.check.checker import CheckReport, check
 from workwarden.statemachine.check.compiled import CompiledModel
 from workwarden.statemachine.check.compiled_check import check_compiled
@@ -27,8 +28,10 @@ from workwarden.statemachine.check.oracle import PROPERTY, expect
 from workwarden.statemachine.check.refinement import refine
 from workwarden.statemachine.check.replay import replay_trace
 from workwarden.statemachine.check.universe import (
+    BORROWED_REQUEST,
     CHECKER_KEY,
     CHECKER_KEY_ID,
+    FORGED_VARIANTS,
     RAISED,
     REQUEST_AGAIN,
     STALE_FAIL_VARIANTS,
@@ -36,6 +39,7 @@ from workwarden.statemachine.check.universe import (
     CheckState,
     Model,
     Universe,
+    claim_request_of,
 )
 from workwarden.statemachine.commands import (
     AdmitCommand,
@@ -48,12 +52,13 @@ from workwarden.statemachine.commands import (
     ExecutionContextCommand,
     FailCommand,
     RetryCommand,
+    StateReply,
     TimeoutCommand,
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import GrantSigner
-from workwarden.statemachine.models import CreateWorkload, Fence, Workload
-from workwarden.statemachine.spec import Spec
+from workwarden.statemachine.models import ClaimReply, CreateWorkload, Fence, Workload
+from workwarden.statemachine.spec import Spec, load_spec
 from workwarden.storage import MemoryStore
 
 #: One workload, one worker, a short horizon: the checker judge's universe.
@@ -370,6 +375,50 @@ def _result_replay_by_identity(
     return decide(spec, w, command, now)
 
 
+def _fence_by_claim_and_token(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose fence check compares the claim id and the token, not the worker id."""
+    fence = getattr(command, "fence", None)
+    claim = None if w is None else w.current_claim
+    if (
+        fence is not None
+        and claim is not None
+        and fence.worker_id != claim.worker_id
+        and (fence.claim_id, fence.token) == (claim.claim_id, claim.fencing_token)
+    ):
+        command = command.model_copy(
+            update={"fence": fence.model_copy(update={"worker_id": claim.worker_id})}
+        )
+    return decide(spec, w, command, now)
+
+
+def _fence_token_not_above(spec: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+    """A core that lets a fence whose token is above the claim's pass as the claim's."""
+    fence = getattr(command, "fence", None)
+    claim = None if w is None else w.current_claim
+    if fence is not None and claim is not None and fence.token > claim.fencing_token:
+        command = command.model_copy(
+            update={"fence": fence.model_copy(update={"token": claim.fencing_token})}
+        )
+    return decide(spec, w, command, now)
+
+
+def _failure_replay_by_claim(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that knows a repeated failure report by its claim id and token alone."""
+    if isinstance(command, FailCommand) and w is not None and w.current_claim is None:
+        for attempt in w.attempts:
+            if (attempt.claim_id, attempt.fencing_token) == (
+                command.fence.claim_id,
+                command.fence.token,
+            ) and attempt.worker_id != command.fence.worker_id:
+                fence = command.fence.model_copy(update={"worker_id": attempt.worker_id})
+                command = command.model_copy(update={"fence": fence})
+    return decide(spec, w, command, now)
+
+
 _Decide = Callable[[Spec, Workload | None, Command, int], Decision]
 
 #: Each wrong rule, the action the trace ends with, and its arg (None: any).
@@ -382,6 +431,9 @@ WRONG: dict[str, tuple[_Decide, str, str | None]] = {
     "refuses_the_repeat": (_refuses_the_repeat, "checkpoint", "repeat"),
     "confirmation_not_replayed": (_confirmation_not_replayed, "stale_confirm_cancel", ""),
     "grant_window_from_issue_only": (_grant_window_from_issue_only, "admit", ""),
+    "fence_by_claim_and_token": (_fence_by_claim_and_token, "forged_heartbeat", None),
+    "fence_token_not_above": (_fence_token_not_above, "forged_heartbeat", "token>"),
+    "failure_replay_by_claim": (_failure_replay_by_claim, "forged_fail", None),
 }
 
 
@@ -625,3 +677,199 @@ def test_a_wrong_reply_is_reported_by_both_engines(decide_fn: _Decide, label: st
         traces.append(_reported(run(spec, SMALL, model=model)))
     assert traces[0] == traces[1]
     assert traces[0][-1]["action"] == label
+
+
+# -- what replies name: the state a replay answers, the attempt a claim made ------------------
+
+
+def _operator_replay_names_the_first_state(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose answer to an operator's request sent again names the state its first
+    event led to, not its last (a timeout that re-armed answers TIMED_OUT, not READY)."""
+    decision = decide(spec, w, command, now)
+    operator = isinstance(command, (CancelCommand, TimeoutCommand, RetryCommand))
+    if operator and w is not None and decision.workload is None and decision.refusal is None:
+        taken = [
+            e for e in w.execution_history if e.evidence.get("request_id") == command.request_id
+        ]
+        if taken:
+            reply = StateReply(workload_id=w.workload_id, state=taken[0].to)
+            return replace(decision, reply=reply)
+    return decision
+
+
+def _state_reply_before_the_call(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose state reply names the state the workload was in before the call."""
+    decision = decide(spec, w, command, now)
+    if isinstance(decision.reply, StateReply) and w is not None and decision.workload is not None:
+        return replace(decision, reply=StateReply(workload_id=w.workload_id, state=w.state))
+    return decision
+
+
+def _claim_reply_names_the_first_attempt(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose claim reply names the workload's first attempt, not the one it made."""
+    decision = decide(spec, w, command, now)
+    if isinstance(decision.reply, ClaimReply) and decision.workload is not None:
+        first = decision.workload.attempts[0].attempt_id
+        return replace(decision, reply=decision.reply.model_copy(update={"attempt_id": first}))
+    return decision
+
+
+def _dependency_state_left_out(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that records a dependency naming no state without the state it requires,
+    and compares a repeat the same way (so the repeat is still answered as a replay)."""
+    if isinstance(command, AdmitCommand) and w is not None:
+        filled = with_required_states(spec, command.request.dependencies)
+        decision = decide(spec, w.model_copy(update={"dependencies": filled}), command, now)
+        if decision.refusal is None and decision.workload is None:
+            return replace(decision, reply=decision.reply.model_copy(update={"workload": w}))
+        return decision
+    decision = decide(spec, w, command, now)
+    if isinstance(command, AdmitCommand) and decision.workload is not None:
+        undone = tuple(
+            d.model_copy(update={"required_state": None}) for d in decision.workload.dependencies
+        )
+        written = decision.workload.model_copy(update={"dependencies": undone})
+        return replace(decision, workload=written)
+    return decision
+
+
+@pytest.mark.parametrize(
+    ("decide_fn", "universe", "label"),
+    [
+        (_operator_replay_names_the_first_state, REQUESTS, "timeout"),
+        (_state_reply_before_the_call, SMALL, None),
+        (_claim_reply_names_the_first_attempt, SMALL, "claim"),
+        (_dependency_state_left_out, replace(SMALL, dependent=True, horizon_ms=4), "admit"),
+    ],
+)
+def test_a_wrong_reply_or_admitted_dependency_is_reported_by_both_engines(
+    decide_fn: _Decide, universe: Universe, label: str | None
+) -> None:
+    spec = default_spec()
+    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
+    traces = []
+    for run in (check, check_compiled):
+        model = Model(spec, universe, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
+        traces.append(_reported(run(spec, universe, model=model)))
+    assert traces[0] == traces[1]
+    if label is not None:
+        assert traces[0][-1]["action"] == label
+
+
+# -- forged fences ---------------------------------------------------------------------------
+
+
+def test_every_forged_fence_is_refused_and_writes_nothing() -> None:
+    spec = default_spec()
+    model = Model(spec, SMALL)
+    state = _walk(model, _claim(), _call("start"))
+    forged = [a for a in model.actions(state) if a.label.startswith("forged_")]
+    # A live claim: the fence check, with each part forged.
+    assert [(a.label, a.arg) for a in forged] == [
+        ("forged_heartbeat", form) for form in FORGED_VARIANTS
+    ]
+    holder = _workload(model, state).current_claim
+    assert holder is not None
+    for action in forged:
+        fence = model._command(state, action).fence  # type: ignore[attr-defined]
+        assert fence.claim_id == holder.claim_id
+        assert (fence.worker_id, fence.token) != (holder.worker_id, holder.fencing_token)
+        step = model.step(state, action)
+        assert (step.refusal, step.wrote) == (errors.STALE_FENCE, ()), action
+    # Once an attempt ended, the replays that compare a fence with what it recorded.
+    for ending, label, code in (
+        (_call("complete"), "forged_complete", errors.RESULT_CONFLICT),
+        (_call("fail", "validation/none"), "forged_fail", errors.CLAIM_INVALID),
+    ):
+        ended = _walk(model, _claim(), _call("start"), ending)
+        forged = [a for a in model.actions(ended) if a.label.startswith("forged_")]
+        assert [(a.label, a.arg) for a in forged] == [(label, form) for form in FORGED_VARIANTS]
+        for action in forged:
+            step = model.step(ended, action)
+            assert (step.refusal, step.wrote) == (code, ()), action
+
+
+def test_first_timeouts_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+    argv = ["check", "--single", "--workers", "1", "--horizon-ms", "6", "--json", str(out)]
+    assert main([*argv, "--first-timeouts", "claim_ms=3,execution_ms=5"]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["universe"]["first_timeouts"] == {"claim_ms": 3, "execution_ms": 5}
+    capsys.readouterr()
+    for bad in ("claim=3", "claim_ms=0", "claim_ms=x", "claim_ms=1001"):
+        assert main([*argv, "--first-timeouts", bad]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"{errors.INVALID}: --first-timeouts")
+    assert not (tmp_path / "trace").exists()
+
+
+# -- an operation with `then`: the claim that starts its attempt ------------------------------
+
+
+def test_a_core_whose_claim_does_not_start_under_then_is_reported_by_both_engines() -> None:
+    spec = load_spec(Path(__file__).resolve().parent.parent / "specs/examples/claim_starts.toml")
+    plain = default_spec()  # the same table, without `then`
+
+    def decide_fn(s: Spec, w: Workload | None, command: Command, now: int) -> Decision:
+        return decide(plain if isinstance(command, ClaimCommand) else s, w, command, now)
+
+    universe = Universe.from_spec(spec, dependent=False, workers=1, horizon_ms=14)
+    mutant = Mutant("then_ignored", "claims never start", decide_fn=decide_fn)
+    traces = []
+    for run in (check, check_compiled):
+        model = Model(spec, universe, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
+        report = run(spec, universe, model=model)
+        (finding,) = [v for v in report.violations if v.property == PROPERTY][:1]
+        assert "CLAIMED" in finding.message or "RUNNING" in finding.message
+        traces.append(list(finding.trace))
+    assert traces[0] == traces[1]
+    assert traces[0][-1]["action"] in ("claim", "claim_next")
+
+
+def _claim_answered_to_another_worker(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that answers a claim naming another worker's request id with that worker's claim."""
+    claim = None if w is None else w.current_claim
+    if (
+        isinstance(command, ClaimCommand)
+        and w is not None
+        and claim is not None
+        and command.request_id is not None
+        and claim.worker_id != command.worker_id
+        and claim_request_of(w, claim.fencing_token) == command.request_id
+    ):
+        command = command.model_copy(update={"worker_id": claim.worker_id})
+    return decide(spec, w, command, now)
+
+
+def test_a_claim_under_another_workers_request_id_is_not_answered_with_its_claim() -> None:
+    spec = default_spec()
+    universe = replace(REQUESTS, workers=2)
+    model = Model(spec, universe)
+    state = _walk(model, Action("claim_next", WORKER, worker=0))
+    borrowed = Action("claim_again", "worker-B", slot=0, worker=1, arg=BORROWED_REQUEST)
+    assert borrowed in list(model.actions(state))
+    command = model._command(state, borrowed)
+    assert command.worker_id == "worker-B"  # type: ignore[attr-defined]
+    w = _workload(model, state)
+    assert _spec_says(spec, w, command, 0) == _core(spec, w, command, 0)
+    assert _core(spec, w, command, 0)[0] is not None  # refused: the workload is claimed
+    fn = _claim_answered_to_another_worker
+    mutant = Mutant(fn.__name__, fn.__doc__ or "", decide_fn=fn)
+    traces = []
+    for run in (check, check_compiled):
+        wrong = Model(spec, universe, decide_fn=fn, authority_cls=mutant.authority_cls())
+        traces.append(_reported(run(spec, universe, model=wrong)))
+    assert traces[0] == traces[1]
+    assert (traces[0][-1]["action"], traces[0][-1]["arg"]) == ("claim_again", BORROWED_REQUEST)

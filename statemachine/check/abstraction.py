@@ -197,7 +197,9 @@ class Abstraction:
         of the universe (an instant that long ago compares the same way with
         every `now + duration`). Left out: event times and past attempts, which
         no decision reads unless a worker still holds their fence (those are
-        added by `canonical`).
+        added by `canonical`), and without a live claim its attempt's
+        checkpoints and start (only the claim holder's calls read them; an
+        operator's re-arm out of a terminal state carries them along unread).
         """
         info = self.doc(document)
         w = info.workload
@@ -229,7 +231,8 @@ class Abstraction:
             w.attempt_count,
             min(w.retry_count, self._retry_saturation),
             operator,
-            info.checkpoints,
+            # Only a live claim's calls read its attempt's checkpoints and start.
+            info.checkpoints if claim is not None else 0,
             rel(w.next_attempt_at),
             rel(w.created_at) if t.overall_ms is not None else None,
             rel(info.ready_since) if queued_since else None,
@@ -245,7 +248,9 @@ class Abstraction:
             if attempt is None
             else (
                 attempt.status,
-                rel(attempt.started_at) if t.execution_ms is not None else None,
+                rel(attempt.started_at)
+                if t.execution_ms is not None and claim is not None
+                else None,
             ),
         )
         return (*projection, moved) if self.move_edges else projection

@@ -206,7 +206,9 @@ def _write_record(
     """
     label = action.label
     # A move names its operation (an operation the spec adds with the effect `move`).
-    operation = action.arg if label == "move" else label.removeprefix("stale_")
+    operation = (
+        action.arg if label == "move" else label.removeprefix("stale_").removeprefix("forged_")
+    )
     at = written.updated_at if label == "commit" else state.now
     worker: str | None = None
     token: int | None = None

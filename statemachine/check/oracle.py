@@ -111,6 +111,7 @@ _RETRY_EXHAUSTED = "WORKLOAD_RETRY_EXHAUSTED"
 _TIMED_OUT = "WORKLOAD_TIMED_OUT"
 _UNAUTHORIZED = "WORKLOAD_UNAUTHORIZED"
 _KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+_SECRET_REJECTED = "WORKLOAD_SECRET_REJECTED"
 
 
 @dataclass
@@ -386,7 +387,23 @@ def expect(spec: Spec, w: Workload | None, command: Command, now: int) -> Expect
         # (a refusal that writes, a deadline's or a gate's, records none).
         operation = None if isinstance(command, ClaimCommand) else command.op
         expected.shape.requests = [(request, operation)] * len(expected.shape.edges)
+    then = spec.data.operations[command.op].then if command.op in spec.data.operations else None
+    if then is not None and expected.code is None and expected.shape is not None:
+        # Its event is the `then` operation's own, which names no request.
+        _then(spec.data, expected.shape, then, now)
     return expected
+
+
+def _then(data: SpecFile, s: Shape, then: str, now: int) -> None:
+    """A granted lease whose operation names `then` (`start`) starts its attempt in the same
+    commit: the `then` operation's edge out of the state the claim left, when the table has
+    one (else the claim stands alone)."""
+    edge = _own_edge(data, s.state, then)
+    if edge is None or s.last_attempt is None:
+        return
+    status = data.operations[then].attempt_status or ""
+    s.last_attempt = (s.last_attempt[0], status, now, None)
+    _take(s, edge, now)
 
 
 def _started_by_claim(data: SpecFile, w: Workload) -> bool:
@@ -407,7 +424,7 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
         raise _Unmodelled
     name = cmd.op
     row = data.operations.get(name)
-    if row is None or row.then is not None:
+    if row is None:
         raise _Unmodelled
     undeclared = isinstance(cmd, FailCommand) and cmd.kind not in data.failures.kinds
     if undeclared and not data.failures.open:
@@ -433,7 +450,8 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
             first = taken[0]
             if first.actor != cmd.actor or first.evidence["request_operation"] != name:
                 return Expected(_CONFLICT, False)
-            return Expected(None, False)
+            # Answered with the state the request's last event led to.
+            return Expected(None, False, reply=("state", taken[-1].to))
     # Replays of phase "first": the first call ended the claim the fence names.
     recorded = w.result
     repeated = isinstance(cmd, CompleteCommand) and recorded is not None
@@ -567,7 +585,7 @@ def _admission(data: SpecFile, w: Workload | None, request: CreateWorkload, now:
     if w.workload_id != _workload_id(request):
         # The workload under the request's key is not the one its scope names.
         return Expected(_CONFLICT, False)
-    if not _admitted_as(w, request):
+    if not _admitted_as(data, w, request):
         return Expected(_KEY_REUSED, False)
     # The replay: the workload admitted before, not created by this call.
     return Expected(None, False, reply=("created", "False"))
@@ -586,7 +604,14 @@ def _workload_id(request: CreateWorkload) -> str:
     return "workload_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def _admitted_as(w: Workload, request: CreateWorkload) -> bool:
+def _succeeded(data: SpecFile) -> str:
+    """The state a dependency naming none requires: the first an edge recording a result
+    leads to (the spec's declared semantics of `required_state`)."""
+    recording = {name for name, row in data.operations.items() if row.effect == "record_result"}
+    return min(e.to for e in data.transitions if recording & set(e.operations))
+
+
+def _admitted_as(data: SpecFile, w: Workload, request: CreateWorkload) -> bool:
     """Was `w` admitted by this very request (the fields a repeat is compared on)?"""
     history = w.execution_history
     recorded_not_before = history[0].evidence.get("not_before") if history else None
@@ -605,8 +630,8 @@ def _admitted_as(w: Workload, request: CreateWorkload) -> bool:
         and w.retry_policy == request.retry_policy
         and w.timeouts == request.timeouts
         and set(named) == set(held)
-        # A dependency the request names no state for takes the one admission filled in.
-        and all(state is None or held[wid] == state for wid, state in named.items())
+        # A dependency the request names no state for requires the state a result leads to.
+        and all(held[wid] == (state or _succeeded(data)) for wid, state in named.items())
         and recorded_not_before == (None if wanted is None else str(wanted))
         and w.concurrency_key == request.concurrency_key
     )
@@ -656,8 +681,10 @@ def _effect(data: SpecFile, s: Shape, w: Workload, cmd: Command, now: int) -> Ex
         s.updated_at = now
         return Expected(None, True, s)
     if isinstance(cmd, ExecutionContextCommand):
-        if cmd.secret_references:
-            raise _Unmodelled
+        # Only references under the prefix, each naming something after it.
+        prefix = data.secrets.reference_prefix
+        if any(not (r.startswith(prefix) and r != prefix) for r in cmd.secret_references):
+            return Expected(_SECRET_REJECTED, False)
         # The context of the attempt the fence's claim made: the last one.
         return Expected(None, False, reply=("attempt_id", w.attempts[-1].attempt_id))
     if isinstance(cmd, CheckpointCommand):
@@ -790,6 +817,17 @@ def _disagreement(
         )
     if expected.reply is not None and reply != expected.reply:
         return f"{what}: the reply says {reply}, the spec {expected.reply}"
+    if expected.reply is None and reply is not None and reply[0] == "claim_attempt":
+        # A claim's reply names the attempt its claim made: the workload's last.
+        held = model.workload(document) if document is not None else before
+        last = held.attempts[-1].attempt_id if held is not None and held.attempts else None
+        if reply[1] != last:
+            return f"{what}: the reply says {reply}, the claim's attempt is {last}"
+    if expected.reply is None and reply is not None and reply[0] == "state":
+        # A state reply names the state the call leaves the workload in.
+        now_in = model.workload(document) if document is not None else before
+        if now_in is None or reply[1] != now_in.state:
+            return f"{what}: the reply says {reply}, the workload is in {now_in and now_in.state}"
     if document is None or expected.shape is None:
         return None
     after = model.workload(document)
@@ -859,7 +897,7 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
     label = action.label
     if step.refusal is not None and step.refusal.startswith(RAISED):
         return [f"{label}: the core {step.refusal}, where every refusal is a coded WorkloadError"]
-    base = label.removeprefix("stale_")
+    base = label.removeprefix("stale_").removeprefix("forged_")
     out: list[str] = []
     if base in _CALLS:
         command = model._command(state, action)

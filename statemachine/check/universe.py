@@ -61,6 +61,7 @@ from workwarden.statemachine.commands import (
     RecoverCommand,
     RetryCommand,
     StartCommand,
+    StateReply,
     TimeoutCommand,
 )
 from workwarden.statemachine.core import Decision, decide
@@ -68,6 +69,7 @@ from workwarden.statemachine.grants import Grant, GrantSigner, GrantVerifier, Su
 from workwarden.statemachine.models import (
     DEFAULT_RETRY_ON,
     Claim,
+    ClaimReply,
     CreateWorkload,
     Dependency,
     ExecutionContext,
@@ -81,13 +83,16 @@ from workwarden.storage.base import AuditRecord
 from workwarden.storage.memory import MemoryStore
 
 __all__ = [
+    "BORROWED_REQUEST",
     "CACHE_LIMIT",
     "CALL_ARGS",
     "CHECKER_KEY",
     "CHECKER_KEY_ID",
     "CHECKPOINT_VARIANTS",
     "CLAIM_AGAIN_VARIANTS",
+    "CONTEXT_VARIANTS",
     "FAIL_VARIANTS",
+    "FORGED_VARIANTS",
     "RAISED",
     "REQUEST_AGAIN",
     "REUSED_RESULT",
@@ -145,11 +150,16 @@ class Step:
 
 def reply_fact(reply: Any) -> tuple[str, str] | None:
     """What a reply says beyond the document it wrote: an admission's `created`, the attempt
-    an execution context names; None for the others."""
+    an execution context or a claim names, the state a state reply names (a replay's may be an
+    earlier one than the document's); None for the others."""
     if isinstance(reply, AdmitReply):
         return ("created", str(reply.created))
     if isinstance(reply, ExecutionContext):
         return ("attempt_id", reply.attempt_id)
+    if isinstance(reply, ClaimReply):
+        return ("claim_attempt", reply.attempt_id)
+    if isinstance(reply, StateReply):
+        return ("state", reply.state)
     return None
 
 
@@ -176,7 +186,8 @@ def _request(universe: Universe, index: int, parent: str | None) -> CreateWorklo
         definition_id=f"def-{index}",
         definition_revision="r1",
         trigger="check",
-        input={"n": index},
+        # The first's input an object, a later one's a list: the core copies either.
+        input={"n": index} if index == 0 else [index],
         requested_by=_REQUESTER,
         authorization_snapshot=_SIGNER.sign(grant),
         capability_snapshot=(CAPABILITY,),
@@ -209,6 +220,15 @@ CHECKPOINT_VARIANTS = ("", "next", "repeat")
 #: reply), or another that sorts before or after it (a new request while it holds one).
 CLAIM_AGAIN_VARIANTS = ("same", "before", "after")
 
+#: The secret references an execution context call names, by the action's `arg`:
+#: none, one reference under the spec's prefix, the bare prefix, and text under
+#: another scheme (the last two refused with `SECRET_REJECTED`).
+CONTEXT_VARIANTS = ("", "reference", "bare", "other")
+
+#: The `arg` of a claim by a worker holding nothing under the request id another
+#: worker's live claim was made with (two workers whose request ids collide).
+BORROWED_REQUEST = "borrowed"
+
 #: The operator calls that carry request ids, and are sent again, under `request_ids`.
 _OPERATOR_CALLS = ("cancel", "timeout", "retry")
 
@@ -218,6 +238,22 @@ REQUEST_AGAIN = "again"
 #: The `arg` of a stale worker's completion sent under the result id another
 #: claim recorded (a worker reusing one result id across its attempts).
 REUSED_RESULT = "reused"
+
+#: How an impostor forges a fence out of one a workload's document shows (its
+#: current claim's, or else its last attempt's), by the action's `arg`: another
+#: worker id that sorts before or after the holder's, or the holder's id with a
+#: fencing token one below or one above.
+FORGED_VARIANTS = ("worker<", "worker>", "token<", "token>")
+
+#: The worker ids an impostor presents: one sorting before every worker's name
+#: (`worker_name` uses upper-case letters) and one after.
+_IMPOSTORS = {"worker<": "worker-0", "worker>": "worker-z"}
+
+#: The calls an impostor makes with a forged fence, each in every form: a
+#: heartbeat while a claim is live (the fence check), and the calls whose replays
+#: compare a fence with a recorded attempt or result once there is one to compare
+#: with (a result; a last attempt that ended failed or cancelled).
+_FORGED_CALLS = ("heartbeat", "complete", "fail", "confirm_cancel")
 
 #: The progress every checkpoint of the universe records.
 _CHECKPOINT_STATE = {"step": 1}
@@ -250,11 +286,13 @@ STALE_FAIL_VARIANTS = (*FAIL_VARIANTS, f"{FAIL_VARIANTS[0]}+error")
 #: the call is (for a trace that names another form).
 CALL_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
     "checkpoint": (CHECKPOINT_VARIANTS, "a checkpoint call"),
-    "claim_again": (CLAIM_AGAIN_VARIANTS, "a claim sent again"),
+    "execution_context": (CONTEXT_VARIANTS, "an execution context call"),
+    "claim_again": ((*CLAIM_AGAIN_VARIANTS, BORROWED_REQUEST), "a claim sent again"),
     **dict.fromkeys(_OPERATOR_CALLS, (("", REQUEST_AGAIN), "an operator call")),
     "fail": (FAIL_VARIANTS, "a failure report"),
     "stale_fail": (STALE_FAIL_VARIANTS, "a failure report sent again"),
     "stale_complete": (("", REUSED_RESULT), "a completion sent again"),
+    **{f"forged_{call}": (FORGED_VARIANTS, "a forged fence") for call in _FORGED_CALLS},
 }
 
 
@@ -378,6 +416,13 @@ class Model:
                 first = docs[0] if docs else None
                 if first is not None and takes(first.workload.state, "claim"):
                     yield Action("claim", name, slot=0, worker=k)
+                if u.request_ids:
+                    for slot, info in enumerate(docs):
+                        if info is not None and info.claim_id is not None:
+                            # Another worker's live claim: its request id, by this one.
+                            yield Action(
+                                "claim_again", name, slot=slot, worker=k, arg=BORROWED_REQUEST
+                            )
             else:
                 slot = held[0]
                 info = docs[slot]
@@ -390,7 +435,8 @@ class Model:
                 if takes(at, "start"):
                     yield Action("start", name, slot=slot, worker=k)
                 yield Action("heartbeat", name, slot=slot, worker=k)
-                yield Action("execution_context", name, slot=slot, worker=k)
+                for variant in CONTEXT_VARIANTS:
+                    yield Action("execution_context", name, slot=slot, worker=k, arg=variant)
                 if takes(at, "checkpoint") and info.checkpoints < u.checkpoints_per_attempt:
                     yield Action("checkpoint", name, slot=slot, worker=k)
                     yield Action("checkpoint", name, slot=slot, worker=k, arg="next")
@@ -462,6 +508,16 @@ class Model:
             if info is not None:
                 # The requester sends an admission again (its reply lost), at this instant.
                 yield Action("admit", "requester", slot=slot)
+        if u.stale_workers:
+            for slot, info in enumerate(docs):
+                if info is None:
+                    continue
+                # A caller that never held the fence it presents: another worker's
+                # id, or the holder's with another token; refused, writing nothing.
+                for call in _FORGED_CALLS:
+                    if self._forgeable(info, call):
+                        for form in FORGED_VARIANTS:
+                            yield Action(f"forged_{call}", "impostor", slot=slot, arg=form)
         if u.racer:
             if state.pending is None and state.prepares < u.racer_prepares:
                 for slot in range(len(docs)):
@@ -608,6 +664,12 @@ class Model:
         label, slot = action.label, action.slot
         if label == "claim":
             return (label, slot, action.worker, None, self.claim_request(state, action.worker))
+        if label == "claim_again" and action.arg == BORROWED_REQUEST:
+            w = self.workload(state.docs[slot])
+            assert w is not None
+            assert w.current_claim is not None
+            made = claim_request_of(w, w.current_claim.fencing_token) or ""
+            return ("claim", slot, action.worker, None, made)
         if label == "claim_again":
             held = state.workers[action.worker][0]
             assert held is not None
@@ -626,11 +688,16 @@ class Model:
                 recorded = _operator_request(w)
                 assert recorded is not None
                 return (label, slot, -2, None, recorded)
-            return (label, slot, -1, None, f"op-{label}-{slot}-{len(w.execution_history)}")
+            # A new request id for each call: numbered by the operator's events so far (a
+            # fact of the document's class, so every state of the class names the same).
+            made = self.abstraction.doc(state.docs[slot]).operator_events
+            return (label, slot, -1, None, f"op-{label}-{slot}-{made}")
         if label == "admit":
             return (label, slot, -1, None, "")
         if label == "move":
             return (label, slot, -1, None, action.arg)
+        if label.startswith("forged_"):
+            return self._forged_key(state, action)
         stale = label.startswith("stale_")
         held, lost = state.workers[action.worker]
         hold = lost if stale else held
@@ -653,6 +720,45 @@ class Model:
         # must recognise it by its values, not as the very object it answered.
         return (label.removeprefix("stale_"), slot, -2 if stale else -1, hold, arg)
 
+    def _forgeable(self, info: DocumentFacts, call: str) -> bool:
+        """Does an impostor make `call` on this document (see `_FORGED_CALLS`)?"""
+        w = info.workload
+        if info.claim_id is not None:
+            return call == "heartbeat"
+        if not w.attempts or w.current_claim is not None:
+            return False
+        if call == "complete":
+            return w.result is not None
+        status = {"fail": self._fail_status, "confirm_cancel": self._confirm_status}.get(call)
+        return status is not None and w.attempts[-1].status == status
+
+    def _forged_key(self, state: CheckState, action: Action) -> _CommandKey:
+        """An impostor's call: a fence forged from the one its document shows (see
+        `FORGED_VARIANTS`)."""
+        slot, form = action.slot, action.arg
+        w = self.workload(state.docs[slot])
+        assert w is not None
+        claim = w.current_claim
+        if claim is not None:
+            claim_id, worker, token = claim.claim_id, claim.worker_id, claim.fencing_token
+        else:
+            last = w.attempts[-1]
+            claim_id, worker, token = last.claim_id, last.worker_id, last.fencing_token
+        if form in _IMPOSTORS:
+            worker = _IMPOSTORS[form]
+        else:
+            assert form in ("token<", "token>"), form
+            token += 1 if form == "token>" else -1
+        base = action.label.removeprefix("forged_")
+        # A completion names the recorded result id where there is one; a failure
+        # report is the first form a worker reports.
+        arg = ""
+        if base == "complete" and w.result is not None:
+            arg = w.result.result_id
+        elif base == "fail":
+            arg = FAIL_VARIANTS[0]
+        return (base, slot, -3, (slot, claim_id, worker, token), arg)
+
     def _command(self, state: CheckState, action: Action) -> Command:
         """The command a worker's or an operator's action sends in `state`."""
         return self._command_for(self._command_key(state, action))
@@ -666,7 +772,8 @@ class Model:
     def _make_command(self, key: _CommandKey) -> Command:
         base, slot, worker, hold, arg = key
         wid = self.ids[slot]
-        request = arg or None
+        # A request id is text of its own, as a caller sending it again builds it.
+        request = _own_text(arg) if arg else None
         if base == "claim":
             return ClaimCommand(
                 workload_id=wid,
@@ -697,7 +804,10 @@ class Model:
         if base == "heartbeat":
             return HeartbeatCommand(workload_id=wid, fence=fence, extend_ms=self.universe.lease_ms)
         if base == "execution_context":
-            return ExecutionContextCommand(workload_id=wid, fence=fence)
+            prefix = self.spec.secrets.reference_prefix
+            named = {"reference": f"{prefix}db", "bare": prefix, "other": "vault:db"}
+            refs = (named[arg],) if arg else ()
+            return ExecutionContextCommand(workload_id=wid, fence=fence, secret_references=refs)
         if base == "checkpoint":
             return CheckpointCommand(
                 workload_id=wid,

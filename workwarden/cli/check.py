@@ -60,7 +60,34 @@ def _universe(args: argparse.Namespace, spec: Any) -> Any:
     for flag in ("racer", "dependent", "request_ids"):
         if getattr(args, flag) is not None:
             overrides[flag] = getattr(args, flag)
+    if args.first_timeouts is not None:
+        overrides["first_timeouts"] = _timeouts(args.first_timeouts)
     return Universe.from_spec(spec, **overrides)
+
+
+def _timeouts(text: str) -> dict[str, int]:
+    """`--first-timeouts`: `KIND_ms=N` pairs, comma-separated (`claim_ms=8,execution_ms=12`)."""
+    from workwarden.statemachine.models import Timeouts
+
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in Timeouts.model_fields or not value.strip().isdigit():
+            known = ", ".join(Timeouts.model_fields)
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"--first-timeouts: {part!r} is not NAME=MILLISECONDS with NAME one of {known}",
+                {"field": "--first-timeouts"},
+            )
+        if not 1 <= int(value) <= 1000:
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"--first-timeouts: {name} must be 1 to 1000 milliseconds",
+                {"field": "--first-timeouts"},
+            )
+        out[name] = int(value)
+    return out
 
 
 _BOUND_HELP = {
@@ -356,7 +383,8 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
         "checkpoint", "complete", "fail", "confirm_cancel", "stale_complete", "stale_heartbeat",
         "stale_confirm_cancel", "stale_fail", "claim_again", "cancel", "timeout", "retry",
         "recover_expired", "enforce_deadlines", "prepare_recover", "prepare_enforce",
-        "prepare_complete", "commit", "move", "admit",
+        "prepare_complete", "commit", "move", "admit", "forged_heartbeat", "forged_complete",
+        "forged_fail", "forged_confirm_cancel",
     }  # fmt: skip
     moves = dict(model.moves)
     for number, step in enumerate(trace["steps"], start=1):
@@ -503,6 +531,15 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--no-request-ids", dest="request_ids", action="store_false")
+    parser.add_argument(
+        "--first-timeouts",
+        metavar="NAME=MS,...",
+        default=None,
+        help=(
+            "the first workload's deadlines, e.g. claim_ms=8,execution_ms=12 (replaces the "
+            "[check] table's first_timeouts)"
+        ),
+    )
     parser.add_argument(
         "--single",
         dest="dependent",
