@@ -682,16 +682,16 @@ class Model:
         if label in _OPERATOR_CALLS:
             if not self.universe.request_ids:
                 return (label, slot, -1, None, "")
-            w = self.workload(state.docs[slot])
-            assert w is not None
+            document = state.docs[slot]
+            assert document is not None
+            info = self.abstraction.doc(document)
             if action.arg == REQUEST_AGAIN:
-                recorded = _operator_request(w)
+                recorded = _operator_request(info.workload)
                 assert recorded is not None
                 return (label, slot, -2, None, recorded)
             # A new request id for each call: numbered by the operator's events so far (a
             # fact of the document's class, so every state of the class names the same).
-            made = self.abstraction.doc(state.docs[slot]).operator_events
-            return (label, slot, -1, None, f"op-{label}-{slot}-{made}")
+            return (label, slot, -1, None, f"op-{label}-{slot}-{info.operator_events}")
         if label == "admit":
             return (label, slot, -1, None, "")
         if label == "move":
