@@ -443,17 +443,21 @@ def _reported(report: CheckReport) -> list[dict[str, object]]:
     return list(found[0].trace)
 
 
+def _both_report(spec: Spec, universe: Universe, decide_fn: _Decide) -> list[dict[str, object]]:
+    """The trace both engines report a wrong core with (they must report the same)."""
+    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
+    traces = []
+    for run in (check, check_compiled):
+        model = Model(spec, universe, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
+        traces.append(_reported(run(spec, universe, model=model)))
+    assert traces[0] == traces[1]
+    return traces[0]
+
+
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_wrong_replay_grant_or_budget_rule_is_reported_by_both_engines(name: str) -> None:
     decide_fn, label, arg = WRONG[name]
-    spec = default_spec()
-    mutant = Mutant(name, decide_fn.__doc__ or name, decide_fn=decide_fn)
-    traces = []
-    for run in (check, check_compiled):
-        model = Model(spec, SMALL, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
-        traces.append(_reported(run(spec, SMALL, model=model)))
-    assert traces[0] == traces[1]
-    last = traces[0][-1]
+    last = _both_report(default_spec(), SMALL, decide_fn)[-1]
     assert last["action"] == label
     if arg is not None:
         assert last.get("arg", "") == arg
@@ -586,14 +590,7 @@ def _operator_request_forgotten(
 def test_a_wrong_request_id_rule_is_reported_by_both_engines(
     decide_fn: _Decide, label: str | None, arg: str | None
 ) -> None:
-    spec = default_spec()
-    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
-    traces = []
-    for run in (check, check_compiled):
-        model = Model(spec, REQUESTS, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
-        traces.append(_reported(run(spec, REQUESTS, model=model)))
-    assert traces[0] == traces[1]
-    last = traces[0][-1]
+    last = _both_report(default_spec(), REQUESTS, decide_fn)[-1]
     if label is not None:
         assert last["action"] == label
     if arg is not None:
@@ -669,14 +666,7 @@ def _context_of_the_first_attempt(
     [(_replay_says_created, "admit"), (_context_of_the_first_attempt, "execution_context")],
 )
 def test_a_wrong_reply_is_reported_by_both_engines(decide_fn: _Decide, label: str) -> None:
-    spec = default_spec()
-    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
-    traces = []
-    for run in (check, check_compiled):
-        model = Model(spec, SMALL, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
-        traces.append(_reported(run(spec, SMALL, model=model)))
-    assert traces[0] == traces[1]
-    assert traces[0][-1]["action"] == label
+    assert _both_report(default_spec(), SMALL, decide_fn)[-1]["action"] == label
 
 
 # -- what replies name: the state a replay answers, the attempt a claim made ------------------
@@ -753,15 +743,9 @@ def _dependency_state_left_out(
 def test_a_wrong_reply_or_admitted_dependency_is_reported_by_both_engines(
     decide_fn: _Decide, universe: Universe, label: str | None
 ) -> None:
-    spec = default_spec()
-    mutant = Mutant(decide_fn.__name__, decide_fn.__doc__ or "", decide_fn=decide_fn)
-    traces = []
-    for run in (check, check_compiled):
-        model = Model(spec, universe, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
-        traces.append(_reported(run(spec, universe, model=model)))
-    assert traces[0] == traces[1]
+    trace = _both_report(default_spec(), universe, decide_fn)
     if label is not None:
-        assert traces[0][-1]["action"] == label
+        assert trace[-1]["action"] == label
 
 
 # -- forged fences ---------------------------------------------------------------------------
@@ -824,16 +808,14 @@ def test_a_core_whose_claim_does_not_start_under_then_is_reported_by_both_engine
         return decide(plain if isinstance(command, ClaimCommand) else s, w, command, now)
 
     universe = Universe.from_spec(spec, dependent=False, workers=1, horizon_ms=14)
-    mutant = Mutant("then_ignored", "claims never start", decide_fn=decide_fn)
-    traces = []
-    for run in (check, check_compiled):
-        model = Model(spec, universe, decide_fn=decide_fn, authority_cls=mutant.authority_cls())
-        report = run(spec, universe, model=model)
-        (finding,) = [v for v in report.violations if v.property == PROPERTY][:1]
-        assert "CLAIMED" in finding.message or "RUNNING" in finding.message
-        traces.append(list(finding.trace))
-    assert traces[0] == traces[1]
-    assert traces[0][-1]["action"] in ("claim", "claim_next")
+    trace = _both_report(spec, universe, decide_fn)
+    assert trace[-1]["action"] in ("claim", "claim_next")
+    # What the spec says the claim writes: the start's edge too.
+    authority_cls = Mutant("then_ignored", "", decide_fn=decide_fn).authority_cls()
+    model = Model(spec, universe, decide_fn=decide_fn, authority_cls=authority_cls)
+    report = check(spec, universe, model=model)
+    (finding,) = [v for v in report.violations if v.property == PROPERTY][:1]
+    assert "RUNNING" in finding.message
 
 
 def _claim_answered_to_another_worker(
@@ -865,11 +847,5 @@ def test_a_claim_under_another_workers_request_id_is_not_answered_with_its_claim
     w = _workload(model, state)
     assert _spec_says(spec, w, command, 0) == _core(spec, w, command, 0)
     assert _core(spec, w, command, 0)[0] is not None  # refused: the workload is claimed
-    fn = _claim_answered_to_another_worker
-    mutant = Mutant(fn.__name__, fn.__doc__ or "", decide_fn=fn)
-    traces = []
-    for run in (check, check_compiled):
-        wrong = Model(spec, universe, decide_fn=fn, authority_cls=mutant.authority_cls())
-        traces.append(_reported(run(spec, universe, model=wrong)))
-    assert traces[0] == traces[1]
-    assert (traces[0][-1]["action"], traces[0][-1]["arg"]) == ("claim_again", BORROWED_REQUEST)
+    last = _both_report(spec, universe, _claim_answered_to_another_worker)[-1]
+    assert (last["action"], last["arg"]) == ("claim_again", BORROWED_REQUEST)
