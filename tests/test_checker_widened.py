@@ -32,6 +32,7 @@ from workwarden.statemachine.check.universe import (
     CHECKER_KEY,
     CHECKER_KEY_ID,
     FORGED_VARIANTS,
+    OTHER_OUTPUT,
     RAISED,
     REQUEST_AGAIN,
     STALE_FAIL_VARIANTS,
@@ -419,6 +420,20 @@ def _failure_replay_by_claim(
     return decide(spec, w, command, now)
 
 
+def _result_replay_ignores_output(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that answers a completion sent again as a replay whatever output it reports."""
+    if (
+        isinstance(command, CompleteCommand)
+        and w is not None
+        and w.result is not None
+        and w.result.result_id == command.result_id
+    ):
+        command = command.model_copy(update={"output": w.result.output})
+    return decide(spec, w, command, now)
+
+
 _Decide = Callable[[Spec, Workload | None, Command, int], Decision]
 
 #: Each wrong rule, the action the trace ends with, and its arg (None: any).
@@ -434,6 +449,7 @@ WRONG: dict[str, tuple[_Decide, str, str | None]] = {
     "fence_by_claim_and_token": (_fence_by_claim_and_token, "forged_heartbeat", None),
     "fence_token_not_above": (_fence_token_not_above, "forged_heartbeat", "token>"),
     "failure_replay_by_claim": (_failure_replay_by_claim, "forged_fail", None),
+    "result_replay_ignores_output": (_result_replay_ignores_output, "stale_complete", OTHER_OUTPUT),
 }
 
 

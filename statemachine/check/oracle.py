@@ -454,13 +454,16 @@ def _expect(data: SpecFile, w: Workload | None, cmd: Command, now: int) -> Expec
             return Expected(None, False, reply=("state", taken[-1].to))
     # Replays of phase "first": the first call ended the claim the fence names.
     recorded = w.result
-    repeated = isinstance(cmd, CompleteCommand) and recorded is not None
-    if repeated and recorded is not None and recorded.result_id == getattr(cmd, "result_id", None):
+    if (
+        isinstance(cmd, CompleteCommand)
+        and recorded is not None
+        and recorded.result_id == cmd.result_id
+    ):
         same = (
-            fence is not None
-            and recorded.produced_by == fence.worker_id
-            and recorded.provenance.get("claim_id") == fence.claim_id
-            and recorded.provenance.get("fencing_token") == str(fence.token)
+            recorded.produced_by == cmd.fence.worker_id
+            and recorded.provenance.get("claim_id") == cmd.fence.claim_id
+            and recorded.provenance.get("fencing_token") == str(cmd.fence.token)
+            and _canonical(recorded.output) == _canonical(cmd.output)
         )
         return Expected(None if same else _RESULT_CONFLICT, False)
     if fence is not None and isinstance(cmd, (FailCommand, ConfirmCancelCommand)):

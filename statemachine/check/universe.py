@@ -93,6 +93,7 @@ __all__ = [
     "CONTEXT_VARIANTS",
     "FAIL_VARIANTS",
     "FORGED_VARIANTS",
+    "OTHER_OUTPUT",
     "RAISED",
     "REQUEST_AGAIN",
     "REUSED_RESULT",
@@ -239,6 +240,10 @@ REQUEST_AGAIN = "again"
 #: claim recorded (a worker reusing one result id across its attempts).
 REUSED_RESULT = "reused"
 
+#: The `arg` of a worker's completion sent again under its own recorded result id
+#: with another output (not the report it made: a conflict).
+OTHER_OUTPUT = "other-output"
+
 #: How an impostor forges a fence out of one a workload's document shows (its
 #: current claim's, or else its last attempt's), by the action's `arg`: another
 #: worker id that sorts before or after the holder's, or the holder's id with a
@@ -291,7 +296,7 @@ CALL_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
     **dict.fromkeys(_OPERATOR_CALLS, (("", REQUEST_AGAIN), "an operator call")),
     "fail": (FAIL_VARIANTS, "a failure report"),
     "stale_fail": (STALE_FAIL_VARIANTS, "a failure report sent again"),
-    "stale_complete": (("", REUSED_RESULT), "a completion sent again"),
+    "stale_complete": (("", REUSED_RESULT, OTHER_OUTPUT), "a completion sent again"),
     **{f"forged_{call}": (FORGED_VARIANTS, "a forged fence") for call in _FORGED_CALLS},
 }
 
@@ -460,14 +465,13 @@ class Model:
                     yield Action("stale_heartbeat", name, slot=lost[0], worker=k)
                 elif info is not None and info.workload.result is not None:
                     # A result is recorded: the worker sends its completion again
-                    # (its reply lost), and, where another claim produced the
-                    # result, its own under the recorded result id.
+                    # (its reply lost); where another claim produced the result, its
+                    # own under the recorded result id; where it did, one with
+                    # another output.
                     yield Action("stale_complete", name, slot=lost[0], worker=k)
                     made = info.workload.result.provenance.get("fencing_token")
-                    if made != str(lost[3]):
-                        yield Action(
-                            "stale_complete", name, slot=lost[0], worker=k, arg=REUSED_RESULT
-                        )
+                    again = REUSED_RESULT if made != str(lost[3]) else OTHER_OUTPUT
+                    yield Action("stale_complete", name, slot=lost[0], worker=k, arg=again)
                 if info is not None and self._ended_as(
                     info.workload, lost[3], self._confirm_status
                 ):
@@ -711,11 +715,12 @@ class Model:
             assert w is not None
             arg = str(len(w.checkpoints) + (1 if arg == "next" else 0))
         elif label == "stale_complete" and arg:
-            assert arg == REUSED_RESULT, arg
+            assert arg in (REUSED_RESULT, OTHER_OUTPUT), arg
             w = self.workload(state.docs[slot])
             assert w is not None
             assert w.result is not None
-            arg = w.result.result_id
+            marker = f"{OTHER_OUTPUT}:" if arg == OTHER_OUTPUT else ""
+            arg = marker + w.result.result_id
         # A call sent again is a command of its own (-2), built anew: the core
         # must recognise it by its values, not as the very object it answered.
         return (label.removeprefix("stale_"), slot, -2 if stale else -1, hold, arg)
@@ -816,11 +821,13 @@ class Model:
                 sequence=int(arg) if arg else None,
             )
         if base == "complete":
+            # Under a recorded result id (`arg`), or with another output after its marker.
+            recorded = arg.removeprefix(f"{OTHER_OUTPUT}:")
             return CompleteCommand(
                 workload_id=wid,
                 fence=fence,
-                result_id=arg or f"result-{slot}-{fence.worker_id}-{fence.token}",
-                output={"ok": True},
+                result_id=recorded or f"result-{slot}-{fence.worker_id}-{fence.token}",
+                output={"ok": recorded == arg},
             )
         if base == "fail":
             variant, _, other = arg.partition("+")
