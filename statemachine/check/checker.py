@@ -52,6 +52,7 @@ from workwarden.statemachine.check.universe import (
     StateKey,
     Step,
     Universe,
+    called,
 )
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.properties.coverage import (
@@ -206,9 +207,7 @@ def _write_record(
     """
     label = action.label
     # A move names its operation (an operation the spec adds with the effect `move`).
-    operation = (
-        action.arg if label == "move" else label.removeprefix("stale_").removeprefix("forged_")
-    )
+    operation = action.arg if label == "move" else called(label)
     at = written.updated_at if label == "commit" else state.now
     worker: str | None = None
     token: int | None = None

@@ -65,6 +65,7 @@ from workwarden.statemachine.check.universe import (
     Action,
     Model,
     Step,
+    called,
     claim_request_of,
     worker_name,
 )
@@ -621,6 +622,7 @@ def _admitted_as(data: SpecFile, w: Workload, request: CreateWorkload) -> bool:
     wanted = request.not_before
     named = {d.workload_id: d.required_state for d in request.dependencies}
     held = {d.workload_id: d.required_state for d in w.dependencies}
+    required = _succeeded(data) if named else ""
     return (
         w.requested_by == request.requested_by
         and w.definition_id == request.definition_id
@@ -634,7 +636,7 @@ def _admitted_as(data: SpecFile, w: Workload, request: CreateWorkload) -> bool:
         and w.timeouts == request.timeouts
         and set(named) == set(held)
         # A dependency the request names no state for requires the state a result leads to.
-        and all(held[wid] == (state or _succeeded(data)) for wid, state in named.items())
+        and all(held[wid] == (state or required) for wid, state in named.items())
         and recorded_not_before == (None if wanted is None else str(wanted))
         and w.concurrency_key == request.concurrency_key
     )
@@ -820,17 +822,17 @@ def _disagreement(
         )
     if expected.reply is not None and reply != expected.reply:
         return f"{what}: the reply says {reply}, the spec {expected.reply}"
-    if expected.reply is None and reply is not None and reply[0] == "claim_attempt":
-        # A claim's reply names the attempt its claim made: the workload's last.
-        held = model.workload(document) if document is not None else before
-        last = held.attempts[-1].attempt_id if held is not None and held.attempts else None
-        if reply[1] != last:
-            return f"{what}: the reply says {reply}, the claim's attempt is {last}"
-    if expected.reply is None and reply is not None and reply[0] == "state":
-        # A state reply names the state the call leaves the workload in.
-        now_in = model.workload(document) if document is not None else before
-        if now_in is None or reply[1] != now_in.state:
-            return f"{what}: the reply says {reply}, the workload is in {now_in and now_in.state}"
+    if expected.reply is None and reply is not None and reply[0] in ("claim_attempt", "state"):
+        # Unless restated above, a claim's reply names the attempt its claim made (the
+        # workload's last) and a state reply the state the call leaves the workload in.
+        after = model.workload(document) if document is not None else before
+        named: str | None = None
+        if after is not None and reply[0] == "state":
+            named = after.state
+        elif after is not None and after.attempts:
+            named = after.attempts[-1].attempt_id
+        if reply[1] != named:
+            return f"{what}: the reply says {reply}, the workload after the call {named}"
     if document is None or expected.shape is None:
         return None
     after = model.workload(document)
@@ -900,7 +902,7 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
     label = action.label
     if step.refusal is not None and step.refusal.startswith(RAISED):
         return [f"{label}: the core {step.refusal}, where every refusal is a coded WorkloadError"]
-    base = label.removeprefix("stale_").removeprefix("forged_")
+    base = called(label)
     out: list[str] = []
     if base in _CALLS:
         command = model._command(state, action)

@@ -106,6 +106,7 @@ __all__ = [
     "Step",
     "Universe",
     "WorkerHold",
+    "called",
     "claim_request_of",
     "raised",
     "reply_fact",
@@ -162,6 +163,13 @@ def reply_fact(reply: Any) -> tuple[str, str] | None:
     if isinstance(reply, StateReply):
         return ("state", reply.state)
     return None
+
+
+def called(label: str) -> str:
+    """The operation an action of this label calls: a stale worker's or an impostor's call
+    is the worker's call of that name (`stale_complete` and `forged_complete` call
+    `complete`)."""
+    return label.removeprefix("stale_").removeprefix("forged_")
 
 
 def _request(universe: Universe, index: int, parent: str | None) -> CreateWorkload:
@@ -382,6 +390,8 @@ class Model:
         self._confirm_status = confirm.spec.attempt_status if confirm is not None else None
         fail = spec.operations.get("fail")
         self._fail_status = fail.spec.attempt_status if fail is not None else None
+        #: The attempt status a forged call's replay compares with, by call.
+        self._forged_status = {"fail": self._fail_status, "confirm_cancel": self._confirm_status}
 
     # -- the initial state -------------------------------------------------
 
@@ -723,7 +733,7 @@ class Model:
             arg = marker + w.result.result_id
         # A call sent again is a command of its own (-2), built anew: the core
         # must recognise it by its values, not as the very object it answered.
-        return (label.removeprefix("stale_"), slot, -2 if stale else -1, hold, arg)
+        return (called(label), slot, -2 if stale else -1, hold, arg)
 
     def _forgeable(self, info: DocumentFacts, call: str) -> bool:
         """Does an impostor make `call` on this document (see `_FORGED_CALLS`)?"""
@@ -734,7 +744,7 @@ class Model:
             return False
         if call == "complete":
             return w.result is not None
-        status = {"fail": self._fail_status, "confirm_cancel": self._confirm_status}.get(call)
+        status = self._forged_status.get(call)
         return status is not None and w.attempts[-1].status == status
 
     def _forged_key(self, state: CheckState, action: Action) -> _CommandKey:
@@ -754,7 +764,7 @@ class Model:
         else:
             assert form in ("token<", "token>"), form
             token += 1 if form == "token>" else -1
-        base = action.label.removeprefix("forged_")
+        base = called(action.label)
         # A completion names the recorded result id where there is one; a failure
         # report is the first form a worker reports.
         arg = ""

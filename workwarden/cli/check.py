@@ -66,8 +66,12 @@ def _universe(args: argparse.Namespace, spec: Any) -> Any:
 
 
 def _timeouts(text: str) -> dict[str, int]:
-    """`--first-timeouts`: `KIND_ms=N` pairs, comma-separated (`claim_ms=8,execution_ms=12`)."""
+    """`--first-timeouts`: `KIND_ms=N` pairs, comma-separated (`claim_ms=8,execution_ms=12`);
+    the values bounded as the `[check]` table's `first_timeouts` are."""
+    from pydantic import ValidationError
+
     from workwarden.statemachine.models import Timeouts
+    from workwarden.statemachine.spec_model import CheckSpec
 
     out: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -80,13 +84,16 @@ def _timeouts(text: str) -> dict[str, int]:
                 f"--first-timeouts: {part!r} is not NAME=MILLISECONDS with NAME one of {known}",
                 {"field": "--first-timeouts"},
             )
-        if not 1 <= int(value) <= 1000:
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"--first-timeouts: {name} must be 1 to 1000 milliseconds",
-                {"field": "--first-timeouts"},
-            )
         out[name] = int(value)
+    try:
+        CheckSpec.model_validate({"first_timeouts": out})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"--first-timeouts: {first['loc'][-1]}: {first['msg']}",
+            {"field": "--first-timeouts"},
+        ) from None
     return out
 
 
