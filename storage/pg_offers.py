@@ -11,6 +11,7 @@ ending, at the latest, with that connection; it changes nothing about the row.
 from __future__ import annotations
 
 import threading
+from functools import cache
 from typing import Any
 
 from workwarden.storage.base import StoredDocument, StoreFailure
@@ -23,6 +24,7 @@ from workwarden.storage.pg_connections import (
     _Connection,
 )
 from workwarden.storage.pg_extra import extra_missing
+from workwarden.storage.pg_schema import _COLUMNS
 
 try:
     import psycopg
@@ -34,26 +36,37 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 # Two keys that hash alike only make each other look busy.
 _OFFER_SPACE = 0x776F726B  # "work"
 
-_UNLOCK = "SELECT count(pg_advisory_unlock(%s::int4, hashtext(k))) FROM unnest(%s::text[]) AS k"
-
-# One statement tries the probed rows in page order and takes an offer on the
-# first one it can lock that is still at the version the page read: a row
-# claimed since by another claimer (which then let its offer go) would only
-# fail its compare-and-swap after a decision made for nothing. Each row is
-# locked first, then checked; a lock on a row found changed is let go at once
-# (`IS NULL` keeps the unlock from being folded away: it is never null). The
-# scan of `unnest` yields the rows in array order and `LIMIT 1` stops it at
-# the first taken, so no row after it is locked. The answer is the position
-# (from 1) of the row offered, or no row when none could be.
-_TRY_LOCK = """
-    SELECT n FROM unnest(%(keys)s::text[], %(versions)s::bigint[]) WITH ORDINALITY AS c(k, v, n)
-    WHERE CASE
-        WHEN NOT pg_try_advisory_lock(%(space)s::int4, hashtext(k)) THEN false
-        WHEN EXISTS (SELECT 1 FROM workwarden_documents AS d
-                     WHERE d.key = c.k AND d.version = c.v) THEN true
-        ELSE pg_advisory_unlock(%(space)s::int4, hashtext(k)) IS NULL
-    END
-    LIMIT 1
+# A page and its offer in one statement (one round trip a claim): the
+# offers the calling thread lets go are let go (`lapsed`, referenced below
+# so that it runs even for an empty page), the page is read (`page`, the
+# candidates query as given), and the first `probes` rows of it that no
+# other thread of this store holds are tried in page order until one can be
+# locked (`offer`). Every step is MATERIALIZED, so each runs once, and the
+# lock is the only condition of `offer`'s scan, which `LIMIT 1` stops at the
+# first row taken: no row after it is locked. The page and the locks see one
+# snapshot; a row another claimer took and committed before it, and whose
+# offer it then let go, can still be offered (its compare-and-swap fails and
+# the scheduler goes on), as it could be when the page was read by a
+# statement of its own. One row per page row, in page order, each with the
+# position (from 1) of the row offered, or null; one row of nulls for an
+# empty page.
+_OFFERED_PAGE = """
+    WITH lapsed AS MATERIALIZED (
+        SELECT count(pg_advisory_unlock(%(space)s::int4, hashtext(k))) AS n
+        FROM unnest(%(lapsed)s::text[]) AS k
+    ),
+    page AS MATERIALIZED ({query}),
+    numbered AS MATERIALIZED (SELECT page.*, row_number() OVER () AS n FROM page),
+    probe AS MATERIALIZED (
+        SELECT n, key FROM numbered WHERE NOT (key = ANY(%(held)s::text[]))
+        ORDER BY n LIMIT %(probes)s
+    ),
+    offer AS MATERIALIZED (
+        SELECT n FROM probe WHERE pg_try_advisory_lock(%(space)s::int4, hashtext(key)) LIMIT 1
+    )
+    SELECT o.n, {columns}
+    FROM lapsed AS l LEFT JOIN offer AS o ON true LEFT JOIN numbered AS p ON true
+    ORDER BY p.n
 """
 
 
@@ -69,18 +82,26 @@ def _arrange(rows: list[StoredDocument], busy: set[str]) -> list[StoredDocument]
     )
 
 
+@cache
+def _offered_page(query: str) -> str:
+    """`_OFFERED_PAGE` around the candidates `query` (`_CANDIDATES` or `_CANDIDATES_FIRST`)."""
+    columns = ", ".join(f"p.{name.strip()}" for name in _COLUMNS.split(","))
+    return _OFFERED_PAGE.format(query=query, columns=columns)
+
+
 class _Offers:
     """Which candidate each claimer was handed first, so that claimers start apart.
 
     An offer is an advisory lock on the candidate's key, held by one
     connection of the store's own (opened on first use, apart from the pool)
     on behalf of one thread, until that thread asks for candidates again or
-    ends. The first rows of a page are tried in order, in one statement,
-    until one can be offered; rows offered to another thread of this store,
-    and rows found locked by another process's store or changed since the
-    page was read (most likely claimed meanwhile) on the way, are busy. The lock changes
-    nothing about the row: a busy row is only tried later, never hidden, and
-    the compare-and-swap still decides who claims it.
+    ends. The page is read, the thread's last offer let go and the first
+    rows of the page tried in order until one can be offered, all in one
+    statement (one round trip); rows offered to another thread of this
+    store, and rows found locked by another process's store on the way, are
+    busy. The lock changes nothing about the row: a busy row is only tried
+    later, never hidden, and the compare-and-swap still decides who claims
+    it.
     """
 
     _PROBES = 8
@@ -135,29 +156,30 @@ class _Offers:
         self, conn: _Connection, me: threading.Thread, query: str, params: dict[str, Any]
     ) -> list[StoredDocument]:
         lapsed = self._lapse(me)
-        with conn.pipeline():
-            if lapsed:
-                conn.execute(_UNLOCK, (_OFFER_SPACE, lapsed))
-            cursor = conn.execute(query, params)
-        rows = [_document(row) for row in cursor.fetchall()]
-        busy = {doc.key for doc in rows if doc.key in self._holder}
-        probes = [doc for doc in rows[: self._PROBES] if doc.key not in busy]
-        if probes:
-            offered = conn.execute(
-                _TRY_LOCK,
-                {
-                    "space": _OFFER_SPACE,
-                    "keys": [doc.key for doc in probes],
-                    "versions": [doc.version for doc in probes],
-                },
-            ).fetchone()
-            taken = len(probes) if offered is None else int(offered[0]) - 1
-            busy.update(doc.key for doc in probes[:taken])
-            if offered is not None:
-                key = probes[taken].key
-                self._offered[me] = key
-                self._holder[key] = me
-        return _arrange(rows, busy)
+        held = list(self._holder)
+        rows = conn.execute(
+            _offered_page(query),
+            {
+                **params,
+                "space": _OFFER_SPACE,
+                "lapsed": lapsed,
+                "held": held,
+                "probes": self._PROBES,
+            },
+        ).fetchall()
+        if rows[0][1] is None:  # an empty page: its one row is nulls
+            return []
+        page = [_document(row[1:]) for row in rows]
+        offered = None if rows[0][0] is None else page[int(rows[0][0]) - 1].key
+        busy = set(held)
+        probes = [doc.key for doc in page if doc.key not in busy][: self._PROBES]
+        # The probes tried before the one offered (every probe, with none
+        # offered) are on offer to other processes' claimers.
+        busy.update(probes if offered is None else probes[: probes.index(offered)])
+        if offered is not None:
+            self._offered[me] = offered
+            self._holder[offered] = me
+        return _arrange(page, busy)
 
     def _close(self) -> None:
         self._offered.clear()

@@ -121,8 +121,6 @@ from workwarden.storage.pg_connections import (  # noqa: F401
 from workwarden.storage.pg_limits import over_limit_writes
 from workwarden.storage.pg_offers import (  # noqa: F401
     _OFFER_SPACE,
-    _TRY_LOCK,
-    _UNLOCK,
     _arrange,
     _Offers,
 )
