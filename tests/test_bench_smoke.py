@@ -144,6 +144,7 @@ def test_the_throughput_harness_drains_and_checks_every_side(bench: Any, tmp_pat
     if HAS_PROCRASTINATE:
         sides.insert(0, "procrastinate")
     sizes = ["--jobs", "8", "--workers", "1", "--batch", "3", "--chunk", "5"]
+    sizes += ["--warmup-jobs", "4"]  # run and checked, but not among the runs
     sqlite = ["--sqlite-lifecycles", "20", "--sqlite-batch", "10"]
     server_dsn = ["--server-dsn", _admin_dsn()]
     bench("throughput").main(
