@@ -12,8 +12,10 @@ beside the reference model's key.
 
 The transitions are tables, one per group of actions, keyed by exactly the
 numbers a group reads: a worker's calls by its fences and the classes of the
-documents they name; the operator's calls, the moves and the sweeps by the
-document classes; the racing writer by its pending write, the fences and the
+documents they name; the calls on one document (the operator's, the moves, a
+repeated admission, an impostor's) by that document's class alone, and
+whether the operator has calls left; the sweeps by every document's class;
+the racing writer by its pending write, the fences and the
 classes; a move of the clock by the classes and the pending write. Each
 entry lists the group's enabled actions in the reference order with, for
 each, the numbers it writes, the code it is refused with and what it shows
@@ -87,6 +89,7 @@ class ClassFacts:
     `number` and `mirror` are the numbers the reference key gives the class's
     projection (and its mirror, the workers exchanged); `marks` are the
     instants ahead, relative to now, where something can change for it;
+    `operator_events` how many of the operator's calls its document records;
     `document` and `at` are the first document seen in the class and the
     instant it was seen at (the class's representative).
     """
@@ -95,6 +98,7 @@ class ClassFacts:
     state: str
     terminal: bool
     marks: tuple[int, ...]
+    operator_events: int
     number: int
     mirror: int
     document: str
@@ -126,10 +130,36 @@ class Outcome:
 Table = dict[tuple[Any, ...], tuple[Outcome, ...]]
 """A group's table: its key, the numbers it reads, to its outcomes in order."""
 
+Phases = tuple[tuple[Outcome, ...], ...]
+"""The outcomes of the calls on one document, phase by phase (see `_phase`)."""
+
 #: The groups an action falls in: a worker's calls through the fence it holds
-#: (or its claims), its calls through the fence it lost, the calls on the
-#: documents alone, the racing writer's, the clock's.
-WORKER, STALE, DOCS, RACER, CLOCK = 0, 1, 2, 3, 4
+#: (or its claims), its calls through the fence it lost, the sweeps (which read
+#: every document), the racing writer's, the clock's, and the calls on one
+#: document alone (the operator's, the spec's moves, a repeated admission, an
+#: impostor's).
+WORKER, STALE, DOCS, RACER, CLOCK, ONE_DOC = 0, 1, 2, 3, 4, 5
+
+#: The sweeps: the only calls on the documents that read all of them.
+_SWEEPS = ("recover_expired", "enforce_deadlines")
+
+#: A call on one document falls in one of five phases, which `Model.actions`
+#: offers one after the other, each for every document in turn, the sweeps
+#: between the third and the fourth: the operator's calls, the operator's
+#: requests sent again, the moves, the admissions sent again, the impostor's.
+_PHASES = 5
+_SWEEPS_AFTER = 3
+
+
+def _phase(action: Action) -> int:
+    label = action.label
+    if label == "move":
+        return 2
+    if label == "admit":
+        return 3
+    if label.startswith("forged_"):
+        return 4
+    return 1 if action.arg else 0
 
 
 #: A move of the clock as a table keeps it (its instant is the state's plus `rel`).
@@ -145,7 +175,7 @@ def group_of(action: Action) -> int:
         return RACER
     if action.worker >= 0:
         return STALE if label.startswith("stale_") else WORKER
-    return DOCS
+    return DOCS if label in _SWEEPS else ONE_DOC
 
 
 class CompiledModel:
@@ -190,7 +220,9 @@ class CompiledModel:
         self._shifts: dict[tuple[int, int], int] = {}
         # The tables.
         self.tables: tuple[Table, ...] = ({}, {}, {}, {}, {})
-        self.misses = [0, 0, 0, 0, 0]
+        #: The calls on one document, by its class and whether the operator has calls left.
+        self.one_doc: dict[tuple[int, bool], Phases] = {}
+        self.misses = [0, 0, 0, 0, 0, 0]
         self._concrete: dict[int, CheckState] = {}
         self._proceeds = proceeding_rules(self.spec)
         self._policy_of_actor = operation_roles(self.spec).policy_of_actor
@@ -234,6 +266,7 @@ class CompiledModel:
                     state=w.state,
                     terminal=w.state in self._terminal,
                     marks=marks,
+                    operator_events=info.operator_events,
                     number=own,
                     mirror=mirror,
                     document=document,
@@ -410,10 +443,29 @@ class CompiledModel:
                 if found is None:
                     found = self._compile(STALE, key, c, concrete, k)
                 yield from found
+        # The calls on one document read its class and, for the operator's, whether
+        # the universe's budget of them (counted over every document) has some left.
+        classes = self.classes
+        used = sum(classes[d].operator_events for d in docs if d >= 0)
+        left = used < self.universe.operator_actions
+        one_doc = self.one_doc
+        phases: list[Phases] = []
+        for slot, d in enumerate(docs):
+            if d >= 0:
+                known = one_doc.get((d, left))
+                if known is None:
+                    known = self._compile_one_doc((d, left), slot, c, concrete)
+                phases.append(known)
+        for phase in range(_SWEEPS_AFTER):
+            for calls in phases:
+                yield from calls[phase]
         found = tables[DOCS].get(docs)
         if found is None:
             found = self._compile(DOCS, docs, c, concrete)
         yield from found
+        for phase in range(_SWEEPS_AFTER, _PHASES):
+            for calls in phases:
+                yield from calls[phase]
         if self.universe.racer:
             # Its commit reads the pending write and the document it lands on;
             # its prepares read the documents and the fences held.
@@ -520,6 +572,27 @@ class CompiledModel:
             out = [self.mistake(outcome) for outcome in out]
         found = tuple(out)
         self.tables[group][key] = found
+        return found
+
+    def _compile_one_doc(
+        self,
+        key: tuple[int, bool],
+        slot: int,
+        c: tuple[int, ...],
+        concrete: Callable[[], CheckState],
+    ) -> Phases:
+        """Ask the reference model for the calls on the document of `slot`, phase by phase."""
+        self.misses[ONE_DOC] += 1
+        state = concrete()
+        phases: list[list[Outcome]] = [[] for _ in range(_PHASES)]
+        for action in self.model.actions(state):
+            if group_of(action) == ONE_DOC and action.slot == slot:
+                outcome = self._outcome(ONE_DOC, c, state, action)
+                if self.mistake is not None:
+                    outcome = self.mistake(outcome)
+                phases[_phase(action)].append(outcome)
+        found = tuple(tuple(phase) for phase in phases)
+        self.one_doc[key] = found
         return found
 
     def _outcome(

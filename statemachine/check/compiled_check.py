@@ -268,7 +268,7 @@ def _explore(
     report.engine = "compiled"
     report.tables = {
         "classes": len(compiled.classes),
-        "entries": sum(len(table) for table in compiled.tables),
+        "entries": sum(len(table) for table in compiled.tables) + len(compiled.one_doc),
         "misses": list(compiled.misses),
     }
     if graph is not None and report.complete:
