@@ -7,8 +7,8 @@ document the core has just decided is not parsed at all, the decided
 workload is kept), each document's projection at an instant (instants
 relative to now and clamped), what a held fence tells a later call, and the
 state's key, a short tuple of numbers given to each part of the abstraction
-the first time it is seen, with the two workers exchanged when that gives the
-smaller key.
+the first time it is seen, the smallest of the keys of the state with its
+workers renamed in every order (the workers are interchangeable).
 
 Every cache is keyed by everything its value is computed from and bounded
 (`CACHE_LIMIT`); what a cache drops is only worked out again, so the limit
@@ -59,8 +59,8 @@ def keep(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
     return value
 
 
-#: The numbers of an absent part (no document, no fence held, no pending write).
-_NOTHING = (-1, -1)
+#: The number of an absent part (no document, no fence held, no pending write).
+NOTHING = -1
 
 StateKey = tuple[int, ...]
 """A state's abstraction as numbers: equal keys, the same future (see `Model.canonical`)."""
@@ -93,22 +93,34 @@ class Abstraction:
         universe: Universe,
         worker_names: tuple[str, ...],
         cache_limit: int = CACHE_LIMIT,
+        *,
+        symmetry: bool = True,
     ) -> None:
         self.spec = spec
         self.cache_limit = cache_limit
         self.docs: dict[str, DocumentFacts] = {}
         """What the model read of each document text (bounded)."""
-        self._views: dict[tuple[str, int], tuple[int, int]] = {}
-        self._holds: dict[tuple[str, int, int], tuple[int, int]] = {}
+        self._views: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._holds: dict[tuple[str, int, int], tuple[int, ...]] = {}
         # Every abstraction seen, numbered in order of discovery; never dropped,
         # so a number always stands for the same abstraction.
         self._numbers: dict[Hashable, int] = {}
-        self._pairs: dict[Hashable, tuple[int, int]] = {}
-        self._swap = (
-            {worker_names[0]: worker_names[1], worker_names[1]: worker_names[0]}
-            if len(worker_names) == 2
-            else {}
+        self._pairs: dict[Hashable, tuple[int, ...]] = {}
+        # The workers renamed in every order, the names as they are first: the
+        # permutation p sends worker k to position `self.orders[p][k]`, and its
+        # names to `self._renames[p]` (`self.placed[p][j]` is the worker it
+        # sends to position j).
+        # Without `symmetry`, the names as they are only.
+        every = itertools.permutations(range(len(worker_names)))
+        self.orders = tuple(every) if symmetry else (next(every),)
+        self.placed = tuple(
+            tuple(order.index(j) for j in range(len(order))) for order in self.orders
         )
+        self._renames = tuple(
+            {worker_names[k]: worker_names[order[k]] for k in range(len(order))}
+            for order in self.orders
+        )
+        self._nothing = (NOTHING,) * len(self.orders)
         u = universe
         durations = [u.lease_ms, u.initial_delay_ms, u.max_delay_ms]
         durations += list(u.first_timeouts.values()) + list(u.second_timeouts.values())
@@ -263,8 +275,8 @@ class Abstraction:
         """What a fence of `token` on `document` tells a later call (see `_fence_facts`)."""
         return self._fence_facts(document, token)
 
-    def numbered(self, value: Hashable) -> tuple[int, int]:
-        """The numbers of an abstraction and of its mirror (see `_numbered`)."""
+    def numbered(self, value: Hashable) -> tuple[int, ...]:
+        """The numbers of an abstraction renamed by each permutation (see `_numbered`)."""
         return self._numbered(value)
 
     def number(self, value: Hashable) -> int:
@@ -289,28 +301,35 @@ class Abstraction:
             return (w.fencing_token - token, attempt.status, attempt.error, kind, effect, produced)
         return ()
 
-    def _mirrored(self, value: Any) -> Any:
-        """`value` with the two workers' ids exchanged wherever one appears."""
+    @staticmethod
+    def _renamed(value: Any, names: dict[str, str]) -> Any:
+        """`value` with each worker's id replaced by `names`' wherever one appears."""
         if isinstance(value, str):
-            return self._swap.get(value, value)
+            return names.get(value, value)
         if isinstance(value, tuple):
-            return tuple(self._mirrored(part) for part in value)
+            return tuple(Abstraction._renamed(part, names) for part in value)
         return value
 
-    def _numbered(self, value: Hashable) -> tuple[int, int]:
-        """The numbers of an abstraction and of its mirror (workers exchanged)."""
-        pair = self._pairs.get(value)
-        if pair is None:
-            numbers = self._numbers
-            number = numbers.setdefault(value, len(numbers))
-            mirror = (
-                numbers.setdefault(self._mirrored(value), len(numbers)) if self._swap else number
-            )
-            pair = self._pairs[value] = (number, mirror)
-        return pair
+    def _numbered(self, value: Hashable) -> tuple[int, ...]:
+        """The numbers of an abstraction with its workers renamed by each permutation.
 
-    def _view(self, document: str, now: int) -> tuple[int, int]:
-        """The numbers of a document's projection at `now` and of its mirror."""
+        The first is the abstraction's own number (the identity comes first);
+        with two workers the second is its mirror's, the workers exchanged.
+        """
+        numbers = self._pairs.get(value)
+        if numbers is None:
+            known = self._numbers
+            own = known.setdefault(value, len(known))
+            renamed = [
+                known.setdefault(self._renamed(value, names), len(known))
+                for names in self._renames[1:]
+            ]
+            numbers = (own, *renamed)
+            self._pairs[value] = numbers
+        return numbers
+
+    def _view(self, document: str, now: int) -> tuple[int, ...]:
+        """The numbers of a document's projection at `now`, renamed by each permutation."""
         key = (document, now)
         view = self._views.get(key)
         if view is None:
@@ -324,8 +343,8 @@ class Abstraction:
 
     def _hold(
         self, docs: tuple[str | None, ...], hold: tuple[int, str, str, int]
-    ) -> tuple[int, int]:
-        """The numbers of what a held fence tells (its slot and `_fence_facts`), and mirrored."""
+    ) -> tuple[int, ...]:
+        """The numbers of what a held fence tells (its slot and `_fence_facts`), renamed."""
         document = docs[hold[0]]
         key = (document or "", hold[0], hold[3])
         numbers = self._holds.get(key)
@@ -341,55 +360,68 @@ class Abstraction:
         (breadth first: the one with the shortest trace) stands for all. The
         key numbers the abstraction of each part (each document's projection,
         what each held fence tells, the pending write), so two keys are equal
-        exactly when the abstractions are; with two workers it is the smaller
-        of the state's key and its mirror's (the workers exchanged).
+        exactly when the abstractions are; it is the smallest of the keys of
+        the state with its workers renamed in every order (with two workers,
+        the state's and its mirror's).
         """
         now = state.now
         docs = state.docs
         views = self._views
-        key: list[int] = []
-        mirror: list[int] = []
+        nothing = self._nothing
+        doc_numbers: list[tuple[int, ...]] = []
         for document in docs:
             if document is None:
-                key.append(-1)
-                mirror.append(-1)
+                doc_numbers.append(nothing)
                 continue
-            view = views.get((document, now)) or self._view(document, now)
-            key.append(view[0])
-            mirror.append(view[1])
+            doc_numbers.append(views.get((document, now)) or self._view(document, now))
         known = self._holds
-        holds: list[tuple[int, int]] = []
+        holds: list[tuple[int, ...]] = []
         for worker in state.workers:
             for hold in worker:
                 if hold is None:
-                    holds.append(_NOTHING)
+                    holds.append(nothing)
                     continue
                 slot = hold[0]
                 document = docs[slot] or ""
                 holds.append(known.get((document, slot, hold[3])) or self._hold(docs, hold))
-        key += [numbers[0] for numbers in holds]
-        for k in reversed(range(0, len(holds), 2)):
-            mirror += (holds[k][1], holds[k + 1][1])
         pending = state.pending
         if pending is None:
-            key.append(-1)
-            mirror.append(-1)
+            pendings = nothing
         else:
-            view = _NOTHING if pending.document is None else self._view(pending.document, now)
-            for out, projection in ((key, view[0]), (mirror, view[1])):
-                out.append(
-                    self._numbers.setdefault(
-                        ("pending", pending.slot, pending.refusal, pending.stale, projection),
-                        len(self._numbers),
-                    )
+            view = nothing if pending.document is None else self._view(pending.document, now)
+            pendings = tuple(
+                self._numbers.setdefault(
+                    ("pending", pending.slot, pending.refusal, pending.stale, projection),
+                    len(self._numbers),
                 )
-        key += (state.crashes, state.prepares)
-        own = tuple(key)
-        if not self._swap:
-            return state, own
-        mirror += (state.crashes, state.prepares)
-        other = tuple(mirror)
-        return state, own if own <= other else other
+                for projection in view
+            )
+        return state, min(
+            state_key(p, placed, doc_numbers, holds, pendings, state.crashes, state.prepares)
+            for p, placed in enumerate(self.placed)
+        )
+
+
+def state_key(
+    p: int,
+    placed: tuple[int, ...],
+    docs: list[tuple[int, ...]],
+    holds: list[tuple[int, ...]],
+    pending: tuple[int, ...],
+    crashes: int,
+    prepares: int,
+) -> StateKey:
+    """The key of a state with its workers renamed by permutation `p`.
+
+    `docs`, `holds` (two a worker, in worker order) and `pending` are the
+    numbers of each part under every permutation; `placed[j]` is the worker
+    the permutation puts at position j, whose fences come j-th.
+    """
+    key = [numbers[p] for numbers in docs]
+    for k in placed:
+        key += (holds[2 * k][p], holds[2 * k + 1][p])
+    key += (pending[p], crashes, prepares)
+    return tuple(key)
 
 
 def move_edges(spec: Spec) -> frozenset[tuple[str, str]]:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from workwarden.statemachine.check.abstraction import keep
+from workwarden.statemachine.check.abstraction import keep, state_key
 from workwarden.statemachine.check.checker import (
     StepFindings,
     state_violations,
@@ -86,8 +86,9 @@ class RefinementError(Exception):
 class ClassFacts:
     """What the compiled model reads of one document class.
 
-    `number` and `mirror` are the numbers the reference key gives the class's
-    projection (and its mirror, the workers exchanged); `marks` are the
+    `numbers` are the numbers the reference key gives the class's projection
+    with its workers renamed by each permutation (the first its own; see
+    `Abstraction.numbered`); `marks` are the
     instants ahead, relative to now, where something can change for it;
     `operator_events` how many of the operator's calls its document records;
     `document` and `at` are the first document seen in the class and the
@@ -99,8 +100,7 @@ class ClassFacts:
     terminal: bool
     marks: tuple[int, ...]
     operator_events: int
-    number: int
-    mirror: int
+    numbers: tuple[int, ...]
     document: str
     at: int
 
@@ -204,7 +204,9 @@ class CompiledModel:
         self.pending_at = n + 2 * w
         self.crashes_at = self.pending_at + 1
         self.prepares_at = self.pending_at + 2
-        self.swap = w == 2
+        # The workers renamed in every order, as the reference key renames them.
+        self._placed = model.abstraction.placed
+        self._nothing = (NONE,) * len(self._placed)
         # Interned parts.
         self.classes: list[ClassFacts] = []
         self._class_numbers: dict[tuple[Any, ...], int] = {}
@@ -214,8 +216,8 @@ class CompiledModel:
         self.pendings: list[tuple[int, int, str | None, bool]] = []
         self._pending_numbers: dict[tuple[int, int, str | None, bool], int] = {}
         self._stale: dict[int, int] = {}
-        self._hold_key: dict[tuple[int, int], tuple[int, int]] = {}
-        self._pending_key: dict[int, tuple[int, int]] = {}
+        self._hold_key: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._pending_key: dict[int, tuple[int, ...]] = {}
         self._violations: dict[int, list[tuple[str, str]]] = {}
         self._shifts: dict[tuple[int, int], int] = {}
         # The tables.
@@ -259,7 +261,6 @@ class CompiledModel:
         number = self._class_numbers.get(value)
         if number is None:
             number = self._class_numbers[value] = len(self.classes)
-            own, mirror = a.numbered(projection)
             self.classes.append(
                 ClassFacts(
                     slot=slot,
@@ -267,8 +268,7 @@ class CompiledModel:
                     terminal=w.state in self._terminal,
                     marks=marks,
                     operator_events=info.operator_events,
-                    number=own,
-                    mirror=mirror,
+                    numbers=a.numbered(projection),
                     document=document,
                     at=now,
                 )
@@ -324,7 +324,7 @@ class CompiledModel:
 
     # -- the key -----------------------------------------------------------
 
-    def _hold_numbers_for(self, hold: int, document: int) -> tuple[int, int]:
+    def _hold_numbers_for(self, hold: int, document: int) -> tuple[int, ...]:
         """The reference key's numbers of what fence `hold` tells, on document class `document`."""
         key = (hold, document)
         known = self._hold_key.get(key)
@@ -335,19 +335,14 @@ class CompiledModel:
             known = self._hold_key[key] = self.abstraction.numbered(facts)
         return known
 
-    def _pending_numbers_for(self, pending: int) -> tuple[int, int]:
+    def _pending_numbers_for(self, pending: int) -> tuple[int, ...]:
         known = self._pending_key.get(pending)
         if known is None:
             slot, document, refusal, stale = self.pendings[pending]
-            if document == NONE:
-                own, mirror = -1, -1
-            else:
-                facts = self.classes[document]
-                own, mirror = facts.number, facts.mirror
             a = self.abstraction
-            known = self._pending_key[pending] = (
-                a.number(("pending", slot, refusal, stale, own)),
-                a.number(("pending", slot, refusal, stale, mirror)),
+            views = self._nothing if document == NONE else self.classes[document].numbers
+            known = self._pending_key[pending] = tuple(
+                a.number(("pending", slot, refusal, stale, view)) for view in views
             )
         return known
 
@@ -355,43 +350,24 @@ class CompiledModel:
         """The compiled state's key: the reference model's key of any state it stands for."""
         n = self.slots
         classes = self.classes
-        own: list[int] = []
-        mirror: list[int] = []
-        for d in c[:n]:
-            if d < 0:
-                own.append(-1)
-                mirror.append(-1)
-            else:
-                facts = classes[d]
-                own.append(facts.number)
-                mirror.append(facts.mirror)
-        holds: list[tuple[int, int]] = []
+        nothing = self._nothing
+        docs = [nothing if d < 0 else classes[d].numbers for d in c[:n]]
+        holds: list[tuple[int, ...]] = []
         hold_key = self._hold_key
         all_holds = self.holds
         for h in c[n : self.pending_at]:
             if h < 0:
-                holds.append((-1, -1))
+                holds.append(nothing)
             else:
                 document = c[all_holds[h][0]]
                 holds.append(hold_key.get((h, document)) or self._hold_numbers_for(h, document))
-        own += [pair[0] for pair in holds]
-        for k in reversed(range(0, len(holds), 2)):
-            mirror += (holds[k][1], holds[k + 1][1])
         p = c[self.pending_at]
-        if p < 0:
-            own.append(-1)
-            mirror.append(-1)
-        else:
-            pair = self._pending_numbers_for(p)
-            own.append(pair[0])
-            mirror.append(pair[1])
-        own += (c[self.crashes_at], c[self.prepares_at])
-        first = tuple(own)
-        if not self.swap:
-            return first
-        mirror += (c[self.crashes_at], c[self.prepares_at])
-        second = tuple(mirror)
-        return first if first <= second else second
+        pending = nothing if p < 0 else self._pending_numbers_for(p)
+        crashes, prepares = c[self.crashes_at], c[self.prepares_at]
+        return min(
+            state_key(i, placed, docs, holds, pending, crashes, prepares)
+            for i, placed in enumerate(self._placed)
+        )
 
     # -- facts of a compiled state ----------------------------------------
 

@@ -343,6 +343,7 @@ class Model:
         authority_cls: type[Authority] = Authority,
         commit_checks_version: bool = True,
         cache_limit: int = CACHE_LIMIT,
+        symmetry: bool = True,
     ) -> None:
         self.spec = spec
         self.cache_limit = cache_limit
@@ -364,8 +365,12 @@ class Model:
         )
         names = [worker_name(i) for i in range(self.universe.workers)]
         self.worker_names = tuple(names)
-        self.abstraction = Abstraction(spec, self.universe, self.worker_names, cache_limit)
-        """What of a state decides its future: documents read once, states as keys."""
+        self.abstraction = Abstraction(
+            spec, self.universe, self.worker_names, cache_limit, symmetry=symmetry
+        )
+        """What of a state decides its future: documents read once, states as keys (with
+        the workers' symmetry reduced; `symmetry=False` keeps states that differ only in
+        which worker is which apart, to check the reduction against)."""
         # Caches, each keyed by everything its value is computed from (see `keep`).
         self._memo: dict[
             tuple[str | None, _CommandKey, int],
