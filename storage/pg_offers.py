@@ -44,10 +44,10 @@ _OFFER_SPACE = 0x776F726B  # "work"
 # locked (`offer`). Every step is MATERIALIZED, so each runs once, and the
 # lock is the only condition of `offer`'s scan, which `LIMIT 1` stops at the
 # first row taken: no row after it is locked. The page and the locks see one
-# snapshot; a row another claimer took and committed before it, and whose
-# offer it then let go, can still be offered (its compare-and-swap fails and
-# the scheduler goes on), as it could be when the page was read by a
-# statement of its own. One row per page row, in page order, each with the
+# snapshot: a row another claimer commits a claim of after it was taken, and
+# lets its offer go before the lock is tried, can still be offered (its
+# compare-and-swap fails and the scheduler goes on), in a window of one
+# statement's length. One row per page row, in page order, each with the
 # position (from 1) of the row offered, or null; one row of nulls for an
 # empty page.
 _OFFERED_PAGE = """

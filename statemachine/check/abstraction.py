@@ -106,11 +106,10 @@ class Abstraction:
         # so a number always stands for the same abstraction.
         self._numbers: dict[Hashable, int] = {}
         self._pairs: dict[Hashable, tuple[int, ...]] = {}
-        # The workers renamed in every order, the names as they are first: the
-        # permutation p sends worker k to position `self.orders[p][k]`, and its
-        # names to `self._renames[p]` (`self.placed[p][j]` is the worker it
-        # sends to position j).
-        # Without `symmetry`, the names as they are only.
+        # The workers renamed in every order (without `symmetry`, only as they
+        # are), the names as they are first: permutation p renames worker k
+        # worker `self.orders[p][k]` (its id by `self._renames[p]`), and
+        # `self.placed[p][j]` is the worker it renames the j-th.
         every = itertools.permutations(range(len(worker_names)))
         self.orders = tuple(every) if symmetry else (next(every),)
         self.placed = tuple(
