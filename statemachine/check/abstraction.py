@@ -278,6 +278,13 @@ class Abstraction:
         """The numbers of an abstraction renamed by each permutation (see `_numbered`)."""
         return self._numbered(value)
 
+    def pending_numbers(
+        self, slot: int, refusal: str | None, stale: bool, view: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """The numbers of a pending write, renamed by each permutation: `view` is the
+        numbers of the document it would write (`NOTHING` each, for none)."""
+        return tuple(self.number(("pending", slot, refusal, stale, own)) for own in view)
+
     def number(self, value: Hashable) -> int:
         """The number standing for `value` (given the first time it is asked for)."""
         return self._numbers.setdefault(value, len(self._numbers))
@@ -388,13 +395,7 @@ class Abstraction:
             pendings = nothing
         else:
             view = nothing if pending.document is None else self._view(pending.document, now)
-            pendings = tuple(
-                self._numbers.setdefault(
-                    ("pending", pending.slot, pending.refusal, pending.stale, projection),
-                    len(self._numbers),
-                )
-                for projection in view
-            )
+            pendings = self.pending_numbers(pending.slot, pending.refusal, pending.stale, view)
         return state, min(
             state_key(p, placed, doc_numbers, holds, pendings, state.crashes, state.prepares)
             for p, placed in enumerate(self.placed)

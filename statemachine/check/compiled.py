@@ -349,10 +349,9 @@ class CompiledModel:
         known = self._pending_key.get(pending)
         if known is None:
             slot, document, refusal, stale = self.pendings[pending]
-            a = self.abstraction
-            views = self._nothing if document == NONE else self.classes[document].numbers
-            known = self._pending_key[pending] = tuple(
-                a.number(("pending", slot, refusal, stale, view)) for view in views
+            view = self._nothing if document == NONE else self.classes[document].numbers
+            known = self._pending_key[pending] = self.abstraction.pending_numbers(
+                slot, refusal, stale, view
             )
         return known
 
@@ -537,6 +536,22 @@ class CompiledModel:
             out[self.pending_at] = self.stale(pending)
         return tuple(out)
 
+    def _asked(
+        self,
+        group: int,
+        c: tuple[int, ...],
+        concrete: Callable[[], CheckState],
+        wanted: Callable[[Action], bool],
+    ) -> Iterator[Outcome]:
+        """The outcomes of the `wanted` actions of `group` at a concrete state of `c`, asked
+        of the reference model in the reference order (a table lacks them: a miss)."""
+        self.misses[group] += 1
+        state = concrete()
+        for action in self.model.actions(state):
+            if group_of(action) == group and wanted(action):
+                outcome = self._outcome(group, c, state, action)
+                yield outcome if self.mistake is None else self.mistake(outcome)
+
     def _compile(
         self,
         group: int,
@@ -546,17 +561,10 @@ class CompiledModel:
         worker: int = -1,
     ) -> tuple[Outcome, ...]:
         """Ask the reference model for a group's outcomes at a concrete state of `c`."""
-        self.misses[group] += 1
-        state = concrete()
-        model = self.model
-        out: list[Outcome] = []
-        for action in model.actions(state):
-            if group_of(action) != group or (group in (WORKER, STALE) and action.worker != worker):
-                continue
-            out.append(self._outcome(group, c, state, action))
-        if self.mistake is not None:
-            out = [self.mistake(outcome) for outcome in out]
-        found = tuple(out)
+        if group in (WORKER, STALE):
+            found = tuple(self._asked(group, c, concrete, lambda a: a.worker == worker))
+        else:
+            found = tuple(self._asked(group, c, concrete, lambda a: True))
         self.tables[group][key] = found
         return found
 
@@ -568,15 +576,9 @@ class CompiledModel:
         concrete: Callable[[], CheckState],
     ) -> Phases:
         """Ask the reference model for the calls on the document of `slot`, phase by phase."""
-        self.misses[ONE_DOC] += 1
-        state = concrete()
         phases: list[list[Outcome]] = [[] for _ in range(_PHASES)]
-        for action in self.model.actions(state):
-            if group_of(action) == ONE_DOC and action.slot == slot:
-                outcome = self._outcome(ONE_DOC, c, state, action)
-                if self.mistake is not None:
-                    outcome = self.mistake(outcome)
-                phases[_phase(action)].append(outcome)
+        for outcome in self._asked(ONE_DOC, c, concrete, lambda a: a.slot == slot):
+            phases[_phase(outcome.action)].append(outcome)
         found = tuple(tuple(phase) for phase in phases)
         self.one_doc[key] = found
         return found
