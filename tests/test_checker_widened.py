@@ -58,7 +58,7 @@ from workwarden.statemachine.commands import (
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import GrantSigner
-from workwarden.statemachine.models import ClaimReply, CreateWorkload, Fence, Workload
+from workwarden.statemachine.models import ClaimReply, CreateWorkload, Fence, Result, Workload
 from workwarden.statemachine.spec import Spec, load_spec
 from workwarden.storage import MemoryStore
 
@@ -361,17 +361,30 @@ def _rearm_budget_overstated(
     return decision
 
 
-def _result_replay_by_identity(
-    spec: Spec, w: Workload | None, command: Command, now: int
-) -> Decision:
-    """A core that knows a repeated completion only by the very worker id object it recorded."""
+def _repeated_result(w: Workload | None, command: Command) -> Result | None:
+    """The result `w` records when `command` is a completion naming it, or None."""
     if (
         isinstance(command, CompleteCommand)
         and w is not None
         and w.result is not None
         and w.result.result_id == command.result_id
-        and w.result.produced_by is not command.fence.worker_id
     ):
+        return w.result
+    return None
+
+
+def _refenced(command: Command, **changes: object) -> Command:
+    """`command` presenting its fence with `changes`."""
+    fence = command.fence  # type: ignore[union-attr]
+    return command.model_copy(update={"fence": fence.model_copy(update=changes)})
+
+
+def _result_replay_by_identity(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core that knows a repeated completion only by the very worker id object it recorded."""
+    result = _repeated_result(w, command)
+    if result is not None and result.produced_by is not command.fence.worker_id:  # type: ignore[union-attr]
         raise errors.WorkloadError(errors.RESULT_CONFLICT, "recorded by a different report")
     return decide(spec, w, command, now)
 
@@ -388,9 +401,7 @@ def _fence_by_claim_and_token(
         and fence.worker_id != claim.worker_id
         and (fence.claim_id, fence.token) == (claim.claim_id, claim.fencing_token)
     ):
-        command = command.model_copy(
-            update={"fence": fence.model_copy(update={"worker_id": claim.worker_id})}
-        )
+        command = _refenced(command, worker_id=claim.worker_id)
     return decide(spec, w, command, now)
 
 
@@ -399,9 +410,7 @@ def _fence_token_not_above(spec: Spec, w: Workload | None, command: Command, now
     fence = getattr(command, "fence", None)
     claim = None if w is None else w.current_claim
     if fence is not None and claim is not None and fence.token > claim.fencing_token:
-        command = command.model_copy(
-            update={"fence": fence.model_copy(update={"token": claim.fencing_token})}
-        )
+        command = _refenced(command, token=claim.fencing_token)
     return decide(spec, w, command, now)
 
 
@@ -415,8 +424,7 @@ def _failure_replay_by_claim(
                 command.fence.claim_id,
                 command.fence.token,
             ) and attempt.worker_id != command.fence.worker_id:
-                fence = command.fence.model_copy(update={"worker_id": attempt.worker_id})
-                command = command.model_copy(update={"fence": fence})
+                command = _refenced(command, worker_id=attempt.worker_id)
     return decide(spec, w, command, now)
 
 
@@ -424,13 +432,9 @@ def _result_replay_ignores_output(
     spec: Spec, w: Workload | None, command: Command, now: int
 ) -> Decision:
     """A core that answers a completion sent again as a replay whatever output it reports."""
-    if (
-        isinstance(command, CompleteCommand)
-        and w is not None
-        and w.result is not None
-        and w.result.result_id == command.result_id
-    ):
-        command = command.model_copy(update={"output": w.result.output})
+    result = _repeated_result(w, command)
+    if result is not None:
+        command = command.model_copy(update={"output": result.output})
     return decide(spec, w, command, now)
 
 
