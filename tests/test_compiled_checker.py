@@ -21,7 +21,7 @@ from workwarden.cli import main
 from workwarden.statemachine import default_spec, errors
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.check.checker import CheckReport, check
-from workwarden.statemachine.check.compiled import CompiledModel, Outcome
+from workwarden.statemachine.check.compiled import DOCS, CompiledModel, Outcome
 from workwarden.statemachine.check.compiled_check import check_compiled
 from workwarden.statemachine.check.mutants import MUTANTS
 from workwarden.statemachine.check.refinement import REFINEMENT, refine, refine_trace
@@ -82,10 +82,51 @@ def test_the_compiled_checker_finds_what_the_reference_checker_finds_on_the_ship
 def test_the_compiled_checker_finds_each_mutant_as_the_reference_checker_does(name: str) -> None:
     spec = MUTANTS[name].spec(default_spec())
     reference = check(spec, TEETH, model=_mutant_model(name, TEETH))
-    compiled = check_compiled(spec, TEETH, model=_mutant_model(name, TEETH))
+    # Every outcome shared between states is asked of the mutant core too.
+    model = CompiledModel(_mutant_model(name, TEETH), verify_shared=True)
+    compiled = check_compiled(spec, compiled=model)
     assert reference.violations, f"{name} was not found"
     assert compiled.refinement == []
     assert _findings(compiled) == _findings(reference)
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [SMALL, {**SMALL, "request_ids": True}, {"workers": 1, "horizon_ms": 24}],
+    ids=["small", "request-ids", "one-worker"],
+)
+def test_outcomes_shared_between_states_the_key_reads_alike_are_the_cores(
+    bounds: dict[str, Any],
+) -> None:
+    # An inert outcome (one that writes nothing) is shared between states whose
+    # reference keys read alike where its group reads; asked of the core at every
+    # state as well, each shared one is what the core answers there.
+    spec = default_spec()
+    universe = Universe.from_spec(spec, **bounds)
+    compiled = CompiledModel(Model(spec, universe), verify_shared=True)
+    report = check_compiled(spec, compiled=compiled)
+    assert report.complete
+    assert report.refinement == []
+    assert sum(compiled.shared) > 100
+    assert compiled.shared_steps > 100
+    # And sharing changes nothing the check reports.
+    alone = check_compiled(spec, compiled=CompiledModel(Model(spec, universe), share_inert=False))
+    assert sum(report.tables["misses"]) - sum(compiled.shared) < sum(alone.tables["misses"])
+    assert _findings(report) == _findings(alone)
+
+
+def test_an_outcome_shared_by_a_key_that_merges_too_much_fails_the_check() -> None:
+    # A sharing key that reads none of the documents: the sweeps' inert entry of
+    # the first state is offered to a state where a sweep writes.
+    spec = default_spec()
+    compiled = CompiledModel(Model(spec, Universe.from_spec(spec, **SMALL)), verify_shared=True)
+    compiled._coarse = lambda group, key, worker: (group,) if group == DOCS else None  # type: ignore[method-assign]
+    report = check_compiled(spec, compiled=compiled)
+    assert not report.complete
+    (failure,) = report.refinement
+    assert failure.property == REFINEMENT
+    assert "shared between states" in failure.message
+    assert failure.trace, "the failure names the state it was found at"
 
 
 @pytest.mark.parametrize("name", ["pause", "approval", "claim_starts"])

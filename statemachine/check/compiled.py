@@ -28,7 +28,9 @@ the real core (`decide`, and a real `Authority` over a `MemoryStore` for the
 scheduler and the sweeps, through `Model.step`) once per distinct key, at a
 concrete state with those numbers, and kept: an *oracle* table generated
 from the spec and the core, so an extended spec (pause, approval, claim
-starts) is compiled the same way. A concrete state is rebuilt on demand by
+starts) is compiled the same way. An outcome that writes nothing is asked
+once per *reference key* of what its group reads, not per class, and shared
+(see `CompiledModel._compile`). A concrete state is rebuilt on demand by
 replaying the path that reached it through `Model.step` (the last few are
 kept). Every rebuilt state is held to the compiled one (its tuple and its
 key must be equal); a difference is a `RefinementError` with the trace.
@@ -50,7 +52,13 @@ from workwarden.statemachine.check.checker import (
     with_spec_refinement,
 )
 from workwarden.statemachine.check.state import CheckState
-from workwarden.statemachine.check.universe import Action, Model, Step
+from workwarden.statemachine.check.universe import (
+    DOC_PHASES,
+    DOC_PHASES_BEFORE_SWEEPS,
+    Action,
+    Model,
+    Step,
+)
 from workwarden.statemachine.properties.coverage import proceeding_rules
 from workwarden.statemachine.properties.operations import operation_roles
 
@@ -152,15 +160,9 @@ WORKER, STALE, DOCS, RACER, CLOCK, ONE_DOC = 0, 1, 2, 3, 4, 5
 #: The sweeps: the only calls on the documents that read all of them.
 _SWEEPS = ("recover_expired", "enforce_deadlines")
 
-#: A call on one document falls in one of five phases, which `Model.actions`
-#: offers one after the other, each for every document in turn, the sweeps
-#: between the third and the fourth: the operator's calls, the operator's
-#: requests sent again, the moves, the admissions sent again, the impostor's.
-_PHASES = 5
-_SWEEPS_AFTER = 3
-
 
 def _phase(action: Action) -> int:
+    """The phase of a call on one document (see `Model.doc_offers`)."""
     label = action.label
     if label == "move":
         return 2
@@ -197,9 +199,16 @@ class CompiledModel:
     """
 
     def __init__(
-        self, model: Model, *, mistake: Callable[[Outcome], Outcome] | None = None
+        self,
+        model: Model,
+        *,
+        mistake: Callable[[Outcome], Outcome] | None = None,
+        share_inert: bool = True,
+        verify_shared: bool = False,
     ) -> None:
         self.model = model
+        self.share_inert = share_inert
+        self.verify_shared = verify_shared
         self.spec = model.spec
         self.universe = model.universe
         self.mistake = mistake
@@ -234,6 +243,15 @@ class CompiledModel:
         #: The calls on one document, by its class and whether the operator has calls left.
         self.one_doc: dict[tuple[int, bool], Phases] = {}
         self.misses = [0, 0, 0, 0, 0, 0]
+        #: Inert entries, by what the reference key makes of what a group reads (see `_compile`).
+        self._inert: dict[tuple[Any, ...], tuple[Outcome, ...]] = {}
+        self._inert_docs: dict[tuple[Any, ...], Phases] = {}
+        #: Table entries taken from `_inert`, by group, instead of asked of the core.
+        self.shared = [0, 0, 0, 0, 0, 0]
+        #: Inert outcomes of single actions, by an entry's shared key and the action.
+        self._inert_steps: dict[tuple[tuple[Any, ...], Action], Outcome] = {}
+        #: Outcomes taken from `_inert_steps` instead of asked of the core.
+        self.shared_steps = 0
         self._outcomes: dict[Outcome, Outcome] = {}
         self._concrete: dict[int, CheckState] = {}
         self._proceeds = proceeding_rules(self.spec)
@@ -441,14 +459,14 @@ class CompiledModel:
                 if known is None:
                     known = self._compile_one_doc((d, left), slot, c, concrete)
                 phases.append(known)
-        for phase in range(_SWEEPS_AFTER):
+        for phase in range(DOC_PHASES_BEFORE_SWEEPS):
             for calls in phases:
                 yield from calls[phase]
         found = tables[DOCS].get(docs)
         if found is None:
             found = self._compile(DOCS, docs, c, concrete)
         yield from found
-        for phase in range(_SWEEPS_AFTER, _PHASES):
+        for phase in range(DOC_PHASES_BEFORE_SWEEPS, DOC_PHASES):
             for calls in phases:
                 yield from calls[phase]
         if self.universe.racer:
@@ -542,15 +560,46 @@ class CompiledModel:
         c: tuple[int, ...],
         concrete: Callable[[], CheckState],
         wanted: Callable[[Action], bool],
+        coarse: tuple[Any, ...] | None = None,
     ) -> Iterator[Outcome]:
         """The outcomes of the `wanted` actions of `group` at a concrete state of `c`, asked
-        of the reference model in the reference order (a table lacks them: a miss)."""
+        of the reference model in the reference order (a table lacks them: a miss).
+
+        Where the group's entry has a key to share inert outcomes by (`coarse`,
+        see `_compile`), an action whose outcome there is known to write
+        nothing is not asked again: its outcome is shared, action by action.
+        """
         self.misses[group] += 1
         state = concrete()
         for action in self.model.actions(state):
             if group_of(action) == group and wanted(action):
-                outcome = self._outcome(group, c, state, action)
-                yield outcome if self.mistake is None else self.mistake(outcome)
+                if coarse is not None:
+                    shared = self._inert_steps.get((coarse, action))
+                    if shared is not None:
+                        self.shared_steps += 1
+                        if self.verify_shared:
+                            self._verified(shared, self._asked_one(group, c, state, action), c)
+                        yield shared
+                        continue
+                outcome = self._asked_one(group, c, state, action)
+                if coarse is not None and not outcome.patch and not outcome.wrote:
+                    self._inert_steps[(coarse, action)] = outcome
+                yield outcome
+
+    def _asked_one(
+        self, group: int, c: tuple[int, ...], state: CheckState, action: Action
+    ) -> Outcome:
+        outcome = self._outcome(group, c, state, action)
+        return outcome if self.mistake is None else self.mistake(outcome)
+
+    @staticmethod
+    def _verified(shared: Any, asked: Any, c: tuple[int, ...]) -> None:
+        """Refuse a shared inert outcome (or entry) the core answers otherwise at `c`."""
+        if shared != asked:
+            raise RefinementError(
+                f"an outcome shared between states the reference key reads alike differs "
+                f"from the core's at {c}: shared {shared}, asked {asked}"
+            )
 
     def _compile(
         self,
@@ -560,13 +609,83 @@ class CompiledModel:
         concrete: Callable[[], CheckState],
         worker: int = -1,
     ) -> tuple[Outcome, ...]:
-        """Ask the reference model for a group's outcomes at a concrete state of `c`."""
-        if group in (WORKER, STALE):
-            found = tuple(self._asked(group, c, concrete, lambda a: a.worker == worker))
-        else:
-            found = tuple(self._asked(group, c, concrete, lambda a: True))
+        """A group's outcomes at `c`: shared from an inert entry, or asked of the reference
+        model at a concrete state of `c`.
+
+        An entry is *inert* when none of its actions writes (refusals, calls
+        that find nothing to do): it names no class, so it holds for every
+        state whose reference key reads alike where the group reads (the
+        numbers `_coarse` gives). The reference checker takes states with
+        one key for one state; this takes the parts of states a group reads
+        with one key for one part. An entry that writes names the classes it
+        writes, which differ across states a key merges, so it is never
+        shared. With `verify_shared`, a shared entry is asked of the core as
+        well, and a difference is a `RefinementError`.
+        """
+        coarse = self._coarse(group, key, worker) if self.share_inert else None
+        if coarse is not None:
+            shared = self._inert.get(coarse)
+            if shared is not None:
+                self.shared[group] += 1
+                if self.verify_shared:
+                    self._verified(shared, self._ask(group, c, concrete, worker), c)
+                self.tables[group][key] = shared
+                return shared
+        found = self._ask(group, c, concrete, worker, coarse)
         self.tables[group][key] = found
+        if coarse is not None and _inert(found):
+            self._inert[coarse] = found
         return found
+
+    def _ask(
+        self,
+        group: int,
+        c: tuple[int, ...],
+        concrete: Callable[[], CheckState],
+        worker: int,
+        coarse: tuple[Any, ...] | None = None,
+    ) -> tuple[Outcome, ...]:
+        if group in (WORKER, STALE):
+            return tuple(self._asked(group, c, concrete, lambda a: a.worker == worker, coarse))
+        return tuple(self._asked(group, c, concrete, lambda a: True, coarse))
+
+    def _coarse(self, group: int, key: tuple[Any, ...], worker: int) -> tuple[Any, ...] | None:
+        """The reference key's numbers of what `group`'s entry `key` reads, by which inert
+        outcomes are shared (None where none are): a worker's calls through the fence
+        it holds (the fence's facts on its document, the document, the crash budget),
+        an idle worker's claims (every document and the crash budget), a worker's
+        calls through the fence it lost (the fence's facts and the document) and the
+        sweeps (every document). The racer's entries are not shared, and the clock's
+        are not asked of the core."""
+        classes = self.classes
+        if group == WORKER and key[1] >= 0:
+            _, held, crashes, document = key
+            return (
+                WORKER,
+                worker,
+                crashes,
+                self._hold_numbers_for(held, document)[0],
+                NONE if document < 0 else classes[document].numbers[0],
+            )
+        if group == WORKER:
+            _, _, crashes, docs = key
+            return (
+                WORKER,
+                worker,
+                crashes,
+                *(NONE if d < 0 else classes[d].numbers[0] for d in docs),
+            )
+        if group == STALE:
+            _, lost, document = key
+            return (
+                STALE,
+                worker,
+                self._hold_numbers_for(lost, document)[0],
+                NONE if document < 0 else classes[document].numbers[0],
+            )
+        if group == DOCS:
+            return (DOCS, *(NONE if d < 0 else classes[d].numbers[0] for d in key))
+        return None
 
     def _compile_one_doc(
         self,
@@ -575,13 +694,46 @@ class CompiledModel:
         c: tuple[int, ...],
         concrete: Callable[[], CheckState],
     ) -> Phases:
-        """Ask the reference model for the calls on the document of `slot`, phase by phase."""
-        phases: list[list[Outcome]] = [[] for _ in range(_PHASES)]
-        for outcome in self._asked(ONE_DOC, c, concrete, lambda a: a.slot == slot):
-            phases[_phase(outcome.action)].append(outcome)
-        found = tuple(tuple(phase) for phase in phases)
+        """The calls on the document of `slot`, phase by phase: shared from an inert entry
+        (see `_compile`), or asked of the reference model.
+
+        What these calls read is the document and whether the operator has
+        calls left; which calls are offered reads facts of the document the
+        reference key may merge (its budgets, its claim), so the shared
+        entry's key names the offer as well (`Model.doc_offers`, of the
+        class's representative document).
+        """
+        coarse = None
+        if self.share_inert:
+            d, left = key
+            offers = self.model.doc_offers(
+                slot, self.abstraction.doc(self.classes[d].document), left
+            )
+            coarse = (ONE_DOC, slot, self.classes[d].numbers[0], left, offers)
+            shared = self._inert_docs.get(coarse)
+            if shared is not None:
+                self.shared[ONE_DOC] += 1
+                if self.verify_shared:
+                    self._verified(shared, self._ask_one_doc(slot, c, concrete), c)
+                self.one_doc[key] = shared
+                return shared
+        found = self._ask_one_doc(slot, c, concrete, coarse)
         self.one_doc[key] = found
+        if coarse is not None and all(_inert(phase) for phase in found):
+            self._inert_docs[coarse] = found
         return found
+
+    def _ask_one_doc(
+        self,
+        slot: int,
+        c: tuple[int, ...],
+        concrete: Callable[[], CheckState],
+        coarse: tuple[Any, ...] | None = None,
+    ) -> Phases:
+        phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
+        for outcome in self._asked(ONE_DOC, c, concrete, lambda a: a.slot == slot, coarse):
+            phases[_phase(outcome.action)].append(outcome)
+        return tuple(tuple(phase) for phase in phases)
 
     def _outcome(
         self, group: int, c: tuple[int, ...], state: CheckState, action: Action
@@ -618,6 +770,11 @@ class CompiledModel:
     def take(self, state: CheckState, action: Action) -> Step:
         """The reference model's step (for rebuilding concrete states)."""
         return self.model.step(state, action)
+
+
+def _inert(outcomes: tuple[Outcome, ...]) -> bool:
+    """Does none of `outcomes` write (no number changes, no document is written)?"""
+    return all(not o.patch and not o.wrote for o in outcomes)
 
 
 def _diff(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[tuple[int, int], ...]:

@@ -134,6 +134,7 @@ def _explore(
     kept: dict[int, CheckState] = {}
     violations: list[Finding] = []
     depth = 0
+    index = 0
 
     def concrete_of(index: int, c: tuple[int, ...]) -> Callable[[], CheckState]:
         def rebuild() -> CheckState:
@@ -236,7 +237,9 @@ def _explore(
                 report.complete = False
                 break
     except RefinementError as failure:
-        report.refinement.append(Finding("refinement", failure.message, failure.trace))
+        # A shared outcome the core answers otherwise names no trace: the state's.
+        trace = failure.trace or explorer.trace(index)
+        report.refinement.append(Finding("refinement", failure.message, trace))
         report.complete = False
     report.seconds = time.perf_counter() - started
     report.states = len(seen)
@@ -270,6 +273,8 @@ def _explore(
         "classes": len(compiled.classes),
         "entries": sum(len(table) for table in compiled.tables) + len(compiled.one_doc),
         "misses": list(compiled.misses),
+        "shared": list(compiled.shared),
+        "shared_steps": compiled.shared_steps,
     }
     if graph is not None and report.complete:
         searched = time.perf_counter()

@@ -91,6 +91,8 @@ __all__ = [
     "CHECKPOINT_VARIANTS",
     "CLAIM_AGAIN_VARIANTS",
     "CONTEXT_VARIANTS",
+    "DOC_PHASES",
+    "DOC_PHASES_BEFORE_SWEEPS",
     "FAIL_VARIANTS",
     "FORGED_VARIANTS",
     "OTHER_OUTPUT",
@@ -324,6 +326,14 @@ _CommandKey = tuple[str, int, int, tuple[int, str, str, int] | None, str]
 """What a command is made from: (operation, slot, worker, fence held, argument)."""
 
 
+#: The phases of the calls on one document (`Model.doc_offers`): the operator's calls,
+#: the operator's requests sent again, the moves, the admissions sent again, the
+#: impostor's; the sweeps come between the third and the fourth.
+DOC_PHASES = 5
+DOC_PHASES_BEFORE_SWEEPS = 3
+_NO_OFFERS: tuple[tuple[Action, ...], ...] = ((),) * DOC_PHASES
+
+
 class Model:
     """The transition system of one universe under one spec.
 
@@ -498,45 +508,19 @@ class Model:
                     for variant in STALE_FAIL_VARIANTS:
                         yield Action("stale_fail", name, slot=lost[0], worker=k, arg=variant)
         operator_used = sum(info.operator_events for info in docs if info is not None)
-        for slot, info in enumerate(docs):
-            if info is None or operator_used >= u.operator_actions:
-                continue
-            yield Action("cancel", "operator", slot=slot)
-            yield Action("timeout", "operator", slot=slot)
-            if info.operator_retries < u.rearms:
-                yield Action("retry", "operator", slot=slot)
-        if u.request_ids:
-            for slot, info in enumerate(docs):
-                if info is not None and _operator_request(info.workload) is not None:
-                    # The operator's last request sent again: as the call it made (a
-                    # replay), or as another call under the same request id.
-                    for call in _OPERATOR_CALLS:
-                        yield Action(call, "operator", slot=slot, arg=REQUEST_AGAIN)
-        for slot, info in enumerate(docs):
-            if info is None:
-                continue
-            at = info.workload.state
-            for name, actor in self.moves:
-                # Beyond the budget a move is offered only out of a held state,
-                # where the step is cut off by the bound (see `step`).
-                if self.spec.available(at, name) and (info.moves < u.moves or at in self._held):
-                    yield Action("move", actor, slot=slot, arg=name)
+        left = operator_used < u.operator_actions
+        offers = [
+            _NO_OFFERS if info is None else self.doc_offers(slot, info, left)
+            for slot, info in enumerate(docs)
+        ]
+        for phase in range(DOC_PHASES_BEFORE_SWEEPS):
+            for offer in offers:
+                yield from offer[phase]
         yield Action("recover_expired", "sweeper")
         yield Action("enforce_deadlines", "sweeper")
-        for slot, info in enumerate(docs):
-            if info is not None:
-                # The requester sends an admission again (its reply lost), at this instant.
-                yield Action("admit", "requester", slot=slot)
-        if u.stale_workers:
-            for slot, info in enumerate(docs):
-                if info is None:
-                    continue
-                # A caller that never held the fence it presents: another worker's
-                # id, or the holder's with another token; refused, writing nothing.
-                for call in _FORGED_CALLS:
-                    if self._forgeable(info, call):
-                        for form in FORGED_VARIANTS:
-                            yield Action(f"forged_{call}", "impostor", slot=slot, arg=form)
+        for phase in range(DOC_PHASES_BEFORE_SWEEPS, DOC_PHASES):
+            for offer in offers:
+                yield from offer[phase]
         if u.racer:
             if state.pending is None and state.prepares < u.racer_prepares:
                 for slot in range(len(docs)):
@@ -549,6 +533,53 @@ class Model:
                 yield Action("commit", "racer", slot=state.pending.slot)
         for instant in self._next_instants(state.now, docs):
             yield Action("jump", "clock", to=instant)
+
+    def doc_offers(
+        self, slot: int, info: DocumentFacts, operator_left: bool
+    ) -> tuple[tuple[Action, ...], ...]:
+        """The calls on the document of `slot` alone, phase by phase (`DOC_PHASES`).
+
+        They read that document's facts and whether the operator's budget
+        (counted over every document) has calls left: the operator's calls,
+        the operator's last request sent again, the spec's moves, an
+        admission sent again and an impostor's calls. `actions` offers the
+        phases one after the other, each for every document in turn, the
+        sweeps between the third and the fourth.
+        """
+        u = self.universe
+        w = info.workload
+        operator: list[Action] = []
+        if operator_left:
+            operator.append(Action("cancel", "operator", slot=slot))
+            operator.append(Action("timeout", "operator", slot=slot))
+            if info.operator_retries < u.rearms:
+                operator.append(Action("retry", "operator", slot=slot))
+        again: list[Action] = []
+        if u.request_ids and _operator_request(w) is not None:
+            # The operator's last request sent again: as the call it made (a
+            # replay), or as another call under the same request id.
+            again = [
+                Action(call, "operator", slot=slot, arg=REQUEST_AGAIN) for call in _OPERATOR_CALLS
+            ]
+        # Beyond the budget a move is offered only out of a held state, where the
+        # step is cut off by the bound (see `step`).
+        moves = [
+            Action("move", actor, slot=slot, arg=name)
+            for name, actor in self.moves
+            if self.spec.available(w.state, name)
+            and (info.moves < u.moves or w.state in self._held)
+        ]
+        # The requester sends an admission again (its reply lost), at this instant.
+        admit = (Action("admit", "requester", slot=slot),)
+        forged: list[Action] = []
+        if u.stale_workers:
+            # A caller that never held the fence it presents: another worker's id,
+            # or the holder's with another token; refused, writing nothing.
+            for call in _FORGED_CALLS:
+                if self._forgeable(info, call):
+                    for form in FORGED_VARIANTS:
+                        forged.append(Action(f"forged_{call}", "impostor", slot=slot, arg=form))
+        return (tuple(operator), tuple(again), tuple(moves), admit, tuple(forged))
 
     def claim_request(self, state: CheckState, worker: int) -> str:
         """The request id of a new claim by `worker` in `state` ("" without `request_ids`).
