@@ -222,7 +222,13 @@ def test_both_engines_report_the_same_from_the_command_line(
         args = ["check", "--single", "--horizon-ms", "8", "--engine", engine]
         assert main([*args, "--json", str(path)]) == 0
         reports[engine] = json.loads(path.read_text())
-        assert f"engine        {engine}" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"engine        {engine}" in out
+        if engine == "compiled":
+            # How many table entries the core was asked for, and how many were shared.
+            tables = reports[engine]["tables"]
+            assert tables["asked"] > 0 and sum(tables["shared"]) > 0
+            assert f"{tables['asked']:,} asked of the core, {sum(tables['shared']):,} shared" in out
     for report in reports.values():
         for key in ("seconds", "states_per_second", "engine", "tables"):
             del report[key]

@@ -32,6 +32,7 @@ from workwarden.statemachine.check.checker import (
     policy_findings,
 )
 from workwarden.statemachine.check.compiled import (
+    CLOCK,
     CONCRETE_LIMIT,
     CompiledModel,
     RefinementError,
@@ -273,6 +274,8 @@ def _explore(
         "classes": len(compiled.classes),
         "entries": sum(len(table) for table in compiled.tables) + len(compiled.one_doc),
         "misses": list(compiled.misses),
+        # Entries asked of the core (the clock's are worked out from the classes).
+        "asked": sum(compiled.misses) - compiled.misses[CLOCK],
         "shared": list(compiled.shared),
         "shared_steps": compiled.shared_steps,
     }

@@ -207,8 +207,12 @@ def _print_report(report: Any, out: Any) -> None:
     for problem in d["policy_problems"]:
         w(f"  POLICY: {problem}\n")
     w(f"  engine        {d['engine']}")
-    if d["tables"]:
-        w(f" ({d['tables']['classes']:,} document classes, {d['tables']['entries']:,} entries)")
+    tables = d["tables"]
+    if tables:
+        w(f" ({tables['classes']:,} document classes, {tables['entries']:,} table entries")
+        if "asked" in tables:
+            w(f": {tables['asked']:,} asked of the core, {sum(tables['shared']):,} shared")
+        w(")")
     w("\n")
     for failure in d["refinement"]:
         w(f"  REFINEMENT FAILURE: {failure['message']} ({len(failure['trace'])} steps)\n")
