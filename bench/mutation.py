@@ -239,10 +239,11 @@ GAPS: dict[str, str] = {
         " (the scheduling checker's do, and it repeats no admission)"
     ),
     "steps.py:core/ReplaceFalseWithTrue:0": (
-        "a sweep's `changed` flag: the sweeps are compared by the document they leave, and"
-        " the flag reaches nothing the universe reads"
+        "a recovery that answers `changed` for a lease it left alone: the stores hand a sweep"
+        " only expired leases, which it always changes, and the racing writer, which asks"
+        " about any, is left out of the judge's universes (a sweep's answer is held to the"
+        " workloads it wrote, so the opposite slip is killed)"
     ),
-    "steps.py:core/ReplaceTrueWithFalse:2": ("a sweep's `changed` flag, as above"),
     "steps.py:core/ReplaceOrWithAnd:4": (
         "recovery asked about a live lease: the store's own query hands it only expired ones,"
         " and the racing writer, which asks about any, is left out of the judge's universes"

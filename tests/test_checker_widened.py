@@ -50,10 +50,13 @@ from workwarden.statemachine.commands import (
     Command,
     CompleteCommand,
     ConfirmCancelCommand,
+    EnforceDeadlineCommand,
     ExecutionContextCommand,
     FailCommand,
+    RecoverCommand,
     RetryCommand,
     StateReply,
+    SweepReply,
     TimeoutCommand,
 )
 from workwarden.statemachine.core import Decision, decide
@@ -869,3 +872,59 @@ def test_a_claim_under_another_workers_request_id_is_not_answered_with_its_claim
     assert _core(spec, w, command, 0)[0] is not None  # refused: the workload is claimed
     last = _both_report(spec, universe, _claim_answered_to_another_worker)[-1]
     assert (last["action"], last["arg"]) == ("claim_again", BORROWED_REQUEST)
+
+
+# -- what a sweep answers: the workloads it changed ---------------------------------------
+
+
+def _recovery_reported_unchanged(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose recovery of an expired lease answers that it changed nothing."""
+    decision = decide(spec, w, command, now)
+    if isinstance(command, RecoverCommand) and isinstance(decision.reply, SweepReply):
+        return replace(decision, reply=decision.reply.model_copy(update={"changed": False}))
+    return decision
+
+
+def _deadline_reported_unchanged(
+    spec: Spec, w: Workload | None, command: Command, now: int
+) -> Decision:
+    """A core whose deadline sweep answers that it changed nothing when it timed work out.
+
+    (The opposite slip, an answer that names a workload left alone, needs a sweep
+    asked about work that is not due: the stores hand a sweep only due work.)
+    """
+    decision = decide(spec, w, command, now)
+    sweep = isinstance(command, EnforceDeadlineCommand) and isinstance(decision.reply, SweepReply)
+    if sweep and decision.workload is not None:
+        return replace(decision, reply=decision.reply.model_copy(update={"changed": False}))
+    return decision
+
+
+def test_a_sweep_answers_with_exactly_the_workloads_it_wrote() -> None:
+    model = Model(default_spec(), SMALL)
+    state = _walk(model, _claim())
+    w = _workload(model, state)
+    assert w.current_claim is not None
+    expired = CheckState(w.current_claim.expires_at, state.docs, state.workers, state.pending, 0, 0)
+    recovered = model.step(expired, Action("recover_expired", "sweeper"))
+    assert recovered.wrote == (0,)
+    assert recovered.reply == ("changed", "0")
+    untouched = model.step(state, Action("enforce_deadlines", "sweeper"))
+    assert untouched.wrote == ()
+    assert untouched.reply == ("changed", "")
+
+
+@pytest.mark.parametrize(
+    ("decide_fn", "label"),
+    [
+        (_recovery_reported_unchanged, "recover_expired"),
+        (_deadline_reported_unchanged, "enforce_deadlines"),
+    ],
+)
+def test_a_sweep_that_misreports_what_it_changed_is_reported_by_both_engines(
+    decide_fn: _Decide, label: str
+) -> None:
+    found = _both_report(default_spec(), SMALL, decide_fn)
+    assert found[-1]["action"] == label

@@ -891,7 +891,8 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
 
     A worker's or the operator's call is compared on its document; the
     sweeps (`recover_expired`, `enforce_deadlines`) on every document, each
-    as that sweep's one-workload decision; `claim_next` on the document it
+    as that sweep's one-workload decision, and their replies must name exactly
+    the workloads they wrote; `claim_next` on the document it
     claimed; a repeated admission on its workload's document. The clock,
     crashes, the racing writer and the spec's `move` operations are not
     compared. A step where the core raised (`universe.RAISED`) is reported
@@ -954,4 +955,17 @@ def check_step(model: Model, state: CheckState, action: Action, step: Step) -> l
         )
         if problem is not None:
             out.append(problem)
+    if step.reply is not None and step.reply[0] == "changed":
+        # A sweep answers with the workloads it changed: exactly those it wrote.
+        wrote = sorted(slot for slot, after in changed.items() if after != state.docs[slot])
+        said = sorted(int(slot) for slot in step.reply[1].split(",") if slot)
+        if said != wrote:
+            out.append(
+                f"{label}: the reply names {_slots(model, said)} as changed, the sweep wrote "
+                f"{_slots(model, wrote)}"
+            )
     return out
+
+
+def _slots(model: Model, slots: list[int]) -> str:
+    return "[" + ", ".join(model.ids[slot] for slot in slots) + "]"

@@ -388,7 +388,7 @@ class Model:
         ] = {}
         self._store_memo: dict[
             tuple[Any, ...],
-            tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None],
+            tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None, str],
         ] = {}
         self._commands: dict[_CommandKey, Command] = {}
         self._spare_store: tuple[tuple[str | None, ...], MemoryStore] | None = None
@@ -935,9 +935,11 @@ class Model:
             cached = keep(
                 self._store_memo, key, self._run_store_step(state, action), self.cache_limit
             )
-        docs, refusal, hold = cached
+        docs, refusal, hold, changed = cached
+        # What a sweep's reply says it changed (the slots, in order); a claim says nothing here.
+        reply = None if action.label == "claim_next" else ("changed", changed)
         if hold is None and docs == state.docs:
-            return Step(state, refusal, (), ())
+            return Step(state, refusal, (), (), reply=reply)
         wrote = tuple(s for s in range(len(docs)) if docs[s] != state.docs[s])
         pending = state.pending
         if pending is not None and pending.slot in wrote:
@@ -948,11 +950,11 @@ class Model:
             workers = _with(workers, action.worker, (hold, lost))
         next_state = CheckState(state.now, docs, workers, pending, state.crashes, state.prepares)
         changes = tuple((s, state.docs[s], docs[s]) for s in wrote)
-        return Step(next_state, refusal, wrote, changes)
+        return Step(next_state, refusal, wrote, changes, reply=reply)
 
     def _run_store_step(
         self, state: CheckState, action: Action
-    ) -> tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None]:
+    ) -> tuple[tuple[str | None, ...], str | None, tuple[int, str, str, int] | None, str]:
         spare = self._spare_store
         store = (
             spare[1] if spare is not None and spare[0] == state.docs else self._store(state.docs)
@@ -961,6 +963,7 @@ class Model:
         authority = self.authority_cls(store, grants=_VERIFIER, spec=self.spec)
         refusal: str | None = None
         claimed: Claim | None = None
+        changed: list[str] = []
         try:
             if action.label == "claim_next":
                 claimed = authority.claim_next(
@@ -973,9 +976,9 @@ class Model:
                     request_id=self.claim_request(state, action.worker) or None,
                 )
             elif action.label == "recover_expired":
-                authority.recover_expired(state.now)
+                changed = authority.recover_expired(state.now)
             else:
-                authority.enforce_deadlines(state.now)
+                changed = authority.enforce_deadlines(state.now)
         except errors.WorkloadError as exc:
             refusal = exc.code
         except Exception as exc:  # noqa: BLE001 - a core that crashes is a finding, not the end
@@ -1001,7 +1004,8 @@ class Model:
                 claimed.worker_id,
                 claimed.fencing_token,
             )
-        return tuple(docs), refusal, hold
+        slots = ",".join(str(self.ids.index(key)) for key in changed if key in self.ids)
+        return tuple(docs), refusal, hold, slots
 
     def _prepare(self, state: CheckState, action: Action) -> Step:
         label = action.label.removeprefix("prepare_")
