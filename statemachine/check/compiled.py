@@ -40,11 +40,11 @@ key must be equal); a difference is a `RefinementError` with the trace.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from workwarden.statemachine.check.abstraction import keep, state_key
+from workwarden.statemachine.check.abstraction import DocumentFacts, keep, state_key
 from workwarden.statemachine.check.checker import (
     StepFindings,
     state_violations,
@@ -55,6 +55,7 @@ from workwarden.statemachine.check.state import CheckState
 from workwarden.statemachine.check.universe import (
     DOC_PHASES,
     DOC_PHASES_BEFORE_SWEEPS,
+    SWEEPS,
     Action,
     Model,
     Step,
@@ -559,11 +560,11 @@ class CompiledModel:
         group: int,
         c: tuple[int, ...],
         concrete: Callable[[], CheckState],
-        wanted: Callable[[Action], bool],
+        offered: Callable[[CheckState], Iterable[Action]],
         coarse: tuple[Any, ...] | None = None,
     ) -> Iterator[Outcome]:
-        """The outcomes of the `wanted` actions of `group` at a concrete state of `c`, asked
-        of the reference model in the reference order (a table lacks them: a miss).
+        """The outcomes of the actions `offered` at a concrete state of `c` (the group's,
+        in the reference order), asked of the reference model (a table lacks them: a miss).
 
         Where the group's entry has a key to share inert outcomes by (`coarse`,
         see `_compile`), an action whose outcome there is known to write
@@ -571,20 +572,22 @@ class CompiledModel:
         """
         self.misses[group] += 1
         state = concrete()
-        for action in self.model.actions(state):
-            if group_of(action) == group and wanted(action):
-                if coarse is not None:
-                    shared = self._inert_steps.get((coarse, action))
-                    if shared is not None:
-                        self.shared_steps += 1
-                        if self.verify_shared:
-                            self._verified(shared, self._asked_one(group, c, state, action), c)
-                        yield shared
-                        continue
-                outcome = self._asked_one(group, c, state, action)
-                if coarse is not None and not outcome.patch and not outcome.wrote:
-                    self._inert_steps[(coarse, action)] = outcome
-                yield outcome
+        for action in offered(state):
+            if coarse is not None:
+                shared = self._inert_steps.get((coarse, action))
+                if shared is not None:
+                    self.shared_steps += 1
+                    if self.verify_shared:
+                        self._verified(shared, self._asked_one(group, c, state, action), c)
+                    yield shared
+                    continue
+            outcome = self._asked_one(group, c, state, action)
+            if coarse is not None and not outcome.patch and not outcome.wrote:
+                self._inert_steps[(coarse, action)] = outcome
+            yield outcome
+
+    def _facts(self, state: CheckState) -> list[DocumentFacts | None]:
+        return [None if d is None else self.abstraction.doc(d) for d in state.docs]
 
     def _asked_one(
         self, group: int, c: tuple[int, ...], state: CheckState, action: Action
@@ -645,9 +648,26 @@ class CompiledModel:
         worker: int,
         coarse: tuple[Any, ...] | None = None,
     ) -> tuple[Outcome, ...]:
+        model = self.model
+        offered: Callable[[CheckState], Iterable[Action]]
         if group in (WORKER, STALE):
-            return tuple(self._asked(group, c, concrete, lambda a: a.worker == worker, coarse))
-        return tuple(self._asked(group, c, concrete, lambda a: True, coarse))
+
+            def offered(state: CheckState) -> Iterator[Action]:
+                for action in model.worker_actions(state, self._facts(state), worker):
+                    if group_of(action) == group:
+                        yield action
+
+        elif group == DOCS:
+
+            def offered(state: CheckState) -> Iterable[Action]:
+                return SWEEPS
+
+        else:
+
+            def offered(state: CheckState) -> Iterator[Action]:
+                return (action for action in model.actions(state) if group_of(action) == group)
+
+        return tuple(self._asked(group, c, concrete, offered, coarse))
 
     def _coarse(self, group: int, key: tuple[Any, ...], worker: int) -> tuple[Any, ...] | None:
         """The reference key's numbers of what `group`'s entry `key` reads, by which inert
@@ -714,10 +734,10 @@ class CompiledModel:
             if shared is not None:
                 self.shared[ONE_DOC] += 1
                 if self.verify_shared:
-                    self._verified(shared, self._ask_one_doc(slot, c, concrete), c)
+                    self._verified(shared, self._ask_one_doc(slot, left, c, concrete), c)
                 self.one_doc[key] = shared
                 return shared
-        found = self._ask_one_doc(slot, c, concrete, coarse)
+        found = self._ask_one_doc(slot, key[1], c, concrete, coarse)
         self.one_doc[key] = found
         if coarse is not None and all(_inert(phase) for phase in found):
             self._inert_docs[coarse] = found
@@ -726,12 +746,20 @@ class CompiledModel:
     def _ask_one_doc(
         self,
         slot: int,
+        left: bool,
         c: tuple[int, ...],
         concrete: Callable[[], CheckState],
         coarse: tuple[Any, ...] | None = None,
     ) -> Phases:
         phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
-        for outcome in self._asked(ONE_DOC, c, concrete, lambda a: a.slot == slot, coarse):
+
+        def offered(state: CheckState) -> Iterator[Action]:
+            document = state.docs[slot]
+            assert document is not None
+            for phase in self.model.doc_offers(slot, self.abstraction.doc(document), left):
+                yield from phase
+
+        for outcome in self._asked(ONE_DOC, c, concrete, offered, coarse):
             phases[_phase(outcome.action)].append(outcome)
         return tuple(tuple(phase) for phase in phases)
 

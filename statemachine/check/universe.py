@@ -100,6 +100,7 @@ __all__ = [
     "REQUEST_AGAIN",
     "REUSED_RESULT",
     "STALE_FAIL_VARIANTS",
+    "SWEEPS",
     "Action",
     "CheckState",
     "Model",
@@ -333,6 +334,9 @@ DOC_PHASES = 5
 DOC_PHASES_BEFORE_SWEEPS = 3
 _NO_OFFERS: tuple[tuple[Action, ...], ...] = ((),) * DOC_PHASES
 
+#: The sweeps, offered in every state, between the third and the fourth phase.
+SWEEPS = (Action("recover_expired", "sweeper"), Action("enforce_deadlines", "sweeper"))
+
 
 class Model:
     """The transition system of one universe under one spec.
@@ -436,77 +440,8 @@ class Model:
         """Every action enabled in `state`, in a fixed order."""
         u = self.universe
         docs = [None if d is None else self.abstraction.doc(d) for d in state.docs]
-        takes = self._takes
-        for k, (held, lost) in enumerate(state.workers):
-            name = self.worker_names[k]
-            if held is None:
-                yield Action("claim_next", name, worker=k)
-                # By id only the first workload: a claim by id ignores dependencies,
-                # and running the dependent one beside it only multiplies states.
-                first = docs[0] if docs else None
-                if first is not None and takes(first.workload.state, "claim"):
-                    yield Action("claim", name, slot=0, worker=k)
-                if u.request_ids:
-                    for slot, info in enumerate(docs):
-                        if info is not None and info.claim_id is not None:
-                            # Another worker's live claim: its request id, by this one.
-                            yield Action(
-                                "claim_again", name, slot=slot, worker=k, arg=BORROWED_REQUEST
-                            )
-            else:
-                slot = held[0]
-                info = docs[slot]
-                assert info is not None
-                at = info.workload.state
-                if u.request_ids and info.claim_id == held[1]:
-                    # The claim sent again by the worker holding it.
-                    for variant in CLAIM_AGAIN_VARIANTS:
-                        yield Action("claim_again", name, slot=slot, worker=k, arg=variant)
-                if takes(at, "start"):
-                    yield Action("start", name, slot=slot, worker=k)
-                yield Action("heartbeat", name, slot=slot, worker=k)
-                for variant in CONTEXT_VARIANTS:
-                    yield Action("execution_context", name, slot=slot, worker=k, arg=variant)
-                if takes(at, "checkpoint") and info.checkpoints < u.checkpoints_per_attempt:
-                    yield Action("checkpoint", name, slot=slot, worker=k)
-                    yield Action("checkpoint", name, slot=slot, worker=k, arg="next")
-                if info.checkpoints and info.claim_id == held[1]:
-                    # Its attempt recorded a checkpoint: the call sent again.
-                    yield Action("checkpoint", name, slot=slot, worker=k, arg="repeat")
-                if takes(at, "complete"):
-                    yield Action("complete", name, slot=slot, worker=k)
-                if takes(at, "fail"):
-                    for variant in _FAIL_VARIANTS:
-                        yield Action("fail", name, slot=slot, worker=k, arg=variant)
-                if takes(at, "confirm_cancel"):
-                    yield Action("confirm_cancel", name, slot=slot, worker=k)
-                if state.crashes < u.crashes:
-                    yield Action("crash", name, slot=slot, worker=k)
-            if lost is not None and u.stale_workers:
-                info = docs[lost[0]]
-                if info is not None and info.claim_id is not None:
-                    if takes(info.workload.state, "complete"):
-                        yield Action("stale_complete", name, slot=lost[0], worker=k)
-                    yield Action("stale_heartbeat", name, slot=lost[0], worker=k)
-                elif info is not None and info.workload.result is not None:
-                    # A result is recorded: the worker sends its completion again
-                    # (its reply lost); where another claim produced the result, its
-                    # own under the recorded result id; where it did, one with
-                    # another output.
-                    yield Action("stale_complete", name, slot=lost[0], worker=k)
-                    made = info.workload.result.provenance.get("fencing_token")
-                    again = REUSED_RESULT if made != str(lost[3]) else OTHER_OUTPUT
-                    yield Action("stale_complete", name, slot=lost[0], worker=k, arg=again)
-                if info is not None and self._ended_as(
-                    info.workload, lost[3], self._confirm_status
-                ):
-                    # Its attempt ended cancelled: the confirmation sent again.
-                    yield Action("stale_confirm_cancel", name, slot=lost[0], worker=k)
-                if info is not None and self._ended_as(info.workload, lost[3], self._fail_status):
-                    # Its attempt ended failed: a failure report sent again (the one it
-                    # sent is a replay; another kind, effect or error text is not).
-                    for variant in STALE_FAIL_VARIANTS:
-                        yield Action("stale_fail", name, slot=lost[0], worker=k, arg=variant)
+        for k in range(len(state.workers)):
+            yield from self.worker_actions(state, docs, k)
         operator_used = sum(info.operator_events for info in docs if info is not None)
         left = operator_used < u.operator_actions
         offers = [
@@ -516,8 +451,7 @@ class Model:
         for phase in range(DOC_PHASES_BEFORE_SWEEPS):
             for offer in offers:
                 yield from offer[phase]
-        yield Action("recover_expired", "sweeper")
-        yield Action("enforce_deadlines", "sweeper")
+        yield from SWEEPS
         for phase in range(DOC_PHASES_BEFORE_SWEEPS, DOC_PHASES):
             for offer in offers:
                 yield from offer[phase]
@@ -533,6 +467,81 @@ class Model:
                 yield Action("commit", "racer", slot=state.pending.slot)
         for instant in self._next_instants(state.now, docs):
             yield Action("jump", "clock", to=instant)
+
+    def worker_actions(
+        self, state: CheckState, docs: list[DocumentFacts | None], k: int
+    ) -> Iterator[Action]:
+        """The calls of worker `k` in `state` (`docs`: its documents' facts), in order:
+        its claims when it holds nothing, else its calls through the fence it holds;
+        then its calls through the fence it lost."""
+        u = self.universe
+        takes = self._takes
+        held, lost = state.workers[k]
+        name = self.worker_names[k]
+        if held is None:
+            yield Action("claim_next", name, worker=k)
+            # By id only the first workload: a claim by id ignores dependencies,
+            # and running the dependent one beside it only multiplies states.
+            first = docs[0] if docs else None
+            if first is not None and takes(first.workload.state, "claim"):
+                yield Action("claim", name, slot=0, worker=k)
+            if u.request_ids:
+                for slot, info in enumerate(docs):
+                    if info is not None and info.claim_id is not None:
+                        # Another worker's live claim: its request id, by this one.
+                        yield Action("claim_again", name, slot=slot, worker=k, arg=BORROWED_REQUEST)
+        else:
+            slot = held[0]
+            info = docs[slot]
+            assert info is not None
+            at = info.workload.state
+            if u.request_ids and info.claim_id == held[1]:
+                # The claim sent again by the worker holding it.
+                for variant in CLAIM_AGAIN_VARIANTS:
+                    yield Action("claim_again", name, slot=slot, worker=k, arg=variant)
+            if takes(at, "start"):
+                yield Action("start", name, slot=slot, worker=k)
+            yield Action("heartbeat", name, slot=slot, worker=k)
+            for variant in CONTEXT_VARIANTS:
+                yield Action("execution_context", name, slot=slot, worker=k, arg=variant)
+            if takes(at, "checkpoint") and info.checkpoints < u.checkpoints_per_attempt:
+                yield Action("checkpoint", name, slot=slot, worker=k)
+                yield Action("checkpoint", name, slot=slot, worker=k, arg="next")
+            if info.checkpoints and info.claim_id == held[1]:
+                # Its attempt recorded a checkpoint: the call sent again.
+                yield Action("checkpoint", name, slot=slot, worker=k, arg="repeat")
+            if takes(at, "complete"):
+                yield Action("complete", name, slot=slot, worker=k)
+            if takes(at, "fail"):
+                for variant in _FAIL_VARIANTS:
+                    yield Action("fail", name, slot=slot, worker=k, arg=variant)
+            if takes(at, "confirm_cancel"):
+                yield Action("confirm_cancel", name, slot=slot, worker=k)
+            if state.crashes < u.crashes:
+                yield Action("crash", name, slot=slot, worker=k)
+        if lost is not None and u.stale_workers:
+            info = docs[lost[0]]
+            if info is not None and info.claim_id is not None:
+                if takes(info.workload.state, "complete"):
+                    yield Action("stale_complete", name, slot=lost[0], worker=k)
+                yield Action("stale_heartbeat", name, slot=lost[0], worker=k)
+            elif info is not None and info.workload.result is not None:
+                # A result is recorded: the worker sends its completion again
+                # (its reply lost); where another claim produced the result, its
+                # own under the recorded result id; where it did, one with
+                # another output.
+                yield Action("stale_complete", name, slot=lost[0], worker=k)
+                made = info.workload.result.provenance.get("fencing_token")
+                again = REUSED_RESULT if made != str(lost[3]) else OTHER_OUTPUT
+                yield Action("stale_complete", name, slot=lost[0], worker=k, arg=again)
+            if info is not None and self._ended_as(info.workload, lost[3], self._confirm_status):
+                # Its attempt ended cancelled: the confirmation sent again.
+                yield Action("stale_confirm_cancel", name, slot=lost[0], worker=k)
+            if info is not None and self._ended_as(info.workload, lost[3], self._fail_status):
+                # Its attempt ended failed: a failure report sent again (the one it
+                # sent is a replay; another kind, effect or error text is not).
+                for variant in STALE_FAIL_VARIANTS:
+                    yield Action("stale_fail", name, slot=lost[0], worker=k, arg=variant)
 
     def doc_offers(
         self, slot: int, info: DocumentFacts, operator_left: bool
