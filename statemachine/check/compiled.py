@@ -587,6 +587,7 @@ class CompiledModel:
             yield outcome
 
     def _facts(self, state: CheckState) -> list[DocumentFacts | None]:
+        """What the reference model reads of each document of `state`."""
         return [None if d is None else self.abstraction.doc(d) for d in state.docs]
 
     def _asked_one(
@@ -648,6 +649,10 @@ class CompiledModel:
         worker: int,
         coarse: tuple[Any, ...] | None = None,
     ) -> tuple[Outcome, ...]:
+        """The outcomes of `group`'s calls at `c` (`worker`'s, for a worker's groups), asked
+        of the reference model in the reference order: a worker's calls as
+        `Model.worker_actions` offers them, the sweeps as `SWEEPS`, the racer's among
+        every call of the state."""
         model = self.model
         offered: Callable[[CheckState], Iterable[Action]]
         if group in (WORKER, STALE):
