@@ -120,7 +120,7 @@ def test_an_outcome_shared_by_a_key_that_merges_too_much_fails_the_check() -> No
     # the first state is offered to a state where a sweep writes.
     spec = default_spec()
     compiled = CompiledModel(Model(spec, Universe.from_spec(spec, **SMALL)), verify_shared=True)
-    compiled._coarse = lambda group, key, worker: (group,) if group == DOCS else None  # type: ignore[method-assign]
+    compiled._coarse = lambda group, key: (group,) if group == DOCS else None  # type: ignore[method-assign]
     report = check_compiled(spec, compiled=compiled)
     assert not report.complete
     (failure,) = report.refinement

@@ -149,7 +149,7 @@ Table = dict[tuple[Any, ...], tuple[Outcome, ...]]
 """A group's table: its key, the numbers it reads, to its outcomes in order."""
 
 Phases = tuple[tuple[Outcome, ...], ...]
-"""The outcomes of the calls on one document, phase by phase (see `_phase`)."""
+"""The outcomes of the calls on one document, phase by phase (see `Model.doc_offers`)."""
 
 #: The groups an action falls in: a worker's calls through the fence it holds
 #: (or its claims), its calls through the fence it lost, the sweeps (which read
@@ -159,19 +159,7 @@ Phases = tuple[tuple[Outcome, ...], ...]
 WORKER, STALE, DOCS, RACER, CLOCK, ONE_DOC = 0, 1, 2, 3, 4, 5
 
 #: The sweeps: the only calls on the documents that read all of them.
-_SWEEPS = ("recover_expired", "enforce_deadlines")
-
-
-def _phase(action: Action) -> int:
-    """The phase of a call on one document (see `Model.doc_offers`)."""
-    label = action.label
-    if label == "move":
-        return 2
-    if label == "admit":
-        return 3
-    if label.startswith("forged_"):
-        return 4
-    return 1 if action.arg else 0
+_SWEEPS = frozenset(action.label for action in SWEEPS)
 
 
 #: A move of the clock as a table keeps it (its instant is the state's plus `rel`).
@@ -626,7 +614,7 @@ class CompiledModel:
         shared. With `verify_shared`, a shared entry is asked of the core as
         well, and a difference is a `RefinementError`.
         """
-        coarse = self._coarse(group, key, worker) if self.share_inert else None
+        coarse = self._coarse(group, key) if self.share_inert else None
         if coarse is not None:
             shared = self._inert.get(coarse)
             if shared is not None:
@@ -674,7 +662,7 @@ class CompiledModel:
 
         return tuple(self._asked(group, c, concrete, offered, coarse))
 
-    def _coarse(self, group: int, key: tuple[Any, ...], worker: int) -> tuple[Any, ...] | None:
+    def _coarse(self, group: int, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The reference key's numbers of what `group`'s entry `key` reads, by which inert
         outcomes are shared (None where none are): a worker's calls through the fence
         it holds (the fence's facts on its document, the document, the crash budget),
@@ -682,35 +670,24 @@ class CompiledModel:
         calls through the fence it lost (the fence's facts and the document) and the
         sweeps (every document). The racer's entries are not shared, and the clock's
         are not asked of the core."""
-        classes = self.classes
         if group == WORKER and key[1] >= 0:
-            _, held, crashes, document = key
-            return (
-                WORKER,
-                worker,
-                crashes,
-                self._hold_numbers_for(held, document)[0],
-                NONE if document < 0 else classes[document].numbers[0],
-            )
+            worker, held, crashes, document = key
+            fence = self._hold_numbers_for(held, document)[0]
+            return (WORKER, worker, crashes, fence, self._own_number(document))
         if group == WORKER:
-            _, _, crashes, docs = key
-            return (
-                WORKER,
-                worker,
-                crashes,
-                *(NONE if d < 0 else classes[d].numbers[0] for d in docs),
-            )
+            worker, _, crashes, docs = key
+            return (WORKER, worker, crashes, *map(self._own_number, docs))
         if group == STALE:
-            _, lost, document = key
-            return (
-                STALE,
-                worker,
-                self._hold_numbers_for(lost, document)[0],
-                NONE if document < 0 else classes[document].numbers[0],
-            )
+            worker, lost, document = key
+            fence = self._hold_numbers_for(lost, document)[0]
+            return (STALE, worker, fence, self._own_number(document))
         if group == DOCS:
-            return (DOCS, *(NONE if d < 0 else classes[d].numbers[0] for d in key))
+            return (DOCS, *map(self._own_number, key))
         return None
+
+    def _own_number(self, d: int) -> int:
+        """The reference key's number of class `d`'s projection, its workers as named."""
+        return NONE if d < 0 else self.classes[d].numbers[0]
 
     def _compile_one_doc(
         self,
@@ -734,7 +711,7 @@ class CompiledModel:
             offers = self.model.doc_offers(
                 slot, self.abstraction.doc(self.classes[d].document), left
             )
-            coarse = (ONE_DOC, slot, self.classes[d].numbers[0], left, offers)
+            coarse = (ONE_DOC, slot, self._own_number(d), left, offers)
             shared = self._inert_docs.get(coarse)
             if shared is not None:
                 self.shared[ONE_DOC] += 1
@@ -756,16 +733,20 @@ class CompiledModel:
         concrete: Callable[[], CheckState],
         coarse: tuple[Any, ...] | None = None,
     ) -> Phases:
-        phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
+        phase_of: dict[Action, int] = {}
 
         def offered(state: CheckState) -> Iterator[Action]:
             document = state.docs[slot]
             assert document is not None
-            for phase in self.model.doc_offers(slot, self.abstraction.doc(document), left):
-                yield from phase
+            offers = self.model.doc_offers(slot, self.abstraction.doc(document), left)
+            for phase, actions in enumerate(offers):
+                for action in actions:
+                    phase_of[action] = phase
+                    yield action
 
+        phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
         for outcome in self._asked(ONE_DOC, c, concrete, offered, coarse):
-            phases[_phase(outcome.action)].append(outcome)
+            phases[phase_of[outcome.action]].append(outcome)
         return tuple(tuple(phase) for phase in phases)
 
     def _outcome(
