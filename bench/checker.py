@@ -14,6 +14,7 @@ the one before). `--profile` also writes a cProfile of one run to
     python -m bench.checker
     python -m bench.checker --engine reference --reps 1
     python -m bench.checker --workers 3 --workloads 3 --max-states 200000 --reps 1
+    python -m bench.checker --processes 2 --reps 1
 """
 
 from __future__ import annotations
@@ -67,13 +68,19 @@ def one_run(
     max_states: int | None = None,
     engine: str = "reference",
     universe: dict[str, Any] | None = None,
+    processes: int = 1,
 ) -> dict[str, Any]:
-    """One exploration: states, seconds, states per second, peak memory and per state."""
+    """One exploration: states, seconds, states per second, peak memory and per state.
+
+    With `processes` above 1 (compiled only), the check's helper processes ask
+    the core; their CPU time and the largest one's peak memory are reported
+    apart (`helper_cpu_seconds`, `helper_peak_mib`)."""
     from workwarden.statemachine.check.universe import Universe
 
     spec = default_spec()
     bounds = Universe.from_spec(spec, **(universe or {}))
     baseline = _peak_mib()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     refine_seconds = walk_seconds = None
     started = time.perf_counter()
     cpu_started = time.process_time()
@@ -84,7 +91,7 @@ def one_run(
         from workwarden.statemachine.check.universe import Model
 
         compiled = CompiledModel(Model(spec, bounds, cache_limit=COMPILED_CACHE_LIMIT))
-        report = check_compiled(spec, compiled=compiled, max_states=max_states)
+        report = check_compiled(spec, compiled=compiled, max_states=max_states, processes=processes)
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu_started
         if report.complete:
@@ -104,6 +111,8 @@ def one_run(
         cpu_seconds = time.process_time() - cpu_started
     states = int(report.states)
     peak = _peak_mib()
+    helped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    helper_cpu = helped.ru_utime + helped.ru_stime - children.ru_utime - children.ru_stime
     return {
         "engine": engine,
         "universe": bounds.to_dict(),
@@ -124,18 +133,32 @@ def one_run(
         "ok": bool(getattr(report, "ok", True)),
         "refinement_failures": len(getattr(report, "refinement", [])),
         "tables": getattr(report, "tables", {}),
+        "processes": processes,
+        "helper_cpu_seconds": round(helper_cpu, 3) if processes > 1 else None,
+        "helper_peak_mib": round(helped.ru_maxrss / 1024, 1) if processes > 1 else None,
     }
 
 
-def _isolated(max_states: int | None, engine: str, universe: dict[str, Any]) -> dict[str, Any]:
+def _isolated(
+    max_states: int | None, engine: str, universe: dict[str, Any], processes: int
+) -> dict[str, Any]:
     """`one_run` in a fresh process (its own peak memory, nothing cached from the last)."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        result: dict[str, Any] = pool.apply(_run_in_child, (max_states, engine, universe))
+    # Not a pool's process: a pool's processes may not fork the check's helpers.
+    context = multiprocessing.get_context("spawn")
+    results = context.SimpleQueue()
+    child = context.Process(
+        target=_run_in_child, args=(results, max_states, engine, universe, processes)
+    )
+    child.start()
+    result: dict[str, Any] = results.get()
+    child.join()
     return result
 
 
-def _run_in_child(max_states: int | None, engine: str, universe: dict[str, Any]) -> dict[str, Any]:
-    return one_run(_check(), max_states, engine, universe)
+def _run_in_child(
+    results: Any, max_states: int | None, engine: str, universe: dict[str, Any], processes: int
+) -> None:
+    results.put(one_run(_check(), max_states, engine, universe, processes))
 
 
 def _plot(path: Path, runs: list[dict[str, Any]]) -> None:
@@ -163,6 +186,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--workloads", type=int, default=None, help="workloads in the chain of the universe"
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="compiled: helper processes asking the core (`workwarden check --processes`)",
+    )
     args = parser.parse_args(argv)
     check = _check()
     quiet = quiet_from(args)
@@ -174,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     for rep in range(args.reps):
         load = quiet.wait()
-        run = _isolated(args.max_states, args.engine, universe)
+        run = _isolated(args.max_states, args.engine, universe, args.processes)
         run["load"] = round(load, 2)
         runs.append(run)
         print(
@@ -184,7 +213,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f" peak {run['peak_mib']:,.0f} MiB,"
             f" {run['kib_per_state']:.2f} KiB/state, complete {run['complete']},"
             f" refinement {run['refine_seconds']} s,"
-            f" walking the full tables {run['walk_seconds']} s (load {load:.2f})",
+            f" walking the full tables {run['walk_seconds']} s (load {load:.2f})"
+            + (
+                f"; {args.processes} helpers: {run['helper_cpu_seconds']:.1f} s of CPU,"
+                f" the largest peak {run['helper_peak_mib']:,.0f} MiB"
+                if args.processes > 1
+                else ""
+            ),
             flush=True,
         )
     rate = summary([Sample(r["states_per_s"], r["load"]) for r in runs])
@@ -203,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(one_run, check, args.max_states, args.engine, universe)
+        profiler.runcall(one_run, check, args.max_states, args.engine, universe, args.processes)
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text)
         stats.sort_stats("tottime").print_stats(30)

@@ -39,9 +39,10 @@ key must be equal); a difference is a `RefinementError` with the trace.
 
 from __future__ import annotations
 
+import multiprocessing
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workwarden.statemachine.check.abstraction import DocumentFacts, keep, state_key
@@ -67,7 +68,9 @@ __all__ = [
     "COMPILED_CACHE_LIMIT",
     "ClassFacts",
     "CompiledModel",
+    "Helpers",
     "Outcome",
+    "Raw",
     "RefinementError",
     "Table",
 ]
@@ -77,6 +80,9 @@ NONE = -1
 
 #: How many rebuilt concrete states the model keeps (they share their documents).
 CONCRETE_LIMIT = 4096
+
+#: The cache limit of the reference model in a helper process (`Helpers`).
+HELPER_CACHE_LIMIT = 20_000
 
 #: The cache limit of the reference model a compiled model asks (`Model(cache_limit=...)`):
 #: it is asked only where a table lacks an entry, so small caches serve it (on the
@@ -144,6 +150,47 @@ class Outcome:
     noop: bool = False
     rel: int = 0
 
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """What the reference model says of one action at a concrete state, before numbering:
+    the state it leads to (None: the same), its refusal, what it wrote, what it showed,
+    and whether the bounds cut it off or it is no transition at all. A process helping
+    an exploration (`Exploration`) answers these; the exploring process numbers them."""
+
+    action: Action
+    after: CheckState | None
+    refusal: str | None
+    wrote: tuple[int, ...]
+    findings: StepFindings | None
+    cut: bool = False
+    noop: bool = False
+    moved: Delta | None = None
+    """From a helper process, in place of `after`: how it differs from the state asked at."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its fields: a helper process sends one for every call it is asked.
+        fields = (self.action, self.after, self.refusal, self.wrote, self.findings)
+        return (Raw, (*fields, self.cut, self.noop, self.moved))
+
+
+Delta = tuple[
+    tuple[tuple[int, str | None], ...],
+    tuple[Any, ...],
+    Any,
+    int,
+    int,
+    int,
+    tuple[tuple[int, Any], ...],
+]
+"""A concrete state as a helper process sends it, as what differs from one the exploring
+process holds: the documents changed (slot, text), the workers, pending write, crashes,
+prepares and instant, and `CompiledModel.describe` of each document changed, by slot (-1:
+the pending write's), so that the exploring process numbers them without reading them.
+(A few hundred bytes, where a whole state is kilobytes.)"""
+
+Description = tuple[tuple[Any, ...], tuple[Any, ...]]
+"""What makes a document's class, and the facts read of it (`CompiledModel.describe`)."""
 
 Table = dict[tuple[Any, ...], tuple[Outcome, ...]]
 """A group's table: its key, the numbers it reads, to its outcomes in order."""
@@ -218,6 +265,9 @@ class CompiledModel:
         self.classes: list[ClassFacts] = []
         self._class_numbers: dict[tuple[Any, ...], int] = {}
         self._class_of: dict[tuple[str, int, int], int] = {}
+        #: Descriptions of documents a helper process sent (see `describe`), while its
+        #: answers are numbered.
+        self._told: dict[tuple[str, int, int], Description] = {}
         self.holds: list[tuple[int, str, str, int]] = []
         self._hold_numbers: dict[tuple[int, str, str, int], int] = {}
         self.pendings: list[tuple[int, int, str | None, bool]] = []
@@ -238,10 +288,22 @@ class CompiledModel:
         #: Table entries taken from `_inert`, by group, instead of asked of the core.
         self.shared = [0, 0, 0, 0, 0, 0]
         #: Inert outcomes of single actions, by an entry's shared key and the action.
-        self._inert_steps: dict[tuple[tuple[Any, ...], Action], Outcome] = {}
+        self._inert_steps: dict[tuple[Any, ...], dict[Action, Outcome]] = {}
         #: Outcomes taken from `_inert_steps` instead of asked of the core.
         self.shared_steps = 0
         self._outcomes: dict[Outcome, Outcome] = {}
+        # With helper processes (`look_ahead`, `settle`): whether the entries a state lacks
+        # are being looked for, and the exploration's number of that state; the entries the
+        # level being looked ahead at lacks, by group and key; the shared keys one of them
+        # is asked for, and those that wait for its answer; the entries not sent yet, and
+        # those sent, chunk by chunk, with the handles of their answers.
+        self._collecting = False
+        self._at = 0
+        self._level: dict[tuple[Any, ...], _Request] = {}
+        self._claimed: set[tuple[Any, ...]] = set()
+        self._later: list[_Request] = []
+        self._queue: list[_Request] = []
+        self._sent: list[tuple[list[_Request], Any]] = []
         self._concrete: dict[int, CheckState] = {}
         self._proceeds = proceeding_rules(self.spec)
         self._policy_of_actor = operation_roles(self.spec).policy_of_actor
@@ -258,6 +320,32 @@ class CompiledModel:
         known = self._class_of.get(key)
         if known is not None:
             return known
+        described = self._told.get(key)
+        value, facts = described if described is not None else self.describe(*key)
+        number = self._class_numbers.get(value)
+        if number is None:
+            number = self._class_numbers[value] = len(self.classes)
+            self.classes.append(
+                ClassFacts(
+                    slot=slot,
+                    state=facts[0],
+                    terminal=facts[1],
+                    marks=facts[2],
+                    operator_events=facts[3],
+                    # Numbered here: the reference key's numbers are this process's.
+                    numbers=self.abstraction.numbered(value[1]),
+                    packed=zlib.compress(document.encode("utf-8"), 1),
+                    at=now,
+                )
+            )
+        return keep(self._class_of, key, number, COMPILED_CACHE_LIMIT)
+
+    def describe(self, document: str, now: int, slot: int) -> Description:
+        """What makes the class of `document` (in workload `slot`) at `now` (its projection
+        at `now`, with what the actions read beside it), and the facts the model reads of
+        it: its state, whether that is terminal, its marks ahead, the operator's calls it
+        records. Nothing in it is numbered, so another process may describe a document
+        for this one."""
         a = self.abstraction
         info = a.doc(document)
         w = info.workload
@@ -275,22 +363,8 @@ class CompiledModel:
             fences,
             marks,
         )
-        number = self._class_numbers.get(value)
-        if number is None:
-            number = self._class_numbers[value] = len(self.classes)
-            self.classes.append(
-                ClassFacts(
-                    slot=slot,
-                    state=w.state,
-                    terminal=w.state in self._terminal,
-                    marks=marks,
-                    operator_events=info.operator_events,
-                    numbers=a.numbered(projection),
-                    packed=zlib.compress(document.encode("utf-8"), 1),
-                    at=now,
-                )
-            )
-        return keep(self._class_of, key, number, COMPILED_CACHE_LIMIT)
+        facts = (w.state, w.state in self._terminal, marks, info.operator_events)
+        return value, facts
 
     def hold_of(self, hold: tuple[int, str, str, int] | None) -> int:
         """The number of a fence a worker holds (NONE for none)."""
@@ -560,9 +634,10 @@ class CompiledModel:
         """
         self.misses[group] += 1
         state = concrete()
+        inert = self._inert_steps.get(coarse) if coarse is not None else None
         for action in offered(state):
-            if coarse is not None:
-                shared = self._inert_steps.get((coarse, action))
+            if inert is not None:
+                shared = inert.get(action)
                 if shared is not None:
                     self.shared_steps += 1
                     if self.verify_shared:
@@ -571,7 +646,8 @@ class CompiledModel:
                     continue
             outcome = self._asked_one(group, c, state, action)
             if coarse is not None and not outcome.patch and not outcome.wrote:
-                self._inert_steps[(coarse, action)] = outcome
+                inert = self._inert_steps.setdefault(coarse, {})
+                inert[action] = outcome
             yield outcome
 
     def _facts(self, state: CheckState) -> list[DocumentFacts | None]:
@@ -623,6 +699,9 @@ class CompiledModel:
                     self._verified(shared, self._ask(group, c, concrete, worker), c)
                 self.tables[group][key] = shared
                 return shared
+        if self._collecting:
+            self._wanted(_Request(group, key, c, self._at, worker, coarse=coarse))
+            return ()
         found = self._ask(group, c, concrete, worker, coarse)
         self.tables[group][key] = found
         if coarse is not None and _inert(found):
@@ -638,9 +717,13 @@ class CompiledModel:
         coarse: tuple[Any, ...] | None = None,
     ) -> tuple[Outcome, ...]:
         """The outcomes of `group`'s calls at `c` (`worker`'s, for a worker's groups), asked
-        of the reference model in the reference order: a worker's calls as
-        `Model.worker_actions` offers them, the sweeps as `SWEEPS`, the racer's among
-        every call of the state."""
+        of the reference model in the reference order (see `_offered`)."""
+        return tuple(self._asked(group, c, concrete, self._offered(group, worker), coarse))
+
+    def _offered(self, group: int, worker: int) -> Callable[[CheckState], Iterable[Action]]:
+        """What `group` offers at a concrete state, in the reference order: a worker's calls
+        as `Model.worker_actions` offers them, the sweeps as `SWEEPS`, the racer's among
+        every call of the state. (The calls on one document: `_doc_offered`.)"""
         model = self.model
         offered: Callable[[CheckState], Iterable[Action]]
         if group in (WORKER, STALE):
@@ -660,7 +743,18 @@ class CompiledModel:
             def offered(state: CheckState) -> Iterator[Action]:
                 return (action for action in model.actions(state) if group_of(action) == group)
 
-        return tuple(self._asked(group, c, concrete, offered, coarse))
+        return offered
+
+    def _doc_offered(
+        self, state: CheckState, slot: int, left: bool
+    ) -> Iterator[tuple[int, Action]]:
+        """The calls on the document of `slot` at a concrete state, each with its phase."""
+        document = state.docs[slot]
+        assert document is not None
+        offers = self.model.doc_offers(slot, self.abstraction.doc(document), left)
+        for phase, actions in enumerate(offers):
+            for action in actions:
+                yield phase, action
 
     def _coarse(self, group: int, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The reference key's numbers of what `group`'s entry `key` reads, by which inert
@@ -719,6 +813,9 @@ class CompiledModel:
                     self._verified(shared, self._ask_one_doc(slot, left, c, concrete), c)
                 self.one_doc[key] = shared
                 return shared
+        if self._collecting:
+            self._wanted(_Request(ONE_DOC, key, c, self._at, slot=slot, left=key[1], coarse=coarse))
+            return _NO_PHASES
         found = self._ask_one_doc(slot, key[1], c, concrete, coarse)
         self.one_doc[key] = found
         if coarse is not None and all(_inert(phase) for phase in found):
@@ -736,23 +833,249 @@ class CompiledModel:
         phase_of: dict[Action, int] = {}
 
         def offered(state: CheckState) -> Iterator[Action]:
-            document = state.docs[slot]
-            assert document is not None
-            offers = self.model.doc_offers(slot, self.abstraction.doc(document), left)
-            for phase, actions in enumerate(offers):
-                for action in actions:
-                    phase_of[action] = phase
-                    yield action
+            for phase, action in self._doc_offered(state, slot, left):
+                phase_of[action] = phase
+                yield action
 
         phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
         for outcome in self._asked(ONE_DOC, c, concrete, offered, coarse):
             phases[phase_of[outcome.action]].append(outcome)
         return tuple(tuple(phase) for phase in phases)
 
+    # -- asking for a level's entries in other processes ----------------------
+
+    def look_ahead(
+        self,
+        helpers: Helpers,
+        items: Iterable[tuple[tuple[int, ...], int]],
+        path_of: PathOf,
+    ) -> None:
+        """Find the entries the compiled states of `items` (each with its number in the
+        exploration, all of the level explored next) lack, and send them to the `helpers`'
+        processes as chunks fill; `settle` keeps the answers.
+
+        The entries are found as `outcomes` would find them (an entry shared from an
+        inert one is shared here too). The concrete state each is asked at is rebuilt by
+        the helper, along the path `path_of` gives. Of the entries one inert entry could
+        stand for (the same shared key), the first is sent, the others wait for its
+        answer.
+        """
+        self._collecting = True
+        try:
+            for c, index in items:
+                self._at = index
+                for _ in self.outcomes(c, _not_asked):
+                    pass
+        finally:
+            self._collecting = False
+        if len(self._queue) >= helpers.chunk:
+            self._send(helpers, path_of)
+
+    def settle(self, helpers: Helpers, path_of: PathOf, reached: Reached) -> None:
+        """Keep every answer for the level looked ahead at, in the order its entries were
+        found (so the tables are the same whatever order the helpers finish in), then share
+        or ask the entries that waited; after this, no state of the level lacks an entry."""
+        self._send(helpers, path_of)
+        self._receive(reached)
+        later, self._later = self._later, []
+        for request in later:
+            if not self._shared_now(request):
+                self._queue.append(request)
+        self._send(helpers, path_of)
+        self._receive(reached)
+        self._level.clear()
+        self._claimed.clear()
+
+    def _wanted(self, request: _Request) -> None:
+        """Note an entry the level looked ahead at lacks (once)."""
+        found = (request.group, request.key)
+        if found in self._level:
+            return
+        self._level[found] = request
+        coarse = request.coarse
+        if coarse is not None:
+            if coarse in self._claimed:
+                self._later.append(request)
+                return
+            self._claimed.add(coarse)
+        self._queue.append(request)
+
+    def _shared_now(self, request: _Request) -> bool:
+        """Share an inert entry that is known now for `request`, if there is one."""
+        assert request.coarse is not None
+        group = request.group
+        if group == ONE_DOC:
+            calls = self._inert_docs.get(request.coarse)
+            if calls is None:
+                return False
+            self.one_doc[request.key] = calls
+        else:
+            found = self._inert.get(request.coarse)
+            if found is None:
+                return False
+            self.tables[group][request.key] = found
+        self.shared[group] += 1
+        return True
+
+    def _send(self, helpers: Helpers, path_of: PathOf) -> None:
+        """Send the entries not sent yet, in chunks, each with the path to the concrete
+        state it is asked at (from the nearest state the exploration holds) and the calls
+        known to write nothing where it reads alike."""
+        queue, self._queue = self._queue, []
+        for begin in range(0, len(queue), helpers.chunk):
+            chunk = queue[begin : begin + helpers.chunk]
+            tasks: list[Task] = []
+            for request in chunk:
+                start, path = path_of(request.index)
+                request.state = start
+                coarse = request.coarse
+                inert = self._inert_steps.get(coarse) if coarse is not None else None
+                known = frozenset(inert) if inert else frozenset()
+                tasks.append(
+                    (request.group, request.worker, request.slot, request.left, start, path, known)
+                )
+            self._sent.append((chunk, helpers.ask(tasks)))
+
+    def _receive(self, reached: Reached) -> None:
+        """Keep the answers of every chunk sent, in the order sent. Each concrete state a
+        helper reached is handed to `reached` first (which holds it to the compiled state
+        it stands for, and keeps it)."""
+        sent, self._sent = self._sent, []
+        for chunk, answers in sent:
+            for request, (delta, raws) in zip(chunk, answers.get(), strict=True):
+                start = request.state
+                assert start is not None
+                if delta is not None:
+                    state, self._told = self._undone(start, delta)
+                    try:
+                        reached(request.index, request.c, state)
+                    finally:
+                        self._told = {}
+                    request.state = state
+                self._install(request, raws)
+
+    def answers(
+        self,
+        group: int,
+        worker: int,
+        slot: int,
+        left: bool,
+        start: CheckState,
+        path: tuple[Action, ...],
+        known: frozenset[Action] = frozenset(),
+    ) -> tuple[Delta | None, list[tuple[int, Raw | Action]]]:
+        """What a helper process answers for an entry: the concrete state it is asked at,
+        reached from `start` along `path` (as what differs from `start`; None when the path
+        is empty), and the group's calls there, each with its phase and what the reference
+        model says of it. A call in `known` (its outcome is known to write nothing there)
+        is answered by itself, unasked."""
+        state = start
+        for action in path:
+            state = self.take(state, action).state
+        if group == ONE_DOC:
+            asked: Iterable[tuple[int, Action]] = self._doc_offered(state, slot, left)
+        else:
+            asked = ((0, action) for action in self._offered(group, worker)(state))
+        raws: list[tuple[int, Raw | Action]] = []
+        for phase, action in asked:
+            if action in known:
+                raws.append((phase, action))
+                continue
+            raw = self._raw(state, action)
+            if raw.after is not None:
+                raw = replace(raw, after=None, moved=self._delta(state, raw.after))
+            raws.append((phase, raw))
+        return (self._delta(start, state) if path else None), raws
+
+    def _delta(self, before: CheckState, after: CheckState) -> Delta:
+        """`after` as what differs from `before` (see `Delta`)."""
+        now = after.now
+        changed = tuple(
+            (slot, d)
+            for slot, d in enumerate(after.docs)
+            if d != before.docs[slot] or now != before.now
+        )
+        told = [(slot, self.describe(d, now, slot)) for slot, d in changed if d is not None]
+        pending = after.pending
+        if pending is not None and pending.document is not None and pending != before.pending:
+            told.append((-1, self.describe(pending.document, now, pending.slot)))
+        return (changed, after.workers, pending, after.crashes, after.prepares, now, tuple(told))
+
+    @staticmethod
+    def _undone(
+        before: CheckState, delta: Delta
+    ) -> tuple[CheckState, dict[tuple[str, int, int], Description]]:
+        """The state `delta` describes from `before`, and the descriptions it carries by
+        document (what `class_of` reads instead of describing them again)."""
+        changed, workers, pending, crashes, prepares, now, described = delta
+        docs = list(before.docs)
+        for slot, d in changed:
+            docs[slot] = d
+        told: dict[tuple[str, int, int], Description] = {}
+        for slot, description in described:
+            if slot < 0:
+                told[(pending.document, now, pending.slot)] = description
+            else:
+                told[(docs[slot], now, slot)] = description  # type: ignore[index]
+        return CheckState(now, tuple(docs), workers, pending, crashes, prepares), told
+
+    def _install(self, request: _Request, raws: list[tuple[int, Raw | Action]]) -> None:
+        """Number a helper's answers for `request` and keep them as its entry."""
+        group, coarse = request.group, request.coarse
+        self.misses[group] += 1
+        outcomes: list[tuple[int, Outcome]] = []
+        first = True
+        for phase, raw in raws:
+            if type(raw) is Action:
+                assert coarse is not None
+                outcomes.append((phase, self._inert_steps[coarse][raw]))
+                self.shared_steps += 1
+                continue
+            assert type(raw) is Raw
+            state = request.state
+            assert state is not None
+            if first:
+                # The state it was asked at compiles to `request.c` (`concrete_of` held it
+                # to it), so the documents a call leaves alone keep their classes.
+                first = False
+                for slot, d in enumerate(state.docs):
+                    if d is not None:
+                        keep(
+                            self._class_of,
+                            (d, state.now, slot),
+                            request.c[slot],
+                            COMPILED_CACHE_LIMIT,
+                        )
+            if raw.moved is not None:
+                after, self._told = self._undone(state, raw.moved)
+                raw = Raw(raw.action, after, raw.refusal, raw.wrote, raw.findings)
+
+            try:
+                outcome = self._numbered(group, request.c, raw)
+            finally:
+                self._told = {}
+            if self.mistake is not None:
+                outcome = self.mistake(outcome)
+            if coarse is not None and not outcome.patch and not outcome.wrote:
+                self._inert_steps.setdefault(coarse, {})[raw.action] = outcome
+            outcomes.append((phase, outcome))
+        if group == ONE_DOC:
+            phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
+            for phase, outcome in outcomes:
+                phases[phase].append(outcome)
+            calls = tuple(tuple(phase) for phase in phases)
+            self.one_doc[request.key] = calls
+            if request.coarse is not None and all(_inert(phase) for phase in calls):
+                self._inert_docs.setdefault(request.coarse, calls)
+            return
+        found = tuple(outcome for _, outcome in outcomes)
+        self.tables[group][request.key] = found
+        if request.coarse is not None and _inert(found):
+            self._inert.setdefault(request.coarse, found)
+
     def _outcome(
         self, group: int, c: tuple[int, ...], state: CheckState, action: Action
     ) -> Outcome:
-        model = self.model
         if group == CLOCK:
             # Moved without the horizon: whether it cuts depends on the instant only.
             moved = CheckState(
@@ -760,22 +1083,34 @@ class CompiledModel:
             )
             after = self.compact(moved)
             return Outcome(action, _diff(c, after), None, (), None, rel=action.to - state.now)
+        return self._numbered(group, c, self._raw(state, action))
+
+    def _raw(self, state: CheckState, action: Action) -> Raw:
+        """What the reference model says of `action` at concrete `state`, before numbering."""
+        model = self.model
         step = model.step(state, action)
         if step.cut or step.noop:
-            return Outcome(action, (), step.refusal, (), None, cut=step.cut, noop=step.noop)
+            return Raw(action, None, step.refusal, (), None, step.cut, step.noop)
         findings = None
         if step.wrote:
             findings = step_findings(
                 model, state, action, step, self._proceeds, self._policy_of_actor
             )
         findings = with_spec_refinement(model, state, action, step, findings)
+        after = None if step.state is state else step.state
+        return Raw(action, after, step.refusal, step.wrote, findings)
+
+    def _numbered(self, group: int, c: tuple[int, ...], raw: Raw) -> Outcome:
+        """The outcome `raw` (of an action at a state of `c`) is, in this model's numbers."""
+        if raw.cut or raw.noop:
+            return Outcome(raw.action, (), raw.refusal, (), None, cut=raw.cut, noop=raw.noop)
         patch: tuple[tuple[int, int], ...] = ()
-        if step.state is not state:
-            patch = _diff(c, self.compact(step.state))
+        if raw.after is not None:
+            patch = _diff(c, self.compact(raw.after))
             if group != RACER:
                 # The pending write goes stale by the rule `apply` keeps.
                 patch = tuple(p for p in patch if p[0] != self.pending_at)
-        return self._interned(Outcome(action, patch, step.refusal, step.wrote, findings))
+        return self._interned(Outcome(raw.action, patch, raw.refusal, raw.wrote, raw.findings))
 
     def _interned(self, outcome: Outcome) -> Outcome:
         """One object for equal outcomes: many entries repeat one (a refusal, a replay)."""
@@ -793,3 +1128,89 @@ def _inert(outcomes: tuple[Outcome, ...]) -> bool:
 
 def _diff(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple((i, v) for i, (u, v) in enumerate(zip(before, after, strict=True)) if u != v)
+
+
+_NO_PHASES: Phases = ((),) * DOC_PHASES
+
+
+def _not_asked() -> CheckState:
+    raise AssertionError("an entry is only looked for here, never asked")
+
+
+@dataclass(slots=True)
+class _Request:
+    """An entry a level lacks: its group and key, the compiled state it was missed at (and
+    that state's number in the exploration), and what its group's offer needs."""
+
+    group: int
+    key: tuple[Any, ...]
+    c: tuple[int, ...]
+    index: int
+    worker: int = -1
+    slot: int = -1
+    left: bool = False
+    coarse: tuple[Any, ...] | None = None
+    state: CheckState | None = None
+    """The concrete state it is asked at, once rebuilt."""
+
+
+#: The compiled model a helper process answers for (set before its processes are forked).
+_HELPED: CompiledModel | None = None
+
+
+Task = tuple[int, int, int, bool, CheckState, tuple[Action, ...], frozenset[Action]]
+"""An entry a helper is asked for: its group, worker, slot, whether the operator has calls
+left, a concrete state and the path from it to the state the entry is asked at, and the
+calls known to write nothing there."""
+
+PathOf = Callable[[int], tuple[CheckState, tuple[Action, ...]]]
+"""The exploration's nearest concrete state before its state number N, and the path on."""
+
+Reached = Callable[[int, tuple[int, ...], CheckState], None]
+"""Told that a concrete state was reached for the exploration's state number N, compiled C."""
+
+
+def _helping() -> None:
+    """In a helper process, once: its reference model may keep more (it keeps no tables)."""
+    assert _HELPED is not None
+    _HELPED.model.cache_limit = _HELPED.model.abstraction.cache_limit = HELPER_CACHE_LIMIT
+
+
+def _answer(tasks: list[Task]) -> list[tuple[Delta | None, list[tuple[int, Raw | Action]]]]:
+    """In a helper process: the answers to a chunk of entries (see `CompiledModel.answers`)."""
+    assert _HELPED is not None
+    return [_HELPED.answers(*task) for task in tasks]
+
+
+class Helpers:
+    """Processes that ask the reference model for the entries a level of the exploration
+    lacks, in parallel (`check_compiled(processes=N)`).
+
+    They are forked from the exploring process once its compiled model is built, so each
+    holds a copy of the same reference model (the same spec, universe and core, a
+    mutant's too) and answers with what it says of each call (`Raw`); the exploring
+    process numbers the answers and keeps the tables. Forking needs a POSIX system;
+    `close` stops the processes.
+    """
+
+    def __init__(self, compiled: CompiledModel, processes: int, chunk: int = 16) -> None:
+        global _HELPED
+        if processes < 2:
+            raise ValueError("helpers are two processes or more")
+        self.chunk = chunk
+        """How many entries are sent to a helper at once."""
+        self.processes = processes
+        """How many helper processes there are."""
+        _HELPED = compiled
+        self._pool = multiprocessing.get_context("fork").Pool(processes, _helping)
+
+    def ask(self, tasks: list[Task]) -> Any:
+        """Send a chunk of entries; the handle its answers are got from (`.get()`)."""
+        return self._pool.apply_async(_answer, (tasks,))
+
+    def close(self) -> None:
+        """Stop the processes."""
+        global _HELPED
+        self._pool.terminate()
+        self._pool.join()
+        _HELPED = None

@@ -35,6 +35,7 @@ from workwarden.statemachine.check.compiled import (
     CLOCK,
     CONCRETE_LIMIT,
     CompiledModel,
+    Helpers,
     RefinementError,
 )
 from workwarden.statemachine.check.liveness import LivenessGraph, find_lassos
@@ -70,6 +71,7 @@ def check_compiled(
     stop_at_first: bool = True,
     progress: Callable[[int, int, int], None] | None = None,
     liveness: bool = True,
+    processes: int = 1,
 ) -> CheckReport:
     """Explore the universe through the compiled model; the report `checker.check` makes.
 
@@ -79,13 +81,29 @@ def check_compiled(
     `liveness` (the default), a complete exploration is searched for lassos
     (`liveness.find_lassos`), each reported as a violation of its property;
     the search's time is `report.tables["liveness_seconds"]`.
+
+    With `processes` above 1, that many helper processes (`compiled.Helpers`,
+    forked: POSIX only) ask the reference model for the entries each level of
+    the exploration lacks, all at once, while this process rebuilds the
+    concrete states they are asked at and numbers the answers in the order it
+    found them. The report is the one a single process makes: the same states,
+    transitions, coverage, witnesses and violations, with the same traces.
     """
+    if processes < 1:
+        raise ValueError("processes is 1 or more")
     freeze = gc.get_freeze_count() == 0
     if compiled is None:
         compiled = CompiledModel(model or Model(spec, universe or Universe.from_spec(spec)))
+    if processes > 1 and compiled.verify_shared:
+        raise ValueError("verify_shared asks every shared entry in this process: one process")
+    helpers = Helpers(compiled, processes) if processes > 1 else None
     try:
-        return _explore(spec, compiled, max_states, stop_at_first, progress, freeze, liveness)
+        return _explore(
+            spec, compiled, max_states, stop_at_first, progress, freeze, liveness, helpers
+        )
     finally:
+        if helpers is not None:
+            helpers.close()
         if freeze:
             gc.unfreeze()
 
@@ -98,6 +116,7 @@ def _explore(
     progress: Callable[[int, int, int], None] | None,
     freeze: bool,
     liveness: bool = True,
+    helpers: Helpers | None = None,
 ) -> CheckReport:
     model = compiled.model
     report = CheckReport(spec=spec.source, universe=model.universe.to_dict())
@@ -136,6 +155,8 @@ def _explore(
     violations: list[Finding] = []
     depth = 0
     index = 0
+    # With helpers: the last level whose missing entries were asked for and kept.
+    settled = -1
 
     def concrete_of(index: int, c: tuple[int, ...]) -> Callable[[], CheckState]:
         def rebuild() -> CheckState:
@@ -161,9 +182,36 @@ def _explore(
 
         return rebuild
 
+    def path_of(index: int) -> tuple[CheckState, tuple[Action, ...]]:
+        # The nearest state kept on the path to `index`, and the actions from it on.
+        chain: list[Action] = []
+        j = index
+        while j > 0 and j not in kept:
+            via = explorer.via[j]
+            assert via is not None
+            chain.append(via[0])
+            j = explorer.parent[j]
+        start = kept[j] if j > 0 else compiled.initial_concrete
+        return start, tuple(reversed(chain))
+
+    def reached(index: int, c: tuple[int, ...], state: CheckState) -> None:
+        if compiled.compact(state) != c:
+            raise RefinementError(
+                "the compiled state differs from the reference model's state on the "
+                f"same path: compiled {c}, reference {compiled.compact(state)}",
+                explorer.trace(index),
+            )
+        keep(kept, index, state, CONCRETE_LIMIT)
+
     try:
         while frontier:
             c, index, level, now = frontier.popleft()
+            if helpers is not None and level > settled:
+                if settled < 0:
+                    compiled.look_ahead(helpers, [(c, index)], path_of)
+                # The helpers were asked as the level's states were found (below).
+                settled = level
+                compiled.settle(helpers, path_of, reached)
             depth = max(depth, level)
             if progress is not None and index % 2000 == 0:
                 progress(len(seen), report.transitions, level)
@@ -224,6 +272,8 @@ def _explore(
                                 for name, message in compiled.class_violations(d):
                                     violations.append(Finding(name, message, explorer.trace(known)))
                             frontier.append((nxt, known, level + 1, at))
+                            if helpers is not None:
+                                compiled.look_ahead(helpers, ((nxt, known),), path_of)
                         placed[nxt] = known
                     target = known
                 explorer.edges.append(index)
@@ -278,6 +328,8 @@ def _explore(
         "asked": sum(compiled.misses) - compiled.misses[CLOCK],
         "shared": list(compiled.shared),
         "shared_steps": compiled.shared_steps,
+        # Processes that asked the core: this one, or the helpers (`processes`).
+        "processes": helpers.processes if helpers is not None else 1,
     }
     if graph is not None and report.complete:
         searched = time.perf_counter()

@@ -122,6 +122,10 @@ class Pending:
     refusal: str | None
     stale: bool = False
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its fields, as `CheckState` is.
+        return (Pending, (self.slot, self.document, self.refusal, self.stale))
+
 
 @dataclass(frozen=True, slots=True)
 class CheckState:
@@ -133,3 +137,11 @@ class CheckState:
     pending: Pending | None = None
     crashes: int = 0
     prepares: int = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its fields (a checker's helper processes are sent many): a frozen
+        # dataclass with slots is otherwise restored field by field, much slower.
+        return (
+            CheckState,
+            (self.now, self.docs, self.workers, self.pending, self.crashes, self.prepares),
+        )

@@ -138,6 +138,11 @@ class Action:
     arg: str = ""
     to: int = -1
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled by its fields (a checker's helper processes send many): a frozen
+        # dataclass with slots is otherwise restored field by field, much slower.
+        return (Action, (self.label, self.actor, self.slot, self.worker, self.arg, self.to))
+
 
 @dataclass(frozen=True)
 class Step:

@@ -212,6 +212,8 @@ def _print_report(report: Any, out: Any) -> None:
         w(f" ({tables['classes']:,} document classes, {tables['entries']:,} table entries")
         if "asked" in tables:
             w(f": {tables['asked']:,} asked of the core, {sum(tables['shared']):,} shared")
+        if tables.get("processes", 1) > 1:
+            w(f"; {tables['processes']} helper processes")
         w(")")
     w("\n")
     for failure in d["refinement"]:
@@ -252,6 +254,7 @@ def _run_check(args: argparse.Namespace) -> int:
         raise errors.WorkloadError(
             errors.INVALID, "--samples must be 0 or more", {"field": "--samples"}
         )
+    _check_processes(args)
     json_path = _writable_file(args.json, "--json") if args.json else None
     spec = load_spec(spec_file)
     universe = _universe(args, spec)
@@ -310,6 +313,28 @@ def _run_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_processes(args: argparse.Namespace) -> None:
+    """`--processes`: 1 or more, more only with the compiled engine, where fork is."""
+    import multiprocessing
+
+    if args.processes < 1:
+        raise errors.WorkloadError(
+            errors.INVALID, "--processes must be 1 or more", {"field": "--processes"}
+        )
+    if args.processes > 1 and args.engine != "compiled":
+        raise errors.WorkloadError(
+            errors.INVALID,
+            "--processes above 1 needs the compiled engine (--engine compiled)",
+            {"field": "--processes"},
+        )
+    if args.processes > 1 and "fork" not in multiprocessing.get_all_start_methods():
+        raise errors.WorkloadError(
+            errors.INVALID,
+            "--processes above 1 forks helper processes, which this system cannot",
+            {"field": "--processes"},
+        )
+
+
 def _check_compiled(
     args: argparse.Namespace, spec: Any, universe: Any, model: Any, mutant: Any, progress: Any
 ) -> Any:
@@ -320,7 +345,12 @@ def _check_compiled(
 
     compiled = CompiledModel(model)
     report = check_compiled(
-        spec, universe, compiled=compiled, max_states=args.max_states, progress=progress
+        spec,
+        universe,
+        compiled=compiled,
+        max_states=args.max_states,
+        progress=progress,
+        processes=args.processes,
     )
     progress.done()
     if not report.refinement:
@@ -581,6 +611,15 @@ def register(subparsers: Any) -> None:
         type=int,
         default=16,
         help="random traces of the compiled model replayed through the real core (compiled)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help=(
+            "compiled: ask the real core for each level's missing table entries in this "
+            "many helper processes (forked; POSIX only); the report is the same"
+        ),
     )
     from workwarden.cli.check_scheduling import register_options
 

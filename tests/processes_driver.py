@@ -1,0 +1,94 @@
+"""Runs one compiled check with one process and with helper processes; prints both reports.
+
+`tests/test_checker_processes.py` runs this in a process of its own, so that
+the helpers are forked from a process that holds nothing but the check:
+
+    python tests/processes_driver.py SCENARIO
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import replace
+from typing import Any
+
+from workwarden.statemachine import default_spec, errors
+from workwarden.statemachine.check.checker import CheckReport
+from workwarden.statemachine.check.compiled import CompiledModel, Outcome
+from workwarden.statemachine.check.compiled_check import check_compiled
+from workwarden.statemachine.check.mutants import MUTANTS
+from workwarden.statemachine.check.refinement import refine
+from workwarden.statemachine.check.universe import Model, Universe
+
+#: The shipped spec's universe cut down to run in seconds: one workload, a short horizon.
+SMALL = {"dependent": False, "horizon_ms": 16}
+
+#: A universe with the racing writer, where every mutant shows within a few steps.
+TEETH = Universe(
+    dependent=False,
+    racer=True,
+    operator_actions=0,
+    first_timeouts={"claim_ms": 8, "execution_ms": 12},
+)
+
+
+def _start_refused(outcome: Outcome) -> Outcome:
+    if outcome.action.label == "start" and outcome.refusal is None:
+        return replace(outcome, refusal=errors.CLAIM_INVALID)
+    return outcome
+
+
+def _claim_writes_nothing(outcome: Outcome) -> Outcome:
+    if outcome.action.label == "claim_next" and outcome.patch:
+        return replace(outcome, patch=outcome.patch[1:])
+    return outcome
+
+
+def _compiled(scenario: str) -> CompiledModel:
+    spec = default_spec()
+    if scenario == "shipped":
+        return CompiledModel(Model(spec, Universe.from_spec(spec, workers=1, **SMALL)))
+    if scenario == "start_refused":
+        return CompiledModel(Model(spec, Universe.from_spec(spec, **SMALL)), mistake=_start_refused)
+    if scenario == "claim_writes_nothing":
+        universe = Universe.from_spec(spec, **SMALL)
+        return CompiledModel(Model(spec, universe), mistake=_claim_writes_nothing)
+    mutant = MUTANTS[scenario]
+    model = Model(
+        mutant.spec(spec),
+        TEETH,
+        decide_fn=mutant.decide_fn,
+        authority_cls=mutant.authority_cls(),
+        commit_checks_version=mutant.commit_checks_version,
+    )
+    return CompiledModel(model)
+
+
+def _found(report: CheckReport, compiled: CompiledModel) -> dict[str, Any]:
+    found = report.to_dict()
+    found["processes"] = found["tables"].pop("processes")
+    for key in ("seconds", "states_per_second"):
+        del found[key]
+    found["tables"].pop("liveness_seconds", None)
+    found["witnesses"] = report.witnesses
+    found["refined"] = [
+        # A class's number is this run's own: the order the classes were met in.
+        {**failure.to_dict(), "message": re.sub(r"#\d+", "#N", failure.message)}
+        for failure in (report.refinement or refine(compiled, report, samples=4))
+    ]
+    return found
+
+
+def main(scenario: str) -> None:
+    out = {}
+    for processes in (1, 2):
+        compiled = _compiled(scenario)
+        report = check_compiled(compiled.spec, compiled=compiled, processes=processes)
+        out[processes] = _found(report, compiled)
+    json.dump(out, sys.stdout, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

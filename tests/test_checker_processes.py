@@ -1,0 +1,114 @@
+"""The compiled checker with helper processes reports what it reports alone.
+
+`check_compiled(processes=N)` (`workwarden check --processes N`) forks N
+helper processes that ask the real core for the table entries each level of
+the exploration lacks, and rebuild the concrete states they are asked at;
+the exploring process numbers their answers. Each case runs
+`tests/processes_driver.py` in a process of its own (so the helpers are
+forked from a process holding nothing but the check), which checks one
+universe once alone and once with two helpers and prints both reports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workwarden.cli import main
+from workwarden.statemachine import errors
+from workwarden.statemachine.check.mutants import MUTANTS
+
+DRIVER = Path(__file__).resolve().parent / "processes_driver.py"
+
+
+def _both(scenario: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reports of `scenario` checked alone and with two helper processes."""
+    done = subprocess.run(
+        [sys.executable, str(DRIVER), scenario],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
+    alone, helped = reports["1"], reports["2"]
+    assert alone.pop("processes") == 1
+    assert helped.pop("processes") == 2
+    return alone, helped
+
+
+def test_helper_processes_find_the_same_states_coverage_and_witnesses() -> None:
+    alone, helped = _both("shipped")
+    assert alone["complete"]
+    assert alone["states"] > 500
+    # Every entry asked alone is asked with helpers, and shared where it was shared.
+    assert alone == helped
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_helper_processes_find_each_mutant_with_the_same_traces(name: str) -> None:
+    alone, helped = _both(name)
+    assert alone["violations"] or alone["refined"], f"{name} went unnoticed"
+    # A check that stops at its first violation may have looked further ahead with
+    # helpers: its tables differ, what it reports does not.
+    del alone["tables"], helped["tables"]
+    assert alone == helped
+
+
+def test_a_wrong_compiled_rule_is_reported_with_the_same_traces_with_helpers() -> None:
+    alone, helped = _both("start_refused")
+    assert alone["refined"], "the wrong compiled rule went unnoticed"
+    assert {failure["trace"][-1]["action"] for failure in alone["refined"]} == {"start"}
+    assert alone == helped
+
+
+def test_a_state_a_helper_rebuilds_is_held_to_the_compiled_one() -> None:
+    # A compiled rule that forgets what a claim writes: the helper rebuilds the state
+    # after the claim, and the exploring process finds it differs from the tables'.
+    alone, helped = _both("claim_writes_nothing")
+    assert not helped["complete"]
+    assert helped["refinement"] == alone["refinement"]
+    (failure,) = helped["refinement"]
+    assert failure["property"] == "refinement"
+    assert [step["action"] for step in failure["trace"]] == ["claim_next"]
+
+
+def test_the_command_line_runs_helper_processes_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    args = ["check", "--single", "--horizon-ms", "8", "--processes", "2", "--json", str(path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "2 helper processes" in done.stdout
+    report = json.loads(path.read_text(encoding="utf-8"))
+    assert report["tables"]["processes"] == 2
+    assert report["complete"]
+    assert report["violations"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--processes", "0"], "--processes must be 1 or more"),
+        (["--processes", "2", "--engine", "reference"], "needs the compiled engine"),
+    ],
+)
+def test_a_bad_process_count_is_refused_before_any_work(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{errors.INVALID}: ")
+    assert message in err
