@@ -9,14 +9,17 @@ the helpers are forked from a process that holds nothing but the check:
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
 from dataclasses import replace
 from typing import Any
 
 from workwarden.statemachine import default_spec, errors
+from workwarden.statemachine.check import compiled as compiled_module
 from workwarden.statemachine.check.checker import CheckReport
-from workwarden.statemachine.check.compiled import CompiledModel, Outcome
+from workwarden.statemachine.check.compiled import CompiledModel, HelperStopped, Outcome
 from workwarden.statemachine.check.compiled_check import check_compiled
 from workwarden.statemachine.check.mutants import MUTANTS
 from workwarden.statemachine.check.refinement import refine
@@ -81,7 +84,34 @@ def _found(report: CheckReport, compiled: CompiledModel) -> dict[str, Any]:
     return found
 
 
+_ANSWER = compiled_module._answer
+_ASKED: list[int] = []
+
+
+def _dying(tasks: Any) -> Any:
+    """A helper's answer, but the third chunk a helper is asked kills it."""
+    _ASKED.append(1)
+    if len(_ASKED) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _ANSWER(tasks)
+
+
+def _helper_dies() -> None:
+    """A helper process killed while the check runs: the check stops, it does not wait."""
+    compiled_module._answer = _dying
+    compiled = _compiled("shipped")
+    try:
+        check_compiled(compiled.spec, compiled=compiled, processes=2)
+    except HelperStopped as stopped:
+        json.dump({"stopped": str(stopped)}, sys.stdout)
+    else:
+        json.dump({"stopped": None}, sys.stdout)
+
+
 def main(scenario: str) -> None:
+    if scenario == "helper_dies":
+        _helper_dies()
+        return
     out = {}
     for processes in (1, 2):
         compiled = _compiled(scenario)

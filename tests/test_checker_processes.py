@@ -79,6 +79,20 @@ def test_a_state_a_helper_rebuilds_is_held_to_the_compiled_one() -> None:
     assert [step["action"] for step in failure["trace"]] == ["claim_next"]
 
 
+def test_a_helper_killed_mid_check_stops_the_check_with_a_clear_error() -> None:
+    done = subprocess.run(
+        [sys.executable, str(DRIVER), "helper_dies"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    stopped = json.loads(done.stdout)["stopped"]
+    assert stopped is not None, "the check went on without the helper's answers"
+    assert "helper process of the check stopped" in stopped
+
+
 def test_the_command_line_runs_helper_processes_and_says_so(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     args = ["check", "--single", "--horizon-ms", "8", "--processes", "2", "--json", str(path)]

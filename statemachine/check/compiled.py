@@ -42,6 +42,8 @@ from __future__ import annotations
 import multiprocessing
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -68,6 +70,7 @@ __all__ = [
     "COMPILED_CACHE_LIMIT",
     "ClassFacts",
     "CompiledModel",
+    "HelperStopped",
     "Helpers",
     "Outcome",
     "Raw",
@@ -942,7 +945,7 @@ class CompiledModel:
         it stands for, and keeps it)."""
         sent, self._sent = self._sent, []
         for chunk, answers in sent:
-            for request, (delta, raws) in zip(chunk, answers.get(), strict=True):
+            for request, (delta, raws) in zip(chunk, Helpers.answered(answers), strict=True):
                 start = request.state
                 assert start is not None
                 if delta is not None:
@@ -1202,15 +1205,32 @@ class Helpers:
         self.processes = processes
         """How many helper processes there are."""
         _HELPED = compiled
-        self._pool = multiprocessing.get_context("fork").Pool(processes, _helping)
+        # Forked all at once on the first chunk, before the pool starts a thread of its own.
+        self._pool = ProcessPoolExecutor(
+            processes, mp_context=multiprocessing.get_context("fork"), initializer=_helping
+        )
 
-    def ask(self, tasks: list[Task]) -> Any:
-        """Send a chunk of entries; the handle its answers are got from (`.get()`)."""
-        return self._pool.apply_async(_answer, (tasks,))
+    def ask(self, tasks: list[Task]) -> Future[Any]:
+        """Send a chunk of entries; its answers come with `answered`."""
+        return self._pool.submit(_answer, tasks)
+
+    @staticmethod
+    def answered(sent: Future[Any]) -> Any:
+        """The answers to a chunk sent; `HelperStopped` if a helper stopped meanwhile."""
+        try:
+            return sent.result()
+        except BrokenProcessPool:
+            raise HelperStopped(
+                "a helper process of the check stopped before it answered (killed, or out of "
+                "memory): check again, with fewer processes or a smaller universe"
+            ) from None
 
     def close(self) -> None:
-        """Stop the processes."""
+        """Stop the processes (once the chunks they are answering are answered)."""
         global _HELPED
-        self._pool.terminate()
-        self._pool.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
         _HELPED = None
+
+
+class HelperStopped(RuntimeError):
+    """A helper process stopped before it answered (it was killed, or ran out of memory)."""
