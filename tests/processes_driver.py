@@ -16,7 +16,11 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from workwarden.statemachine import default_spec, errors
+# The universes and the wrong compiled rule of the one-process tests (this file's folder
+# is the first on the path when it runs).
+from test_compiled_checker import SMALL, TEETH, _start_refused
+
+from workwarden.statemachine import default_spec
 from workwarden.statemachine.check import compiled as compiled_module
 from workwarden.statemachine.check.checker import CheckReport
 from workwarden.statemachine.check.compiled import CompiledModel, HelperStopped, Outcome
@@ -24,23 +28,6 @@ from workwarden.statemachine.check.compiled_check import check_compiled
 from workwarden.statemachine.check.mutants import MUTANTS
 from workwarden.statemachine.check.refinement import refine
 from workwarden.statemachine.check.universe import Model, Universe
-
-#: The shipped spec's universe cut down to run in seconds: one workload, a short horizon.
-SMALL = {"dependent": False, "horizon_ms": 16}
-
-#: A universe with the racing writer, where every mutant shows within a few steps.
-TEETH = Universe(
-    dependent=False,
-    racer=True,
-    operator_actions=0,
-    first_timeouts={"claim_ms": 8, "execution_ms": 12},
-)
-
-
-def _start_refused(outcome: Outcome) -> Outcome:
-    if outcome.action.label == "start" and outcome.refusal is None:
-        return replace(outcome, refusal=errors.CLAIM_INVALID)
-    return outcome
 
 
 def _claim_writes_nothing(outcome: Outcome) -> Outcome:
