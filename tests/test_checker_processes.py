@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 
 from workwarden.cli import main
-from workwarden.statemachine import errors
+from workwarden.statemachine import default_spec, errors
+from workwarden.statemachine.check.compiled import CompiledModel
+from workwarden.statemachine.check.compiled_check import check_compiled
 from workwarden.statemachine.check.mutants import MUTANTS
+from workwarden.statemachine.check.universe import Model, Universe
 
 DRIVER = Path(__file__).resolve().parent / "processes_driver.py"
 
@@ -126,3 +129,13 @@ def test_a_bad_process_count_is_refused_before_any_work(
     err = capsys.readouterr().err
     assert err.startswith(f"{errors.INVALID}: ")
     assert message in err
+
+
+@pytest.mark.parametrize("processes", [0, -1, 1.5, True, "2"])
+def test_the_library_refuses_a_bad_process_count_with_a_coded_error(processes: Any) -> None:
+    spec = default_spec()
+    compiled = CompiledModel(Model(spec, Universe.from_spec(spec, dependent=False)))
+    with pytest.raises(errors.WorkloadError) as refused:
+        check_compiled(spec, compiled=compiled, processes=processes)
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == "processes"

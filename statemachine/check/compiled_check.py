@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from workwarden.statemachine import errors
 from workwarden.statemachine.check.abstraction import keep
 from workwarden.statemachine.check.checker import (
     CheckReport,
@@ -89,13 +90,15 @@ def check_compiled(
     found them. The report is the one a single process makes: the same states,
     transitions, coverage, witnesses and violations, with the same traces.
     """
-    if processes < 1:
-        raise ValueError("processes is 1 or more")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise errors.bad_argument("processes", "must be a whole number, 1 or more")
     freeze = gc.get_freeze_count() == 0
     if compiled is None:
         compiled = CompiledModel(model or Model(spec, universe or Universe.from_spec(spec)))
     if processes > 1 and compiled.verify_shared:
-        raise ValueError("verify_shared asks every shared entry in this process: one process")
+        raise errors.bad_argument(
+            "processes", "verify_shared asks every shared entry in this process: one process"
+        )
     helpers = Helpers(compiled, processes) if processes > 1 else None
     try:
         return _explore(
