@@ -378,6 +378,7 @@ RELEASES = frozenset({"complete", "fail", "recover_expired", "enforce_deadlines"
 DRIVER = '''
 """A worker process of the test: the runtime over a spec that limits key "reports" to 2."""
 
+import pathlib
 import random
 import sys
 import time
@@ -405,6 +406,13 @@ store = SQLiteStore(target) if kind == "sqlite" else PostgresStore(target)
 authority = Authority(
     store, grants=GrantVerifier.without_signatures(), spec=load_spec_text(text)
 )
+# Start together: a process that started first could drain the store alone before the
+# others have imported anything, and then no two processes would ever have competed.
+ready = pathlib.Path.cwd()
+(ready / f"ready-{worker_id}").touch()
+deadline = time.monotonic() + 120
+while len(list(ready.glob("ready-*"))) < FLEET_SIZE and time.monotonic() < deadline:
+    time.sleep(0.01)
 Worker(
     authority,
     app,
@@ -447,7 +455,7 @@ def test_eight_processes_never_hold_more_claims_of_a_key_than_its_limit(
     kind: str, tmp_path: Path
 ) -> None:
     driver = tmp_path / "limited_worker.py"
-    driver.write_text(textwrap.dedent(DRIVER))
+    driver.write_text(textwrap.dedent(DRIVER).replace("FLEET_SIZE", str(PROCESSES)))
     with fleet_target(kind, tmp_path) as (target, store):
         authority = make_authority(store, limited_spec())
         ids = [
