@@ -1196,7 +1196,7 @@ class Helpers:
     `close` stops the processes.
     """
 
-    def __init__(self, compiled: CompiledModel, processes: int, chunk: int = 16) -> None:
+    def __init__(self, compiled: CompiledModel, processes: int, chunk: int = 64) -> None:
         global _HELPED
         if processes < 2:
             raise ValueError("helpers are two processes or more")
