@@ -35,6 +35,11 @@ replaying the path that reached it through `Model.step` (the last few are
 kept). Every rebuilt state is held to the compiled one (its tuple and its
 key must be equal); a difference is a `RefinementError` with the trace.
 `refinement.py` holds the tables to the real `Authority` on a real store.
+
+**Helper processes** (`Helpers`, `check_compiled(processes=N)`) ask the core for a
+level's missing entries in parallel: the exploration finds them as it finds the level's
+states (`look_ahead`) and keeps their answers in that order before exploring it
+(`settle`), so the tables are those one process fills.
 """
 
 from __future__ import annotations
@@ -159,7 +164,7 @@ class Raw:
     """What the reference model says of one action at a concrete state, before numbering:
     the state it leads to (None: the same), its refusal, what it wrote, what it showed,
     and whether the bounds cut it off or it is no transition at all. A process helping
-    an exploration (`Exploration`) answers these; the exploring process numbers them."""
+    an exploration (`Helpers`) answers these; the exploring process numbers them."""
 
     action: Action
     after: CheckState | None
@@ -1038,8 +1043,9 @@ class CompiledModel:
             state = request.state
             assert state is not None
             if first:
-                # The state it was asked at compiles to `request.c` (`concrete_of` held it
-                # to it), so the documents a call leaves alone keep their classes.
+                # The state it was asked at compiles to `request.c` (the exploration held it
+                # to it when it was kept or reached), so the documents a call leaves alone
+                # keep their classes.
                 first = False
                 for slot, d in enumerate(state.docs):
                     if d is not None:
