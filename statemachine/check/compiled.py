@@ -52,7 +52,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workwarden.statemachine.check.abstraction import DocumentFacts, keep, state_key
+from workwarden.statemachine.check.abstraction import keep, state_key
 from workwarden.statemachine.check.checker import (
     StepFindings,
     state_violations,
@@ -653,20 +653,48 @@ class CompiledModel:
                     yield shared
                     continue
             outcome = self._asked_one(group, c, state, action)
-            if coarse is not None and not outcome.patch and not outcome.wrote:
-                inert = self._inert_steps.setdefault(coarse, {})
-                inert[action] = outcome
+            noted = self._noted(coarse, outcome)
+            if noted is not None:
+                inert = noted
             yield outcome
-
-    def _facts(self, state: CheckState) -> list[DocumentFacts | None]:
-        """What the reference model reads of each document of `state`."""
-        return [None if d is None else self.abstraction.doc(d) for d in state.docs]
 
     def _asked_one(
         self, group: int, c: tuple[int, ...], state: CheckState, action: Action
     ) -> Outcome:
-        outcome = self._outcome(group, c, state, action)
+        return self._as_compiled(self._outcome(group, c, state, action))
+
+    def _as_compiled(self, outcome: Outcome) -> Outcome:
+        """`outcome` as the tables keep it (rewritten by `mistake`, in its tests)."""
         return outcome if self.mistake is None else self.mistake(outcome)
+
+    def _noted(
+        self, coarse: tuple[Any, ...] | None, outcome: Outcome
+    ) -> dict[Action, Outcome] | None:
+        """Note `outcome`, asked in an entry shared by `coarse`, among that key's outcomes
+        that write nothing, if it writes nothing; those outcomes (None: not noted)."""
+        if coarse is None or outcome.patch or outcome.wrote:
+            return None
+        inert = self._inert_steps.setdefault(coarse, {})
+        inert[outcome.action] = outcome
+        return inert
+
+    def _table(self, group: int) -> dict[Any, Any]:
+        """Where `group`'s entries are kept (the calls on one document: phase by phase)."""
+        return self.one_doc if group == ONE_DOC else self.tables[group]
+
+    def _kept(
+        self, group: int, key: tuple[Any, ...], found: Any, coarse: tuple[Any, ...] | None
+    ) -> None:
+        """Keep `found`, asked, as `group`'s entry `key`; an entry that writes nothing is also
+        kept under `coarse`, to share (see `_compile`)."""
+        self._table(group)[key] = found
+        if coarse is None:
+            return
+        if group == ONE_DOC:
+            if all(_inert(phase) for phase in found):
+                self._inert_docs.setdefault(coarse, found)
+        elif _inert(found):
+            self._inert.setdefault(coarse, found)
 
     @staticmethod
     def _verified(shared: Any, asked: Any, c: tuple[int, ...]) -> None:
@@ -711,9 +739,7 @@ class CompiledModel:
             self._wanted(_Request(group, key, c, self._at, worker, coarse=coarse))
             return ()
         found = self._ask(group, c, concrete, worker, coarse)
-        self.tables[group][key] = found
-        if coarse is not None and _inert(found):
-            self._inert[coarse] = found
+        self._kept(group, key, found, coarse)
         return found
 
     def _ask(
@@ -737,7 +763,7 @@ class CompiledModel:
         if group in (WORKER, STALE):
 
             def offered(state: CheckState) -> Iterator[Action]:
-                for action in model.worker_actions(state, self._facts(state), worker):
+                for action in model.worker_actions(state, model.facts(state), worker):
                     if group_of(action) == group:
                         yield action
 
@@ -825,9 +851,7 @@ class CompiledModel:
             self._wanted(_Request(ONE_DOC, key, c, self._at, slot=slot, left=key[1], coarse=coarse))
             return _NO_PHASES
         found = self._ask_one_doc(slot, key[1], c, concrete, coarse)
-        self.one_doc[key] = found
-        if coarse is not None and all(_inert(phase) for phase in found):
-            self._inert_docs[coarse] = found
+        self._kept(ONE_DOC, key, found, coarse)
         return found
 
     def _ask_one_doc(
@@ -845,10 +869,8 @@ class CompiledModel:
                 phase_of[action] = phase
                 yield action
 
-        phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
-        for outcome in self._asked(ONE_DOC, c, concrete, offered, coarse):
-            phases[phase_of[outcome.action]].append(outcome)
-        return tuple(tuple(phase) for phase in phases)
+        asked = self._asked(ONE_DOC, c, concrete, offered, coarse)
+        return _phased((phase_of[outcome.action], outcome) for outcome in asked)
 
     # -- asking for a level's entries in other processes ----------------------
 
@@ -912,16 +934,11 @@ class CompiledModel:
         """Share an inert entry that is known now for `request`, if there is one."""
         assert request.coarse is not None
         group = request.group
-        if group == ONE_DOC:
-            calls = self._inert_docs.get(request.coarse)
-            if calls is None:
-                return False
-            self.one_doc[request.key] = calls
-        else:
-            found = self._inert.get(request.coarse)
-            if found is None:
-                return False
-            self.tables[group][request.key] = found
+        inert: dict[tuple[Any, ...], Any] = self._inert_docs if group == ONE_DOC else self._inert
+        found = inert.get(request.coarse)
+        if found is None:
+            return False
+        self._table(group)[request.key] = found
         self.shared[group] += 1
         return True
 
@@ -1060,27 +1077,15 @@ class CompiledModel:
                 raw = Raw(raw.action, after, raw.refusal, raw.wrote, raw.findings)
 
             try:
-                outcome = self._numbered(group, request.c, raw)
+                outcome = self._as_compiled(self._numbered(group, request.c, raw))
             finally:
                 self._told = {}
-            if self.mistake is not None:
-                outcome = self.mistake(outcome)
-            if coarse is not None and not outcome.patch and not outcome.wrote:
-                self._inert_steps.setdefault(coarse, {})[raw.action] = outcome
+            self._noted(coarse, outcome)
             outcomes.append((phase, outcome))
-        if group == ONE_DOC:
-            phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
-            for phase, outcome in outcomes:
-                phases[phase].append(outcome)
-            calls = tuple(tuple(phase) for phase in phases)
-            self.one_doc[request.key] = calls
-            if request.coarse is not None and all(_inert(phase) for phase in calls):
-                self._inert_docs.setdefault(request.coarse, calls)
-            return
-        found = tuple(outcome for _, outcome in outcomes)
-        self.tables[group][request.key] = found
-        if request.coarse is not None and _inert(found):
-            self._inert.setdefault(request.coarse, found)
+        found: Any = (
+            _phased(outcomes) if group == ONE_DOC else tuple(outcome for _, outcome in outcomes)
+        )
+        self._kept(group, request.key, found, coarse)
 
     def _outcome(
         self, group: int, c: tuple[int, ...], state: CheckState, action: Action
@@ -1128,6 +1133,14 @@ class CompiledModel:
     def take(self, state: CheckState, action: Action) -> Step:
         """The reference model's step (for rebuilding concrete states)."""
         return self.model.step(state, action)
+
+
+def _phased(outcomes: Iterable[tuple[int, Outcome]]) -> Phases:
+    """The calls on one document, each with its phase, as the table keeps them."""
+    phases: list[list[Outcome]] = [[] for _ in range(DOC_PHASES)]
+    for phase, outcome in outcomes:
+        phases[phase].append(outcome)
+    return tuple(tuple(phase) for phase in phases)
 
 
 def _inert(outcomes: tuple[Outcome, ...]) -> bool:

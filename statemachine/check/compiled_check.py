@@ -161,49 +161,48 @@ def _explore(
     # With helpers: the last level whose missing entries were asked for and kept.
     settled = -1
 
+    def kept_before(index: int) -> tuple[CheckState, list[tuple[int, Action]]]:
+        # The nearest state kept on the path to `index`, and each state after it (its
+        # number and the action that reached it), in order.
+        chain: list[tuple[int, Action]] = []
+        j = index
+        while j > 0 and j not in kept:
+            via = explorer.via[j]
+            assert via is not None
+            chain.append((j, via[0]))
+            j = explorer.parent[j]
+        chain.reverse()
+        return (kept[j] if j > 0 else compiled.initial_concrete), chain
+
+    def held(index: int, c: tuple[int, ...], state: CheckState) -> None:
+        # The concrete state rebuilt for `index` must compile to `c`.
+        rebuilt = compiled.compact(state)
+        if rebuilt != c:
+            raise RefinementError(
+                "the compiled state differs from the reference model's state on the "
+                f"same path: compiled {c}, reference {rebuilt}",
+                explorer.trace(index),
+            )
+
     def concrete_of(index: int, c: tuple[int, ...]) -> Callable[[], CheckState]:
         def rebuild() -> CheckState:
-            chain: list[int] = []
-            j = index
-            while j > 0 and j not in kept:
-                chain.append(j)
-                j = explorer.parent[j]
-            state = kept[j] if j > 0 else compiled.initial_concrete
-            for i in reversed(chain):
-                via = explorer.via[i]
-                assert via is not None
-                state = compiled.take(state, via[0]).state
+            state, chain = kept_before(index)
+            for i, action in chain:
+                state = compiled.take(state, action).state
                 keep(kept, i, state, CONCRETE_LIMIT)
-            rebuilt = compiled.compact(state)
-            if rebuilt != c:
-                raise RefinementError(
-                    "the compiled state differs from the reference model's state on the "
-                    f"same path: compiled {c}, reference {rebuilt}",
-                    explorer.trace(index),
-                )
+            held(index, c, state)
             return state
 
         return rebuild
 
     def path_of(index: int) -> tuple[CheckState, tuple[Action, ...]]:
-        # The nearest state kept on the path to `index`, and the actions from it on.
-        chain: list[Action] = []
-        j = index
-        while j > 0 and j not in kept:
-            via = explorer.via[j]
-            assert via is not None
-            chain.append(via[0])
-            j = explorer.parent[j]
-        start = kept[j] if j > 0 else compiled.initial_concrete
-        return start, tuple(reversed(chain))
+        # Where a helper rebuilds the state from: the nearest state kept, and the path on.
+        start, chain = kept_before(index)
+        return start, tuple(action for _, action in chain)
 
     def reached(index: int, c: tuple[int, ...], state: CheckState) -> None:
-        if compiled.compact(state) != c:
-            raise RefinementError(
-                "the compiled state differs from the reference model's state on the "
-                f"same path: compiled {c}, reference {compiled.compact(state)}",
-                explorer.trace(index),
-            )
+        # A state a helper rebuilt: held to `c`, then kept.
+        held(index, c, state)
         keep(kept, index, state, CONCRETE_LIMIT)
 
     try:

@@ -441,10 +441,14 @@ class Model:
 
     # -- actions -----------------------------------------------------------
 
+    def facts(self, state: CheckState) -> list[DocumentFacts | None]:
+        """What the model reads of each document of `state` (None: no document there)."""
+        return [None if d is None else self.abstraction.doc(d) for d in state.docs]
+
     def actions(self, state: CheckState) -> Iterator[Action]:
         """Every action enabled in `state`, in a fixed order."""
         u = self.universe
-        docs = [None if d is None else self.abstraction.doc(d) for d in state.docs]
+        docs = self.facts(state)
         for k in range(len(state.workers)):
             yield from self.worker_actions(state, docs, k)
         operator_used = sum(info.operator_events for info in docs if info is not None)
@@ -628,9 +632,7 @@ class Model:
 
     def interesting_instants(self, state: CheckState) -> list[int]:
         """Instants after `now` where something can change, and the millisecond before each."""
-        return self._next_instants(
-            state.now, [None if d is None else self.abstraction.doc(d) for d in state.docs]
-        )
+        return self._next_instants(state.now, self.facts(state))
 
     def _next_instants(self, now: int, docs: list[DocumentFacts | None]) -> list[int]:
         ahead = [at for info in docs if info is not None for at in info.marks if at > now]
