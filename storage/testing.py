@@ -1111,6 +1111,65 @@ def _write_many_audits_like_single_writes(store: Store) -> None:
     )
 
 
+def _write_many_round_trips_text_exactly(store: Store) -> None:
+    batch = _batch(store)
+    if batch is None:
+        return
+    quoted = 'naïve ☃ 𝄞 "quoted" \\ back\nline\ttab'
+    writes = [
+        Write(
+            key="ünïcødé-キー \"'\\",
+            document=json.dumps({"text": quoted, "n": [1, 2.5, None]}),
+            index=_index("tenant-é", "app/ß", state="RUNNING", priority=-(2**31), created_at=_BIG),
+            expected_version=None,
+            audit=replace(
+                _audit("ünïcødé-キー \"'\\", _index("tenant-é", "app/ß")),
+                actor=quoted,
+                worker="worker ☃\n",
+                attempt='attempt "1"',
+                result="result \\ ☃",
+                fencing_token=2**62,
+                request_id="request ☃",
+                at=_BIG,
+            ),
+        ),
+        Write(
+            key="every-field",
+            document=json.dumps({"big": "x" * 100_000, "quote": '"' * 50}),
+            index=_index(
+                state="CLAIMED",
+                priority=2**31 - 1,
+                created_at=1,
+                eligible_at=_BIG,
+                lease_expires_at=_BIG - 1,
+                next_deadline_at=0,
+                result_id='result ☃ "',
+                claim_worker="worker ☃",
+                definition="definition \\ ☃",
+                concurrency_key="key ☃ '",
+                concurrency_limit=2**31 - 1,
+                rate_every_ms=_BIG,
+                rate_burst=1,
+            ),
+            expected_version=None,
+            audit=_audit("every-field", _index(), 2),
+        ),
+    ]
+    records = len(store.audit_log())
+    _equal(batch.write_many(writes), [1, 1], "outcomes of a batch of unusual text")
+    for write in writes:
+        _equal(
+            store.read(write.key),
+            StoredDocument(write.key, 1, write.document, write.index),
+            f"read of {write.key!r} written by a batch",
+        )
+    _equal(
+        [replace(record, sequence=0) for record in store.audit_log()[records:]],
+        [replace(write.audit, version=1) for write in writes],
+        "the audit records of a batch of unusual text",
+    )
+
+
 def _read_many_answers_the_keys_present(store: Store) -> None:
     batch = _batch(store)
     if batch is None:
@@ -1865,6 +1924,7 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         _write_many_result_id_clash_is_a_conflict_of_its_write,
     ),
     ("write_many_audits_like_single_writes", _write_many_audits_like_single_writes),
+    ("write_many_round_trips_text_exactly", _write_many_round_trips_text_exactly),
     ("read_many_answers_the_keys_present", _read_many_answers_the_keys_present),
     (
         "a_batch_wakes_the_work_signal_of_a_scope_it_makes_work_claimable_in",
@@ -2092,6 +2152,12 @@ class StoreConformance:
     def test_write_many_answers_each_outcome_in_order(self) -> None:
         """A batch's writes commit, each answered with its new version, in order."""
         self._check("write_many_answers_each_outcome_in_order")
+
+    def test_write_many_round_trips_text_exactly(self) -> None:
+        """A batch keeps every character of its keys, documents, index fields and audit
+        records (quotes, backslashes, control and non-ASCII characters) and the full range
+        of their numbers."""
+        self._check("write_many_round_trips_text_exactly")
 
     def test_write_many_conflict_leaves_the_others_committed(self) -> None:
         """A conflict in a batch writes nothing of itself; the others commit."""
