@@ -292,6 +292,25 @@ def _versions_count_from_one(store: Store) -> None:
         expected = version
 
 
+def _every_field_index() -> IndexFields:
+    """Index fields with every one set: text to escape, and each number at its range's edge."""
+    return _index(
+        state="CLAIMED",
+        priority=2**31 - 1,
+        created_at=1,
+        eligible_at=_BIG,
+        lease_expires_at=_BIG - 1,
+        next_deadline_at=0,
+        result_id='result ☃ "',
+        claim_worker="worker ☃",
+        definition="definition \\ ☃",
+        concurrency_key="key ☃ '",
+        concurrency_limit=2**31 - 1,
+        rate_every_ms=_BIG,
+        rate_burst=1,
+    )
+
+
 def _documents_round_trip_exactly(store: Store) -> None:
     cases = {
         "plain": ("{}", _index()),
@@ -299,20 +318,7 @@ def _documents_round_trip_exactly(store: Store) -> None:
             json.dumps({"text": 'naïve ☃ 𝄞 "quoted" \\ back', "n": [1, 2.5, None]}),
             _index("tenant-é", "app/ß", state="RUNNING", priority=-(2**31), created_at=_BIG),
         ),
-        "every-field": (
-            json.dumps({"big": "x" * 100_000}),
-            _index(
-                state="CLAIMED",
-                priority=2**31 - 1,
-                created_at=1,
-                eligible_at=_BIG,
-                lease_expires_at=_BIG - 1,
-                next_deadline_at=0,
-                result_id="result ☃",
-                claim_worker="worker ☃",
-                definition="definition ☃",
-            ),
-        ),
+        "every-field": (json.dumps({"big": "x" * 100_000}), _every_field_index()),
     }
     for key, (text, index) in cases.items():
         store.write(key, text, index, None, _audit(key, index))
@@ -1136,21 +1142,7 @@ def _write_many_round_trips_text_exactly(store: Store) -> None:
         Write(
             key="every-field",
             document=json.dumps({"big": "x" * 100_000, "quote": '"' * 50}),
-            index=_index(
-                state="CLAIMED",
-                priority=2**31 - 1,
-                created_at=1,
-                eligible_at=_BIG,
-                lease_expires_at=_BIG - 1,
-                next_deadline_at=0,
-                result_id='result ☃ "',
-                claim_worker="worker ☃",
-                definition="definition \\ ☃",
-                concurrency_key="key ☃ '",
-                concurrency_limit=2**31 - 1,
-                rate_every_ms=_BIG,
-                rate_burst=1,
-            ),
+            index=_every_field_index(),
             expected_version=None,
             audit=_audit("every-field", _index(), 2),
         ),
