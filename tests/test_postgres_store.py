@@ -37,6 +37,7 @@ from workwarden.storage import (
     StoreConflict,
     StoredDocument,
     StoreFailure,
+    Write,
 )
 from workwarden.storage.postgres import SCHEMA_VERSION, PostgresStore
 
@@ -165,6 +166,27 @@ def test_text_postgresql_cannot_hold_is_a_store_failure_that_writes_nothing(
     with pytest.raises(StoreFailure):
         store.write("nul\x00key", "{}", index(), None, audit("nul\x00key"))
     assert store_snapshot(store) == ((), ())
+
+
+@pytest.mark.parametrize("bad", ["nul\x00", "lone \ud800 surrogate"])
+@pytest.mark.parametrize("where", ["key", "document", "tenant", "actor", "request_id"])
+def test_a_batch_with_text_postgresql_cannot_hold_fails_whole_and_writes_nothing(
+    store: PostgresStore, where: str, bad: str
+) -> None:
+    """A batch's fields travel as JSON and its documents as an array: text either way
+    cannot carry is a `StoreFailure` of the batch, and none of its writes lands."""
+    key = bad if where == "key" else "bad"
+    document = '{"text": "' + bad + '"}' if where == "document" else "{}"
+    fields = index(tenant=bad) if where == "tenant" else index()
+    record = audit(key, **({where: bad} if where in ("actor", "request_id") else {}))
+    writes = [
+        Write("fine", "{}", index(), None, audit("fine")),
+        Write(key, document, fields, None, record),
+    ]
+    with pytest.raises(StoreFailure):
+        store.write_many(writes)
+    assert store_snapshot(store) == ((), ())
+    assert store.write_many(writes[:1]) == [1]
 
 
 # -- schema and reopening -----------------------------------------------------------
