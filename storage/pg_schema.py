@@ -482,18 +482,17 @@ _SET_RATE_MARKS = (
 )
 
 
-# `write_many`: every write of a batch in one statement, its fields passed as
-# the rows of one JSON array and its documents as a text array, zipped in
-# batch order (`ord` is each write's place in it). Creates and
+# `write_many`: every write of a batch in one statement, its fields (these,
+# typed as listed) passed as the rows of one JSON array and its documents as
+# a text array, zipped in batch order (`ord` is each write's place in it). Creates and
 # updates compare-and-swap as `_CREATE` and `_UPDATE` do; the audit records
 # are inserted in batch order, so their sequences follow it; a write that
 # leaves work claimable notifies as `_NOTIFYING` does. A write whose
 # compare-and-swap did not hold returns no row.
-_BATCH_INPUT = (
+_BATCH_FIELDS = (
     ("ord", "int"),
     ("key", "text"),
     ("expected", "bigint"),
-    ("document", "text"),
     ("tenant", "text"),
     ("application", "text"),
     ("state", "text"),
@@ -525,17 +524,13 @@ _BATCH_INPUT = (
 )
 
 
-def _batch_columns() -> str:
-    """The column definitions of `_WRITE_MANY`'s rows, the document last (see `_WRITE_MANY`)."""
-    return ", ".join(f"{name} {kind}" for name, kind in _BATCH_INPUT if name != "document")
-
-
 _WRITE_MANY = f"""
     WITH input AS (
         SELECT * FROM ROWS FROM (
-            json_to_recordset(%(rows)s::json) AS ({_batch_columns()}),
+            json_to_recordset(%(rows)s::json)
+                AS ({", ".join(f"{name} {kind}" for name, kind in _BATCH_FIELDS)}),
             unnest(%(documents)b::text[])
-        ) AS i({", ".join(name for name, _ in _BATCH_INPUT if name != "document")}, document)
+        ) AS i({", ".join(name for name, _ in _BATCH_FIELDS)}, document)
     ), created AS (
         INSERT INTO workwarden_documents ({_COLUMNS})
         SELECT i.key, COALESCE(t.version, 0) + 1, i.document, i.tenant, i.application,
