@@ -49,6 +49,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -1074,7 +1075,7 @@ class CompiledModel:
                         )
             if raw.moved is not None:
                 after, self._told = self._undone(state, raw.moved)
-                raw = Raw(raw.action, after, raw.refusal, raw.wrote, raw.findings)
+                raw = replace(raw, after=after, moved=None)
 
             try:
                 outcome = self._as_compiled(self._numbered(group, request.c, raw))
@@ -1204,6 +1205,18 @@ def _answer(tasks: list[Task]) -> list[tuple[Delta | None, list[tuple[int, Raw |
     return [_HELPED.answers(*task) for task in tasks]
 
 
+@contextmanager
+def _stopped_helpers() -> Iterator[None]:
+    """A helper process that stopped (its pool broke) as `HelperStopped`."""
+    try:
+        yield
+    except BrokenProcessPool:
+        raise HelperStopped(
+            "a helper process of the check stopped before it answered (killed, or out of "
+            "memory): check again, with fewer processes or a smaller universe"
+        ) from None
+
+
 class Helpers:
     """Processes that ask the reference model for the entries a level of the exploration
     lacks, in parallel (`check_compiled(processes=N)`).
@@ -1230,19 +1243,16 @@ class Helpers:
         )
 
     def ask(self, tasks: list[Task]) -> Future[Any]:
-        """Send a chunk of entries; its answers come with `answered`."""
-        return self._pool.submit(_answer, tasks)
+        """Send a chunk of entries; its answers come with `answered`. `HelperStopped` if a
+        helper has stopped already (the pool takes no more chunks then)."""
+        with _stopped_helpers():
+            return self._pool.submit(_answer, tasks)
 
     @staticmethod
     def answered(sent: Future[Any]) -> Any:
         """The answers to a chunk sent; `HelperStopped` if a helper stopped meanwhile."""
-        try:
+        with _stopped_helpers():
             return sent.result()
-        except BrokenProcessPool:
-            raise HelperStopped(
-                "a helper process of the check stopped before it answered (killed, or out of "
-                "memory): check again, with fewer processes or a smaller universe"
-            ) from None
 
     def close(self) -> None:
         """Stop the processes (once the chunks they are answering are answered)."""
