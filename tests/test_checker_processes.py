@@ -21,6 +21,7 @@ import pytest
 
 from workwarden.cli import main
 from workwarden.statemachine import default_spec, errors
+from workwarden.statemachine.check import compiled as compiled_module
 from workwarden.statemachine.check.compiled import CompiledModel
 from workwarden.statemachine.check.compiled_check import check_compiled
 from workwarden.statemachine.check.mutants import MUTANTS
@@ -139,3 +140,20 @@ def test_the_library_refuses_a_bad_process_count_with_a_coded_error(processes: A
         check_compiled(spec, compiled=compiled, processes=processes)
     assert refused.value.code == errors.INVALID
     assert refused.value.details["field"] == "processes"
+
+
+def test_without_fork_helpers_are_refused_by_the_library_and_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(compiled_module, "can_fork", lambda: False)
+    spec = default_spec()
+    compiled = CompiledModel(Model(spec, Universe.from_spec(spec, dependent=False)))
+    with pytest.raises(errors.WorkloadError) as refused:
+        check_compiled(spec, compiled=compiled, processes=2)
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == "processes"
+    assert "cannot" in refused.value.message
+    assert main(["check", "--processes", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{errors.INVALID}: ")
+    assert "forks helper processes, which this system cannot" in err

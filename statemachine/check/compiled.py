@@ -82,6 +82,7 @@ __all__ = [
     "Raw",
     "RefinementError",
     "Table",
+    "can_fork",
 ]
 
 #: The number of an absent part (no document, no fence, no pending write).
@@ -1203,6 +1204,11 @@ def _answer(tasks: list[Task]) -> list[tuple[Delta | None, list[tuple[int, Raw |
     """In a helper process: the answers to a chunk of entries (see `CompiledModel.answers`)."""
     assert _HELPED is not None
     return [_HELPED.answers(*task) for task in tasks]
+
+
+def can_fork() -> bool:
+    """Whether this system can fork the checker's helper processes (`Helpers`)."""
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.check import compiled as compiled_module
 from workwarden.statemachine.check.abstraction import keep
 from workwarden.statemachine.check.checker import (
     CheckReport,
@@ -88,13 +89,20 @@ def check_compiled(
     the exploration lacks, all at once, while this process rebuilds the
     concrete states they are asked at and numbers the answers in the order it
     found them. The report is the one a single process makes: the same states,
-    transitions, coverage, witnesses and violations, with the same traces.
+    transitions, coverage, witnesses and violations, with the same traces. A
+    count below 1, or above 1 where the system cannot fork, is `WORKLOAD_INVALID`
+    (field `processes`); a helper that stops mid-check raises
+    `compiled.HelperStopped`.
     """
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise errors.bad_argument("processes", "must be a whole number, 1 or more")
     freeze = gc.get_freeze_count() == 0
     if compiled is None:
         compiled = CompiledModel(model or Model(spec, universe or Universe.from_spec(spec)))
+    if processes > 1 and not compiled_module.can_fork():
+        raise errors.bad_argument(
+            "processes", "above 1 forks helper processes, which this system cannot"
+        )
     if processes > 1 and compiled.verify_shared:
         raise errors.bad_argument(
             "processes", "verify_shared asks every shared entry in this process: one process"

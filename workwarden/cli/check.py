@@ -315,7 +315,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def _check_processes(args: argparse.Namespace) -> None:
     """`--processes`: 1 or more, more only with the compiled engine, where fork is."""
-    import multiprocessing
+    from workwarden.statemachine.check import compiled
 
     if args.processes < 1:
         raise errors.WorkloadError(
@@ -327,7 +327,7 @@ def _check_processes(args: argparse.Namespace) -> None:
             "--processes above 1 needs the compiled engine (--engine compiled)",
             {"field": "--processes"},
         )
-    if args.processes > 1 and "fork" not in multiprocessing.get_all_start_methods():
+    if args.processes > 1 and not compiled.can_fork():
         raise errors.WorkloadError(
             errors.INVALID,
             "--processes above 1 forks helper processes, which this system cannot",
