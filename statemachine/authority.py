@@ -235,6 +235,23 @@ class Authority:
         self.spec = spec if spec is not None else default_spec()
         self.remember = remember
         self._latest = Remembered(remember)
+        self._provided: tuple[object, dict[type, bool]] = (store, {})
+
+    def _provides(self, protocol: type) -> bool:
+        """Does the store implement `protocol` (a runtime-checkable one of `storage.base`)?
+
+        Asked once per store object and protocol: checking a protocol looks up
+        each of its methods, and the pause check runs on every claim by id.
+        """
+        store = self.store
+        store_of, answers = self._provided
+        if store_of is not store:
+            answers = {}
+            self._provided = (store, answers)
+        answer = answers.get(protocol)
+        if answer is None:
+            answer = answers[protocol] = isinstance(store, protocol)
+        return answer
 
     # -- the two phases --------------------------------------------------
 

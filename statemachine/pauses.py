@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -188,8 +188,8 @@ def paused(authority: Authority, tenant: Any = None) -> list[PauseRecord]:
     A store that keeps no pauses has none in force.
     """
     tenant = None if tenant is None else inputs.as_name(tenant, "tenant")
-    store = authority.store
-    if not isinstance(store, Pauses):
+    if not authority._provides(Pauses):
         return []
+    store = cast(Pauses, authority.store)
     records: list[PauseRecord] = authority._store_call(store.paused, tenant)
     return records
