@@ -15,9 +15,11 @@ from pydantic import ConfigDict, Field, JsonValue
 
 from workwarden.statemachine.errors import ValidatedModel
 from workwarden.statemachine.models import (
+    PRINTABLE,
     CreateWorkload,
     Fence,
     Name,
+    Prose,
     StrSet,
     Workload,
 )
@@ -109,7 +111,9 @@ class ExecutionContextCommand(_Command):
     op: Literal["execution_context"] = "execution_context"
     workload_id: Name
     fence: Fence
-    secret_references: tuple[Annotated[str, Field(strict=True, max_length=1024)], ...] = ()
+    secret_references: tuple[
+        Annotated[str, Field(strict=True, max_length=1024, pattern=PRINTABLE)], ...
+    ] = ()
 
 
 class CheckpointCommand(_Command):
@@ -147,7 +151,7 @@ class FailCommand(_Command):
     workload_id: Name
     fence: Fence
     kind: Name
-    error: Annotated[str, Field(strict=True, max_length=4096)]
+    error: Prose
     effect: Literal["none", "unknown"] | None = None
 
 
@@ -186,7 +190,7 @@ class RetryCommand(_Command):
     op: Literal["retry"] = "retry"
     workload_id: Name
     actor: Name
-    reason: Annotated[str, Field(strict=True, max_length=4096)] | None = None
+    reason: Prose | None = None
     request_id: RequestId | None = None
 
 
@@ -216,7 +220,7 @@ class OperatorCommand(_Command):
     operation: Name
     workload_id: Name
     actor: Name
-    reason: Annotated[str, Field(strict=True, max_length=4096)] | None = None
+    reason: Prose | None = None
     request_id: RequestId | None = None
 
 

@@ -34,7 +34,7 @@ from workwarden.statemachine.commands import (
     StartCommand,
     TimeoutCommand,
 )
-from workwarden.statemachine.models import CreateWorkload, Name, Workload
+from workwarden.statemachine.models import CreateWorkload, Name, Prose, Workload
 from workwarden.storage.base import StoredDocument
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "as_full_scope",
     "as_name",
     "as_names",
+    "as_prose",
     "as_request",
     "as_scope",
     "build",
@@ -56,6 +57,7 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 _COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
+_PROSE: TypeAdapter[str] = TypeAdapter(Prose)
 
 #: Every command model `Authority.prepare` takes as it is, without parsing it.
 COMMAND_TYPES = (
@@ -108,6 +110,14 @@ def as_name(value: Any, field: str) -> str:
     """`value` as a name (1 to 256 printable characters), or `WORKLOAD_INVALID` naming `field`."""
     try:
         return _NAME.validate_python(value)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc, field) from None
+
+
+def as_prose(value: Any, field: str) -> str:
+    """`value` as free text (`Prose`: no NUL, 4,096 characters at most), or `WORKLOAD_INVALID`."""
+    try:
+        return _PROSE.validate_python(value)
     except ValidationError as exc:
         raise invalid_from_validation(exc, field) from None
 

@@ -40,6 +40,7 @@ __all__ = [
     "Fence",
     "Instant",
     "Name",
+    "Prose",
     "Result",
     "RetryPolicy",
     "StrSet",
@@ -69,6 +70,14 @@ Name = Annotated[str, Field(strict=True, min_length=1, max_length=256, pattern=P
 """An identifier: 1 to 256 printable characters."""
 
 Text = Annotated[str, Field(strict=True, max_length=4096, pattern=PRINTABLE)]
+
+#: Free text a person reads: any character but NUL, which PostgreSQL's text
+#: columns cannot hold (a store would refuse it where another kept it).
+NO_NUL = r"^[^\x00]*$"
+
+Prose = Annotated[str, Field(strict=True, max_length=4096, pattern=NO_NUL)]
+"""Free text a person reads (an error, a reason): up to 4,096 characters, newlines
+and tabs allowed, no NUL."""
 
 
 def _as_sorted_set(value: Any) -> Any:

@@ -156,6 +156,7 @@ def pause(
     inputs.check_now(now)
     actor = inputs.as_name(actor, "actor")
     if reason is not None:
+        reason = inputs.as_prose(reason, "reason")
         check_text(authority.spec, reason, "reason")
     if request_id is not None:
         request_id = inputs.as_name(request_id, "request_id")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,9 +35,10 @@ from workwarden.statemachine import (
 from workwarden.statemachine.errors import ValidatedModel
 from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.statemachine.spec import check_spec_file, load_spec_text, shipped_spec_text
-from workwarden.storage import Store
+from workwarden.storage import MemoryStore, Store
 
 CATALOGUE = set(default_spec().errors)
+EXAMPLES = Path(__file__).resolve().parents[1] / "specs" / "examples"
 
 #: Values no field of any model accepts as they are, of every shape.
 HOSTILE: tuple[Any, ...] = (
@@ -319,3 +321,37 @@ def test_a_spec_must_keep_the_default_retry_policys_kinds(tmp_path: Any) -> None
 def test_a_kind_name_is_snake_case(tmp_path: Any) -> None:
     problems = _problems(tmp_path, "[failures.kinds.validation]", '[failures.kinds."Bad-Kind"]')
     assert ("failures.kinds.Bad-Kind", "a failure kind is snake_case") in problems
+
+
+@pytest.mark.parametrize("text", ["with\x00nul", "\x00", "a lone \ud800 surrogate"])
+def test_free_text_no_store_can_hold_is_refused_by_every_call_taking_it_and_writes_nothing(
+    text: str,
+) -> None:
+    # An error, a reason and a secret reference are free text, but a NUL fails on
+    # PostgreSQL's text columns: every backend refuses it alike, before anything is written.
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER, spec=load_spec(EXAMPLES / "pause.toml"))
+    failed = warden.admit(request(idempotency_key="failed"), 1_000).workload.workload_id
+    claim = warden.claim(failed, "w1", CAPS, 1_001, 30_000)
+    warden.start(failed, claim.fence, 1_002)
+    warden.fail(failed, claim.fence, "validation", "no lines", 1_003, effect="none")
+    waiting = warden.admit(request(idempotency_key="waiting"), 1_000).workload.workload_id
+    running = warden.admit(request(idempotency_key="running"), 1_000).workload.workload_id
+    held = warden.claim(running, "w2", CAPS, 1_001, 30_000)
+    warden.start(running, held.fence, 1_002)
+    before = store_snapshot(store)
+    calls: dict[str, Callable[[], Any]] = {
+        "error": lambda: warden.fail(running, held.fence, "validation", text, 1_004),
+        "reason": lambda: warden.retry(failed, "ops", 1_004, reason=text),
+        "operate": lambda: warden.operate(waiting, "pause", "ops", 1_004, reason=text),
+        "pause": lambda: warden.pause("ops", 1_004, tenant="t", reason=text),
+        "secret_references": lambda: warden.execution_context(
+            running, held.fence, 1_004, [f"secret://{text}"]
+        ),
+    }
+    for field, call in calls.items():
+        exc = refused(call)
+        assert exc is not None, f"{field}: accepted"
+        assert exc.code == errors.INVALID, (field, exc)
+    assert store_snapshot(store) == before
+    assert warden.pauses() == []

@@ -150,6 +150,26 @@ def test_another_exception_is_the_apps_failure_kind_unknown_once_checkpointed(
     assert workload.state == "READY"
 
 
+def test_an_exception_whose_text_no_store_holds_is_still_reported_as_a_failure() -> None:
+    # The authority refuses NUL and lone surrogates in an error text; the worker
+    # reports what it can of the exception instead of a refused failure.
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise RuntimeError("bad\x00byte \ud800 here" + "x" * 1_000)
+
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("worker_failure"))
+    worker.step()
+    workload = auth.get(wid)
+    error = workload.attempts[-1].error
+    assert error is not None
+    assert error.startswith("RuntimeError: bad\ufffdbyte \ufffd here")
+    assert len(error) == 500
+    assert workload.state == "READY"
+    assert worker.counts["retried"] == 1
+
+
 def test_an_exception_after_the_configured_point_has_an_unknown_effect() -> None:
     app = App(failure_kind="worker_failure", unknown_after_ms=0)
 

@@ -42,6 +42,7 @@ import asyncio
 import functools
 import inspect
 import os
+import re
 import signal
 import socket
 import threading
@@ -83,8 +84,20 @@ _T = TypeVar("_T")
 #: Longest error text reported for a failure (the rest is cut).
 ERROR_TEXT_LIMIT = 500
 
+#: What no store's text can hold: NUL and the surrogate code points.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
 #: How many times in a row a call that lost a compare-and-swap is made again at once.
 CONFLICT_TRIES = 8
+
+
+def _error_text(text: str) -> str:
+    """`text` as a failure's error: cut to `ERROR_TEXT_LIMIT`, each NUL and surrogate U+FFFD.
+
+    The authority refuses an error no store's text can hold; an exception's
+    message is reported as near as it can be instead.
+    """
+    return _UNSTORABLE.sub("\ufffd", text[:ERROR_TEXT_LIMIT])
 
 
 def default_worker_id() -> str:
@@ -816,17 +829,15 @@ class Worker:
             text = exc.message or f"{exc.kind}: the handler asked for a retry"
             if exc.after_ms is not None:
                 text += f" (after {exc.after_ms} ms)"
-            return _Report("fail", kind=exc.kind, error=text[:ERROR_TEXT_LIMIT], effect="none")
+            return _Report("fail", kind=exc.kind, error=_error_text(text), effect="none")
         if isinstance(exc, Fail):
             text = exc.message or f"{exc.kind}: the handler failed"
-            return _Report("fail", kind=exc.kind, error=text[:ERROR_TEXT_LIMIT], effect=exc.effect)
+            return _Report("fail", kind=exc.kind, error=_error_text(text), effect=exc.effect)
         ran_ms = now - held.started_ms
         late = self.app.unknown_after_ms is not None and ran_ms >= self.app.unknown_after_ms
         effect = "unknown" if job._checkpointed or late else "none"
         text = f"{type(exc).__name__}: {exc}"
-        return _Report(
-            "fail", kind=self.app.failure_kind, error=text[:ERROR_TEXT_LIMIT], effect=effect
-        )
+        return _Report("fail", kind=self.app.failure_kind, error=_error_text(text), effect=effect)
 
     def _cancelling(self, held: _Held) -> bool:
         try:

@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from workwarden.service.auth import Caller, forbidden
-from workwarden.statemachine.models import Duration, Name
+from workwarden.statemachine.models import Duration, Name, Prose
 from workwarden.statemachine.pauses import PauseReply, pause_record, pause_reply
 from workwarden.statemachine.retention import PurgeReport
 
@@ -38,8 +38,6 @@ __all__ = [
 #: The operators' scope-wide calls, each an operator's only.
 OPERATOR_CALLS = ("pause", "resume", "pauses", "purge")
 
-Reason = Annotated[str, Field(strict=True, max_length=4096)]
-
 
 class PauseRequest(BaseModel):
     """`Authority.pause`'s arguments: the scope, the operator, and why."""
@@ -55,7 +53,7 @@ class PauseRequest(BaseModel):
         default=None, description="None: work of every concurrency key in the scope"
     )
     actor: Name = Field(description="the operator: the token's subject")
-    reason: Reason | None = None
+    reason: Prose | None = None
     request_id: Name | None = None
 
 
@@ -93,7 +91,9 @@ class PurgeRequest(BaseModel):
         description="the operator (the token's subject); None: the token's subject, or"
         " system.retention for a token whose subject is *",
     )
-    dry_run: bool = Field(default=False, description="report what would go, write nothing")
+    dry_run: bool = Field(
+        default=False, strict=True, description="report what would go, write nothing"
+    )
     limit: Annotated[int, Field(strict=True, ge=1)] | None = None
 
 
