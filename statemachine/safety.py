@@ -177,6 +177,12 @@ def check_json(spec: Spec, value: Any, what: str) -> str:
         raise errors.WorkloadError(
             errors.INVALID, f"{what} holds text that is not valid Unicode", {"field": what}
         ) from None
+    except ValueError:
+        # An integer longer than the interpreter writes as text (4,300 digits
+        # unless `sys.set_int_max_str_digits` says otherwise).
+        raise errors.WorkloadError(
+            errors.INVALID, f"{what} holds an integer too long to write", {"field": what}
+        ) from None
     if size > spec.limits.max_json_bytes:
         raise errors.WorkloadError(
             errors.INVALID,

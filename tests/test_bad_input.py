@@ -355,3 +355,42 @@ def test_free_text_no_store_can_hold_is_refused_by_every_call_taking_it_and_writ
         assert exc.code == errors.INVALID, (field, exc)
     assert store_snapshot(store) == before
     assert warden.pauses() == []
+
+
+def test_an_integer_too_long_to_write_is_invalid_in_its_own_slot_and_writes_nothing() -> None:
+    # Python writes integers of at most 4,300 digits as text; a longer one in an
+    # input, a checkpoint or an output was a bare ValueError, out of a batch
+    # whose other slots had been answered and written.
+    huge = 10**5000
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    before = store_snapshot(store)
+    exc = refused(lambda: warden.admit(request(idempotency_key="big", input={"n": huge}), 1_000))
+    assert exc is not None
+    assert exc.code == errors.INVALID
+    assert store_snapshot(store) == before
+    good, bad = warden.admit_many(
+        [request(idempotency_key="fine"), request(idempotency_key="big", input=[huge])], 1_000
+    )
+    assert not isinstance(good, WorkloadError)
+    assert good.created
+    assert isinstance(bad, WorkloadError)
+    assert bad.code == errors.INVALID
+    workload_id = good.workload.workload_id
+    claim = warden.claim(workload_id, "w1", CAPS, 1_001, 30_000)
+    fence = claim.fence.model_dump()
+    started, checkpointed = warden.report_many(
+        [
+            {"op": "start", "workload_id": workload_id, "fence": fence},
+            {"op": "checkpoint", "workload_id": workload_id, "fence": fence, "state": huge},
+        ],
+        1_002,
+    )
+    assert not isinstance(started, WorkloadError)
+    assert isinstance(checkpointed, WorkloadError)
+    assert checkpointed.code == errors.INVALID
+    assert warden.get(workload_id).checkpoints == []
+    exc = refused(lambda: warden.complete(workload_id, claim.fence, "r1", {"n": -huge}, 1_003))
+    assert exc is not None
+    assert exc.code == errors.INVALID
+    assert warden.get(workload_id).state == "RUNNING"
