@@ -817,6 +817,8 @@ class Authority:
     def heartbeat(self, workload_id: str, fence: Fence, now: int, extend_ms: int) -> Claim:
         """Extend the lease to `now + extend_ms`; returns the claim with its new expiry.
 
+        A lease that would end after `MAX_INSTANT` (2**53 - 1) is `WORKLOAD_INVALID`.
+
         A heartbeat still succeeds once an operator has requested cancellation;
         the worker learns of it when its `checkpoint`, `complete` or `fail` is
         refused with `WORKLOAD_TRANSITION_DENIED` (`details["state"]` is the

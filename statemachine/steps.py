@@ -46,6 +46,7 @@ from workwarden.statemachine.ids import (
     lease_id_for,
 )
 from workwarden.statemachine.models import (
+    MAX_INSTANT,
     Attempt,
     Checkpoint,
     Claim,
@@ -251,10 +252,25 @@ class Step:
         return StateReply(workload_id=self.workload.workload_id, state=state)
 
 
+def _within_time(now: int, duration: int, field: str) -> int:
+    """`now + duration`, or `WORKLOAD_INVALID` when it passes the largest instant.
+
+    An end past `MAX_INSTANT` could not be written exactly as a JSON number, and
+    no sweep could ever reach it: its work would be stuck if its worker died.
+    """
+    end = now + duration
+    if end > MAX_INSTANT:
+        raise errors.bad_argument(
+            field, f"{field} ends the lease after the largest instant ({MAX_INSTANT})"
+        )
+    return end
+
+
 def _lease(step: Step) -> Decision:
     cmd = step.command
     assert isinstance(cmd, ClaimCommand)
     w, now = step.workload, step.now
+    expires_at = _within_time(now, cmd.lease_ms, "lease_ms")
     step.require_edge()
     if not w.is_eligible_at(now):
         raise errors.WorkloadError(
@@ -282,7 +298,7 @@ def _lease(step: Step) -> Decision:
         fencing_token=d.fencing_token,
         capability_snapshot=d.capability_snapshot,
         claimed_at=now,
-        expires_at=now + cmd.lease_ms,
+        expires_at=expires_at,
         last_heartbeat=now,
     )
     attempt = trusted(
@@ -314,11 +330,12 @@ def _start_attempt(step: Step) -> Decision:
 def _extend_lease(step: Step) -> Decision:
     cmd = step.command
     assert isinstance(cmd, HeartbeatCommand)
+    expires_at = _within_time(step.now, cmd.extend_ms, "extend_ms")
     d = step.draft.workload
     claim = d.current_claim
     assert claim is not None  # the fence checked it
     claim.last_heartbeat = step.now
-    claim.expires_at = step.now + cmd.extend_ms
+    claim.expires_at = expires_at
     d.updated_at = step.now
     return step.commit(shallow_copy(claim), cmd.fence.worker_id, cmd.fence.worker_id)
 

@@ -33,7 +33,7 @@ from workwarden.statemachine import (
     load_spec,
 )
 from workwarden.statemachine.errors import ValidatedModel
-from workwarden.statemachine.models import DEFAULT_RETRY_ON
+from workwarden.statemachine.models import DEFAULT_RETRY_ON, MAX_INSTANT
 from workwarden.statemachine.spec import check_spec_file, load_spec_text, shipped_spec_text
 from workwarden.storage import MemoryStore, Store
 
@@ -394,3 +394,29 @@ def test_an_integer_too_long_to_write_is_invalid_in_its_own_slot_and_writes_noth
     assert exc is not None
     assert exc.code == errors.INVALID
     assert warden.get(workload_id).state == "RUNNING"
+
+
+def test_a_lease_ending_after_the_largest_instant_is_invalid_and_writes_nothing() -> None:
+    # `lease_ms` and `extend_ms` may each be up to 2**53 - 1, but a lease must end
+    # at an instant a JSON number holds and a recovery sweep can reach.
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    workload_id = warden.admit(request(), 1_000).workload.workload_id
+    before = store_snapshot(store)
+    last = MAX_INSTANT - 1_001
+    for call in (
+        lambda: warden.claim(workload_id, "w1", CAPS, 1_001, last + 1),
+        lambda: warden.claim_many("t", "app", "w1", CAPS, 1_001, last + 1, 5),
+    ):
+        exc = refused(call)
+        assert exc is not None
+        assert exc.code == errors.INVALID
+        assert exc.details is not None
+        assert exc.details["field"] == "lease_ms"
+    assert store_snapshot(store) == before
+    claim = warden.claim(workload_id, "w1", CAPS, 1_001, last)
+    assert claim.expires_at == MAX_INSTANT
+    exc = refused(lambda: warden.heartbeat(workload_id, claim.fence, 1_002, last))
+    assert exc is not None
+    assert exc.code == errors.INVALID
+    assert warden.get(workload_id).current_claim == claim
