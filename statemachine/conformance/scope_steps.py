@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
-from workwarden.statemachine.models import Duration, Name, Text
+from workwarden.statemachine.models import Duration, Name, Prose
 from workwarden.statemachine.pauses import PauseReply, pause_reply
 
 __all__ = [
@@ -63,7 +63,7 @@ class PauseCommand(_Strict):
         default=None, description="None: work of every concurrency key in the scope"
     )
     actor: Name = Field(description="the operator")
-    reason: Text | None = None
+    reason: Prose | None = None
     request_id: Name | None = None
 
 
