@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workwarden.statemachine.catalogue import error_class
 
@@ -42,6 +42,7 @@ __all__ = [
     "TIMED_OUT",
     "TRANSITION_DENIED",
     "UNAUTHORIZED",
+    "FrozenModel",
     "InvalidArgument",
     "ValidatedModel",
     "WorkloadError",
@@ -210,3 +211,22 @@ class ValidatedModel(BaseModel):
     # the validation of nested models keep raising `ValidationError`, with the full
     # field paths, at pydantic's speed (tests/test_bad_input.py holds both).
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
+class FrozenModel(ValidatedModel):
+    """A `ValidatedModel` that cannot change once built: setting a field is `WORKLOAD_INVALID`.
+
+    The base of what a caller hands in to be admitted or trusted (a request and
+    its policies, a grant): every field was validated when it was built, so
+    none may be set afterwards (`policy.max_attempts = 0` would reach a stored
+    document unchecked). Build a new one instead:
+    `RetryPolicy(**{**policy.model_dump(), "max_attempts": 5})`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise bad_argument(name, f"a {type(self).__name__} cannot change once built")
+
+    def __delattr__(self, name: str) -> None:
+        raise bad_argument(name, f"a {type(self).__name__} cannot change once built")

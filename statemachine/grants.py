@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.identity import ByIdentity
@@ -37,8 +37,8 @@ def _sorted_names(value: Any) -> Any:
     return value
 
 
-class _Frozen(errors.ValidatedModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Frozen(errors.FrozenModel):
+    pass
 
 
 class Subject(_Frozen):

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from workwarden.statemachine.catalogue import shipped_default_retry_on
-from workwarden.statemachine.errors import ValidatedModel
+from workwarden.statemachine.errors import FrozenModel, ValidatedModel
 from workwarden.statemachine.grants import SignedGrant, Subject
 
 __all__ = [
@@ -104,6 +104,12 @@ class _Model(ValidatedModel):
     model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
 
 
+class _Request(FrozenModel):
+    # What a caller hands in to be admitted: validated when built, and no field set
+    # afterwards (`policy.max_attempts = 0`) reaches a stored document unchecked.
+    pass
+
+
 Backoff = Literal["fixed", "exponential"]
 
 
@@ -112,7 +118,7 @@ Backoff = Literal["fixed", "exponential"]
 DEFAULT_RETRY_ON: tuple[str, ...] = shipped_default_retry_on()
 
 
-class RetryPolicy(_Model):
+class RetryPolicy(_Request):
     """How many attempts a workload gets and how long it waits between them.
 
     `retry_on` lists the failure kinds the policy retries; `worker_failure`
@@ -135,7 +141,7 @@ def default_retry_policy() -> RetryPolicy:
     return RetryPolicy(retry_on=DEFAULT_RETRY_ON)
 
 
-class Timeouts(_Model):
+class Timeouts(_Request):
     """Optional deadlines, each in milliseconds; an omitted one never falls.
 
     What each is measured from, and in which states it applies, is the
@@ -149,7 +155,7 @@ class Timeouts(_Model):
     overall_ms: Duration | None = None
 
 
-class Dependency(_Model):
+class Dependency(_Request):
     """Gate for the scheduler: `workload_id` must be in `required_state`.
 
     Omitted in a request, `required_state` is the state a recorded result leads
@@ -161,7 +167,7 @@ class Dependency(_Model):
     required_state: Name | None = None
 
 
-class CreateWorkload(_Model):
+class CreateWorkload(_Request):
     """An admission request. Defaults are the seeds' defaults.
 
     `not_before` is the instant before which the workload must not be claimed;

@@ -420,3 +420,28 @@ def test_a_lease_ending_after_the_largest_instant_is_invalid_and_writes_nothing(
     assert exc is not None
     assert exc.code == errors.INVALID
     assert warden.get(workload_id).current_claim == claim
+
+
+def test_a_request_cannot_be_changed_after_it_was_built_so_nothing_unchecked_is_stored() -> None:
+    # A field set after validation (`policy.max_attempts = 0`) once reached the
+    # stored document unchecked, and a document that does not parse stopped every
+    # claim of its tenant and application.
+    made = request()
+    for target, field, value in (
+        (made, "idempotency_key", "a\x00b"),
+        (made, "priority", 2**40),
+        (made.retry_policy, "max_attempts", 0),
+        (made.timeouts, "queue_ms", -1),
+        (made.authorization_snapshot.grant, "tenant_id", "other"),
+    ):
+        exc = refused(lambda target=target, field=field, value=value: setattr(target, field, value))
+        assert exc is not None, (type(target).__name__, field)
+        assert exc.code == errors.INVALID
+        exc = refused(lambda target=target, field=field: delattr(target, field))
+        assert exc is not None
+    assert made == request()
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    admitted = warden.admit(made, 1_000).workload
+    assert warden.claim_next("t", "app", "w1", CAPS, 1_001, 30_000) is not None
+    assert warden.get(admitted.workload_id).retry_policy == made.retry_policy
