@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from support import SIGNER, VERIFIER, grant_for, request
-from workwarden.periodic import PeriodicScheduler, Schedule, tick_key
+from workwarden.periodic import SCHEDULE_NAME_MAX, PeriodicScheduler, Schedule, tick_key
 from workwarden.runtime import ManualClock
 from workwarden.statemachine import Authority, WorkloadError, errors
 from workwarden.storage import SQLiteStore, Store
@@ -183,6 +183,9 @@ def test_no_tick_before_the_schedule_starts_is_admitted() -> None:
         ({"catch_up": "some"}, "catch_up"),
         ({"every_ms": 0, "cron": None}, "every_ms"),
         ({"lookback": 0}, "lookback"),
+        ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"cron": "0 0 30 2 *"}, "cron"),
+        ({"name": "n" * (SCHEDULE_NAME_MAX + 1)}, "name"),
     ],
 )
 def test_a_bad_schedule_is_refused_naming_its_field(changes: dict[str, Any], field: str) -> None:
@@ -191,6 +194,74 @@ def test_a_bad_schedule_is_refused_naming_its_field(changes: dict[str, Any], fie
     assert refused.value.code == errors.INVALID
     fields = [error["field"] for error in refused.value.details["errors"]]
     assert field in fields
+
+
+def test_the_longest_schedule_name_makes_keys_that_are_names_at_every_instant() -> None:
+    from workwarden.statemachine import inputs
+    from workwarden.storage import MemoryStore
+
+    longest = "n" * SCHEDULE_NAME_MAX
+    schedule = _every_7_minutes(name=longest, start_at=0, catch_up="one")
+    inputs.as_name(tick_key(longest, 2**53 - 1), "idempotency_key")
+    scheduler = PeriodicScheduler(Authority(MemoryStore(), grants=VERIFIER), [schedule])
+    (answer,) = scheduler.run_once(DAY_START)
+    assert not isinstance(answer, WorkloadError)
+    assert answer.workload.idempotency_key == tick_key(longest, schedule.latest_tick(DAY_START))
+
+
+@pytest.mark.parametrize("now", ["x", True, -1, 2**53, 1.5])
+def test_a_bad_instant_is_refused_and_nothing_is_admitted(now: Any) -> None:
+    from workwarden.storage import MemoryStore
+
+    store = MemoryStore()
+    scheduler = PeriodicScheduler(Authority(store, grants=VERIFIER), [_every_7_minutes()])
+    with pytest.raises(WorkloadError) as refused:
+        scheduler.run_once(now)
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == "now"
+    assert store.audit_log() == []
+
+
+def test_an_instant_past_the_cron_calendar_is_refused_not_a_bare_value_error() -> None:
+    from workwarden.storage import MemoryStore
+
+    store = MemoryStore()
+    scheduler = PeriodicScheduler(Authority(store, grants=VERIFIER), [_quarter_hourly()])
+    for ask in (scheduler.run_once, scheduler.next_instant):
+        with pytest.raises(WorkloadError) as refused:
+            ask(2**53 - 1)
+        assert refused.value.code == errors.INVALID
+    assert store.audit_log() == []
+
+
+def test_a_scheduler_whose_ticks_cannot_be_told_keeps_running_until_stopped() -> None:
+    from workwarden.storage import MemoryStore
+
+    scheduler = PeriodicScheduler(
+        Authority(MemoryStore(), grants=VERIFIER),
+        [_quarter_hourly()],
+        clock=ManualClock(2**53 - 1),
+        poll_s=0.01,
+    )
+    runner = threading.Thread(target=scheduler.run)
+    runner.start()
+    time.sleep(0.1)
+    assert runner.is_alive(), "run() logs the refusal and looks again after poll_s"
+    scheduler.stop()
+    runner.join(5)
+    assert not runner.is_alive()
+
+
+@pytest.mark.parametrize("poll_s", [float("nan"), float("inf"), 0, -1.0, "1", True])
+def test_a_bad_poll_interval_is_refused(poll_s: Any) -> None:
+    from workwarden.storage import MemoryStore
+
+    with pytest.raises(WorkloadError) as refused:
+        PeriodicScheduler(
+            Authority(MemoryStore(), grants=VERIFIER), [_every_7_minutes()], poll_s=poll_s
+        )
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == "poll_s"
 
 
 def test_two_schedules_with_one_name_are_refused_and_nothing_is_admitted() -> None:

@@ -250,3 +250,29 @@ def test_registering_a_definition_twice_is_refused() -> None:
     app.handler("send")(lambda job: None)
     with pytest.raises(ValueError, match="already has a handler"):
         app.handler("send")(lambda job: None)
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        lambda: Retry(5),  # type: ignore[arg-type]
+        lambda: Fail("validation", effect="maybe"),
+    ],
+)
+def test_a_handler_raising_a_bad_retry_or_fail_still_reports_a_failure(raised: Any) -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise raised()
+
+    # Retrying the app's failure kind shows the failure was reported under it.
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("worker_failure"))
+    worker.step()
+    workload = auth.get(wid)
+    assert workload.state == "READY", "reported as the app's failure kind, not dropped"
+    error = workload.attempts[-1].error
+    assert error is not None
+    assert "WORKLOAD_INVALID" in error
+    assert worker.counts["retried"] == 1
+    assert "refused" not in worker.counts

@@ -34,23 +34,25 @@ keep `catch_up = "all"` schedules' workloads longer than `lookback` ticks.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from workwarden.runtime.clock import Clock, WallClock
-from workwarden.statemachine import errors
+from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.commands import AdmitReply
 from workwarden.statemachine.models import CreateWorkload, Name
 
 __all__ = [
+    "SCHEDULE_NAME_MAX",
     "CatchUp",
     "PeriodicScheduler",
     "Schedule",
@@ -63,6 +65,12 @@ CatchUp = Literal["skip", "one", "all"]
 _log = logging.getLogger("workwarden.runtime")
 
 _MS = Annotated[int, Field(strict=True, ge=1, le=10**13)]
+
+SCHEDULE_NAME_MAX = 256 - len("schedule/") - len("/") - len(str(2**53 - 1))
+"""The longest schedule name (230): every tick's key `schedule/<name>/<tick>` is then a name."""
+
+# A cron expression is read from here once, to refuse one whose date never comes.
+_CRON_PROBE = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def tick_key(name: str, tick: int) -> str:
@@ -80,12 +88,15 @@ class Schedule(errors.ValidatedModel):
     `request`: the admission each tick makes; its `idempotency_key` is
     replaced by `tick_key(name, tick)`. `tick_field`: when set and the
     template's input is an object, the tick instant is added to the input
-    under that name. Bad fields are `WORKLOAD_INVALID` naming each.
+    under that name. Bad fields are `WORKLOAD_INVALID` naming each: `name`
+    is 1 to `SCHEDULE_NAME_MAX` (230) printable characters, so that every
+    tick's key is a name of at most 256; a `cron` whose date never comes
+    (`0 0 31 2 *`) is refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Name
+    name: Annotated[Name, Field(max_length=SCHEDULE_NAME_MAX)]
     request: CreateWorkload
     cron: str | None = None
     timezone: str = "UTC"
@@ -110,6 +121,13 @@ class Schedule(errors.ValidatedModel):
     def _valid_cron(cls, value: str | None) -> str | None:
         if value is not None and (len(value.split()) != 5 or not croniter.is_valid(value)):
             raise ValueError(f"not a five-field cron expression: {value!r}")
+        if value is not None:
+            try:
+                croniter(value, _CRON_PROBE).get_next(datetime)
+            except CroniterError:
+                raise ValueError(
+                    f"the cron expression {value!r} names no date that comes"
+                ) from None
         return value
 
     @model_validator(mode="after")
@@ -158,14 +176,25 @@ class Schedule(errors.ValidatedModel):
         return next(self._cron_from(after, backwards=False))
 
     def _cron_from(self, instant: int, *, backwards: bool) -> Iterator[int]:
-        """Cron ticks (ms) strictly before (backwards) or after `instant`."""
+        """Cron ticks (ms) strictly before (backwards) or after `instant`.
+
+        Cron ticks fall within the calendar `datetime` holds (years 1 to
+        9999): asking past it is `WORKLOAD_INVALID`, never the bare
+        `ValueError` or croniter error it raised.
+        """
         assert self.cron is not None
         zone = ZoneInfo(self.timezone)
-        start = datetime.fromtimestamp(instant / 1000, tz=UTC).astimezone(zone)
-        iterator = croniter(self.cron, start)
+        try:
+            start = datetime.fromtimestamp(instant / 1000, tz=UTC).astimezone(zone)
+            iterator = croniter(self.cron, start)
+        except (CroniterError, ValueError, OverflowError, OSError):
+            raise _past_calendar(instant) from None
         step = iterator.get_prev if backwards else iterator.get_next
         while True:
-            moment: datetime = step(datetime)
+            try:
+                moment: datetime = step(datetime)
+            except (CroniterError, ValueError, OverflowError, OSError):
+                raise _past_calendar(instant) from None
             yield int(moment.timestamp() * 1000)
 
     # -- requests ----------------------------------------------------------------------
@@ -180,6 +209,12 @@ class Schedule(errors.ValidatedModel):
     def workload_id_at(self, tick: int) -> str:
         """The id of the workload `tick` admits."""
         return workload_id_for(self.request_for(tick))
+
+
+def _past_calendar(instant: int) -> errors.WorkloadError:
+    return errors.bad_argument(
+        "now", f"no cron tick is known around {instant}: cron ticks end in the year 9999"
+    )
 
 
 def _schedule(fields: Any) -> Schedule:
@@ -207,8 +242,9 @@ class PeriodicScheduler:
     Any number of schedulers may run the same schedules against one store:
     each tick is admitted once (see the module docstring). `poll_s` bounds
     how long `run` sleeps between looks (so a stop is seen, and a clock
-    that jumps is followed). Thread-safety: one scheduler is driven by one
-    thread; `stop()` may be called from any.
+    that jumps is followed): a finite number of seconds above 0. A bad
+    argument is `WORKLOAD_INVALID` naming it. Thread-safety: one scheduler
+    is driven by one thread; `stop()` may be called from any.
     """
 
     def __init__(
@@ -219,8 +255,13 @@ class PeriodicScheduler:
         clock: Clock | None = None,
         poll_s: float = 1.0,
     ) -> None:
-        if not isinstance(poll_s, (int, float)) or isinstance(poll_s, bool) or poll_s <= 0:
-            raise errors.bad_argument("poll_s", "poll_s must be a number of seconds above 0")
+        if (
+            not isinstance(poll_s, (int, float))
+            or isinstance(poll_s, bool)
+            or not math.isfinite(poll_s)
+            or poll_s <= 0
+        ):
+            raise errors.bad_argument("poll_s", "poll_s must be a finite number of seconds above 0")
         self.authority = authority
         self.schedules: tuple[Schedule, ...] = tuple(_validated(schedules))
         self.clock: Clock = clock if clock is not None else WallClock()
@@ -255,8 +296,13 @@ class PeriodicScheduler:
         return True
 
     def run_once(self, now: int | None = None) -> list[AdmitReply | errors.WorkloadError]:
-        """Admit every tick due at `now` (the clock's by default), in one batch; the answers."""
+        """Admit every tick due at `now` (the clock's by default), in one batch; the answers.
+
+        `now` is an integer instant in ms (`WORKLOAD_INVALID` otherwise, and
+        for an instant past the calendar a cron schedule's ticks fall in).
+        """
         at = self.clock.now() if now is None else now
+        inputs.check_now(at)
         ticks: list[tuple[Schedule, int]] = [
             (schedule, tick) for schedule in self.schedules for tick in self.due(schedule, at)
         ]
@@ -287,7 +333,11 @@ class PeriodicScheduler:
         )
 
     def next_instant(self, now: int) -> int | None:
-        """The next tick of any schedule after `now` (None without schedules)."""
+        """The next tick of any schedule after `now` (None without schedules).
+
+        `WORKLOAD_INVALID` when a cron schedule has no tick after `now` in the
+        calendar (past the year 9999).
+        """
         return min((schedule.next_tick(now) for schedule in self.schedules), default=None)
 
     def run(self) -> None:
@@ -298,9 +348,16 @@ class PeriodicScheduler:
             except errors.WorkloadError as exc:
                 # The store is down or refused a read: log it, look again after a poll.
                 _log.info("store_error code=%s message=%s", exc.code, exc.message)
+            wait = self.poll_s
             now = self.clock.now()
-            upcoming = self.next_instant(now)
-            wait = self.poll_s if upcoming is None else min(self.poll_s, (upcoming - now) / 1000)
+            try:
+                upcoming = self.next_instant(now)
+            except errors.WorkloadError as exc:
+                # The clock is past every cron tick (`_cron_from`): look again after a poll.
+                _log.info("schedule_error code=%s message=%s", exc.code, exc.message)
+                upcoming = None
+            if upcoming is not None:
+                wait = min(self.poll_s, (upcoming - now) / 1000)
             self._stop.wait(max(wait, 0.001))
 
     def stop(self) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workwarden.runtime import arguments
 from workwarden.statemachine import errors
 from workwarden.statemachine.models import Checkpoint, Fence
 
@@ -61,9 +62,18 @@ class Retry(Exception):
     against. `after_ms` is how long the handler would like the next attempt
     to wait; the workload's backoff decides the wait, and `after_ms` is
     recorded in the failure's message.
+
+    A bad argument (`kind` not a name, `after_ms` not a whole number of ms,
+    0 or more, `message` not a str) is `WORKLOAD_INVALID` when the
+    exception is built; raised from a handler, that error is then what the
+    handler raised, and is reported as the app's `failure_kind`.
     """
 
     def __init__(self, kind: str, *, after_ms: int | None = None, message: str = "") -> None:
+        kind = arguments.name(kind, "kind")
+        if after_ms is not None:
+            arguments.whole(after_ms, "after_ms", 0)
+        _check_message(message)
         super().__init__(message or kind)
         self.kind = kind
         self.after_ms = after_ms
@@ -71,13 +81,26 @@ class Retry(Exception):
 
 
 class Fail(Exception):
-    """Raised by a handler: the attempt failed with `kind` and `effect` (`none` or `unknown`)."""
+    """Raised by a handler: the attempt failed with `kind` and `effect` (`none` or `unknown`).
+
+    A bad argument (`kind` not a name, another `effect`, `message` not a
+    str) is `WORKLOAD_INVALID` when the exception is built, as for `Retry`.
+    """
 
     def __init__(self, kind: str, *, effect: str = "none", message: str = "") -> None:
+        kind = arguments.name(kind, "kind")
+        if effect not in ("none", "unknown"):
+            raise errors.bad_argument("effect", "effect must be 'none' or 'unknown'")
+        _check_message(message)
         super().__init__(message or kind)
         self.kind = kind
         self.effect = effect
         self.message = message
+
+
+def _check_message(message: object) -> None:
+    if not isinstance(message, str):
+        raise errors.bad_argument("message", "message must be a str")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,15 +129,19 @@ class App:
     exception other than `Retry` and `Fail`; its effect is `unknown` once
     the handler has checkpointed, or has run `unknown_after_ms` or longer
     (None: only a checkpoint counts), and `none` before.
+
+    `failure_kind` must be a name, and a kind the spec declares: a `Worker`
+    refuses an app whose `failure_kind` its authority's spec does not
+    declare. `unknown_after_ms` is None or a whole number of ms, 0 or more.
+    A bad argument is `WORKLOAD_INVALID` naming it.
     """
 
     def __init__(
         self, *, failure_kind: str = "worker_failure", unknown_after_ms: int | None = None
     ) -> None:
-        if not failure_kind:
-            raise errors.bad_argument("failure_kind", "failure_kind must be a failure kind name")
-        if unknown_after_ms is not None and unknown_after_ms < 0:
-            raise errors.bad_argument("unknown_after_ms", "unknown_after_ms must not be negative")
+        failure_kind = arguments.name(failure_kind, "failure_kind")
+        if unknown_after_ms is not None:
+            arguments.whole(unknown_after_ms, "unknown_after_ms", 0)
         self.failure_kind = failure_kind
         self.unknown_after_ms = unknown_after_ms
         self._handlers: dict[str, HandlerSpec] = {}
@@ -125,12 +152,14 @@ class App:
         """Register the decorated function as the handler of `definition_id`.
 
         `needs` are the capabilities a workload of this definition asks for
-        (its `capability_snapshot`); the worker offers their union. A
-        definition registered twice is a `ValueError`.
+        (its `capability_snapshot`), a collection of names such as a tuple
+        (a bare string is refused, not split into characters); the worker
+        offers their union. `definition_id` must be a name. A bad argument,
+        or a definition registered twice, is `WORKLOAD_INVALID` (an
+        `InvalidArgument`, also a `ValueError`).
         """
-        if not definition_id:
-            raise errors.bad_argument("definition_id", "a handler needs a definition id")
-        wanted = tuple(sorted(set(needs)))
+        definition_id = arguments.name(definition_id, "definition_id")
+        wanted = tuple(sorted(set(arguments.names(needs, "needs"))))
 
         def register(function: Handler) -> Handler:
             if definition_id in self._handlers:

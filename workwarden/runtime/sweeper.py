@@ -20,8 +20,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from workwarden.runtime import arguments
 from workwarden.runtime.clock import Backoff, Clock, WallClock, event
-from workwarden.statemachine import errors
+from workwarden.statemachine import inputs
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.storage.base import DueInstants, StoreError
@@ -42,6 +43,13 @@ class Sweeper:
     an `HttpAuthority`: it is then swept every `poll_ms`. Counts of what it
     did are in `counts` (`recovered`, `timed_out`, `store_error`, `sweeps`).
 
+    Each argument is checked when the sweeper is built: `authority` must
+    have `recover_expired` and `enforce_deadlines`, `tenant` and
+    `application` are None or names, `clock` has `now()`, the durations
+    are whole milliseconds (`poll_ms` and `backoff_base_ms` 1 or more,
+    `idle_horizon_ms` 0 or more, `backoff_cap_ms` at least
+    `backoff_base_ms`). A bad one is `WORKLOAD_INVALID` naming it.
+
     Thread-safety: `run()` and `step()` belong to one thread; `stop()` may
     be called from any thread.
     """
@@ -58,10 +66,16 @@ class Sweeper:
         backoff_base_ms: int = 100,
         backoff_cap_ms: int = 5_000,
     ) -> None:
-        if poll_ms < 1:
-            raise errors.bad_argument(
-                "poll_ms", "poll_ms must be a positive number of milliseconds"
-            )
+        arguments.calls(
+            authority, "authority", ("recover_expired", "enforce_deadlines"), "an Authority"
+        )
+        tenant, application = inputs.as_scope(tenant, application)
+        if clock is not None:
+            arguments.calls(clock, "clock", ["now"], "a Clock")
+        arguments.whole(poll_ms, "poll_ms", 1)
+        arguments.whole(idle_horizon_ms, "idle_horizon_ms", 0)
+        arguments.whole(backoff_base_ms, "backoff_base_ms", 1)
+        arguments.whole(backoff_cap_ms, "backoff_cap_ms", backoff_base_ms)
         self.authority = authority
         self.tenant = tenant
         self.application = application

@@ -48,12 +48,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from workwarden.runtime import arguments
 from workwarden.runtime.clock import Backoff, Clock, WallClock, event
 from workwarden.runtime.handlers import App, Fail, HandlerSpec, Job, Retry, result_id_for
 from workwarden.runtime.reports import (
@@ -66,18 +67,19 @@ from workwarden.runtime.reports import (
     state_of,
 )
 from workwarden.runtime.scope import HandledOnly, handled_only
-from workwarden.statemachine import errors
+from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.fairness import FairScope, FairShare, claim_fair, spec_weight
 from workwarden.statemachine.models import Checkpoint, ClaimReply, Fence
+from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import DueInstants, ScopeListing, StoreError, WakeUps, WorkSignal
 
 if TYPE_CHECKING:
     from workwarden.service.client import HttpAuthority
 
-__all__ = ["ThreadExecutor", "Worker", "default_worker_id"]
+__all__ = ["WORKER_ID_MAX", "ThreadExecutor", "Worker", "default_worker_id"]
 
 _T = TypeVar("_T")
 
@@ -89,6 +91,22 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 #: How many times in a row a call that lost a compare-and-swap is made again at once.
 CONFLICT_TRIES = 8
+
+#: The longest worker id: each claim's request id is `<worker_id>-<12 hex digits>`, a name
+#: of at most 256 characters.
+WORKER_ID_MAX = 256 - 13
+
+#: The one-call methods of the authority a worker calls.
+_WORKER_CALLS = (
+    "claim_next",
+    "start",
+    "heartbeat",
+    "checkpoint",
+    "complete",
+    "fail",
+    "confirm_cancel",
+    "get",
+)
 
 
 def _error_text(text: str) -> str:
@@ -185,9 +203,12 @@ class Worker:
 
     Options:
 
-    - `worker_id`: the id the authority records (default `host-pid-random`).
+    - `worker_id`: the id the authority records (default `host-pid-random`);
+      a name of at most `WORKER_ID_MAX` (243) characters, so that each
+      claim's request id (`<worker_id>-<12 hex digits>`) is a name too.
     - `concurrency`: how many handlers run at once (default 1).
-    - `lease_ms`: the lease each claim and heartbeat asks for (default 30 s).
+    - `lease_ms`: the lease each claim and heartbeat asks for (default 30 s),
+      whole ms from 1 to 2**53 - 1.
     - `heartbeat_fraction`: heartbeat after this fraction of the lease
       (default 1/3: a lease survives two lost heartbeats).
     - `capabilities`: what the worker offers (default: the union of what the
@@ -220,6 +241,15 @@ class Worker:
       store itself (not an `HttpAuthority`), and it looks for work every
       `poll_ms` rather than waiting for a scope's wake-up.
 
+    Each argument is checked when the worker is built, and a bad one is
+    `WORKLOAD_INVALID` naming it: `authority` must have the one-call
+    methods a worker calls and a `Spec`, `app` must be an `App` with a
+    handler and a `failure_kind` the spec declares, names (`tenant`,
+    `application`, `worker_id`, `capabilities`) follow the `Name` rules,
+    counts and durations in ms are whole numbers (a bool is not one) in
+    range, `grace_s` is finite and 0 or more, `batch` and `all_scopes` are
+    bools.
+
     Thread-safety: `run()` and `step()` belong to one thread; `stop()` may
     be called from any thread (or a signal handler).
     """
@@ -249,26 +279,53 @@ class Worker:
         also_serve: Iterable[Any] = (),
         all_scopes: bool = False,
     ) -> None:
-        if concurrency < 1:
-            raise errors.bad_argument("concurrency", "concurrency must be at least 1")
-        if lease_ms < 1:
-            raise errors.bad_argument(
-                "lease_ms", "lease_ms must be a positive number of milliseconds"
-            )
-        if not 0 < heartbeat_fraction < 1:
+        arguments.calls(authority, "authority", _WORKER_CALLS, "an Authority or HttpAuthority")
+        if not isinstance(getattr(authority, "spec", None), Spec):
+            raise errors.bad_argument("authority", "authority must have the Spec it decides by")
+        if not isinstance(app, App):
+            raise errors.bad_argument("app", "app must be an App")
+        if not app.definitions:
+            raise errors.bad_argument("handler", "the app has no handlers")
+        # Every exception a handler raises is reported under this kind: refuse it now.
+        authority.spec.check_failure_kind(app.failure_kind, "failure_kind")
+        tenant, application = inputs.as_scope(tenant, application)
+        if worker_id is not None:
+            worker_id = arguments.name(worker_id, "worker_id")
+            if len(worker_id) > WORKER_ID_MAX:
+                raise errors.bad_argument(
+                    "worker_id", f"worker_id must be at most {WORKER_ID_MAX} characters"
+                )
+        arguments.whole(concurrency, "concurrency", 1)
+        arguments.whole(lease_ms, "lease_ms", 1)
+        if capabilities is not None:
+            capabilities = arguments.names(capabilities, "capabilities")
+        if clock is not None:
+            arguments.calls(clock, "clock", ["now"], "a Clock")
+        if executor is not None and not isinstance(executor, Executor):
+            raise errors.bad_argument("executor", "executor must be a concurrent.futures.Executor")
+        if not callable(sleep):
+            raise errors.bad_argument("sleep", "sleep must be callable, as time.sleep is")
+        if (
+            isinstance(heartbeat_fraction, bool)
+            or not isinstance(heartbeat_fraction, (int, float))
+            or not 0 < heartbeat_fraction < 1
+        ):
             raise errors.bad_argument(
                 "heartbeat_fraction", "heartbeat_fraction must be between 0 and 1"
             )
-        if not app.definitions:
-            raise errors.bad_argument("handler", "the app has no handlers")
-        if isinstance(batch_window_ms, bool) or not isinstance(batch_window_ms, int):
-            raise errors.bad_argument("batch_window_ms", "batch_window_ms must be whole ms")
-        if batch_window_ms < 0:
-            raise errors.bad_argument("batch_window_ms", "batch_window_ms must be 0 or more")
-        if isinstance(batch_max, bool) or not isinstance(batch_max, int):
-            raise errors.bad_argument("batch_max", "batch_max must be a whole number")
-        if not 1 <= batch_max <= MAX_BATCH:
-            raise errors.bad_argument("batch_max", f"batch_max must be from 1 to {MAX_BATCH}")
+        if poll_ms is not None:
+            arguments.whole(poll_ms, "poll_ms", 1)
+        grace_s = arguments.seconds(grace_s, "grace_s")
+        arguments.whole(backoff_base_ms, "backoff_base_ms", 1)
+        arguments.whole(backoff_cap_ms, "backoff_cap_ms", backoff_base_ms)
+        arguments.flag(batch, "batch")
+        arguments.whole(batch_window_ms, "batch_window_ms", 0)
+        arguments.whole(batch_max, "batch_max", 1, MAX_BATCH)
+        if isinstance(also_serve, Mapping) or not isinstance(also_serve, Iterable):
+            raise errors.bad_argument(
+                "also_serve", "also_serve must be a collection of scopes (or one 'tenant/app')"
+            )
+        arguments.flag(all_scopes, "all_scopes")
         self._wake = threading.Event()
         self.app = app
         self.tenant = tenant
