@@ -9,7 +9,11 @@ writes nothing; `HttpAuthority` answers exactly what the library answers;
 
 from __future__ import annotations
 
+import base64
+import http.client
+import json
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -23,11 +27,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import workwarden
 from support import KEY_ID, SECRET, request
-from workwarden.service.auth import issue_token
+from workwarden.service.auth import TOKEN_PREFIX, issue_token
 from workwarden.service.problems import status_for
+from workwarden.service.state import wall_clock_ms
 from workwarden.service.testing import RunningService, running_service
-from workwarden.statemachine import Authority, GrantSigner, GrantVerifier
+from workwarden.statemachine import Authority, Grant, GrantSigner, GrantVerifier, Subject
 from workwarden.statemachine.catalogue import shipped_classes
 from workwarden.statemachine.conformance.scenarios import request as fixture_request
 from workwarden.statemachine.errors import WorkloadError
@@ -427,3 +433,210 @@ def test_sigterm_stops_the_service_gracefully() -> None:
         # uvicorn shuts down; the command then exits 0, as a worker's clean stop does.
         assert service.process.wait(timeout=10) == 0
         assert "Traceback" not in service.stderr()
+
+
+def _raw(
+    service: RunningService, head: list[str], pieces: Iterator[bytes]
+) -> tuple[int, dict[str, str], Any]:
+    """POST over a plain socket, sending `pieces` of the body only until the reply comes.
+
+    So a test sees whether the service answered before the body arrived: a
+    reply that needed the whole body would never come (the socket times out).
+    """
+    host, port = service.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(("\r\n".join([*head, f"Host: {host}", "", ""])).encode("latin-1"))
+        for piece in pieces:
+            if select.select([conn], [], [], 0)[0]:
+                break  # the reply is there: the rest of the body is never sent
+            try:
+                conn.sendall(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                break  # the service answered and closed: its reply is waiting to be read
+        reply = http.client.HTTPResponse(conn)
+        reply.begin()
+        headers = {name.lower(): value for name, value in reply.getheaders()}
+        return reply.status, headers, json.loads(reply.read())
+
+
+def test_a_call_without_a_token_is_refused_before_its_body_is_read(fresh: RunningService) -> None:
+    before = _store(fresh)
+    malformed = httpx.post(
+        fresh.url + "/v1/admit", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert _assert_problem(malformed, "WORKWARDEN_UNAUTHENTICATED")["details"] == {
+        "reason": "missing_token"
+    }
+    # 20 MB announced, one byte sent: the refusal cannot have waited for the body.
+    head = ["POST /v1/admit HTTP/1.1", "Content-Type: application/json", "Content-Length: 20000000"]
+    status, headers, body = _raw(fresh, head, iter([b"{"]))
+    assert (status, body["status"], body["code"]) == (401, 401, "WORKWARDEN_UNAUTHENTICATED")
+    assert headers["www-authenticate"].startswith("Bearer")
+    assert _store(fresh) == before
+
+
+def test_a_body_over_the_limit_is_refused_413_and_a_batch_of_big_json_fits(
+    fresh: RunningService,
+) -> None:
+    limit = 32 * 1024 * 1024  # docs/service.md: 32 MiB with the shipped spec
+    token = "Authorization: Bearer " + fresh.token("worker", "w1")
+    before = _store(fresh)
+    announced = ["POST /v1/admit HTTP/1.1", token, "Content-Type: application/json"]
+    status, _, body = _raw(fresh, [*announced, f"Content-Length: {limit + 1}"], iter([b"{"]))
+    assert (status, body["status"], body["code"]) == (413, 413, "WORKLOAD_INVALID")
+    assert body["class"] == "fix_request"
+    assert str(limit) in body["detail"]
+    # Without a Content-Length the body is counted as it arrives, and cut off at the limit.
+    chunk = b" " * (1024 * 1024)
+    framed = (b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(64))
+    status, _, body = _raw(fresh, [*announced, "Transfer-Encoding: chunked"], framed)
+    assert (status, body["status"], body["code"]) == (413, 413, "WORKLOAD_INVALID")
+    assert _store(fresh) == before
+
+    # The largest input the spec takes (1 MiB), and a batch of 1,000 admissions, fit.
+    worker = fresh.token("worker", "w1")
+    biggest = request(idempotency_key="big", input={"blob": "x" * 1_000_000})
+    assert _post(fresh, "admit", biggest.model_dump(mode="json"), worker).status_code == 200
+    batch = [
+        request(idempotency_key=f"k{n}", input={"blob": "y" * 8_000}).model_dump(mode="json")
+        for n in range(1_000)
+    ]
+    admitted = _post(fresh, "admit_many", {"requests": batch}, worker)
+    assert admitted.status_code == 200, admitted.text[:500]
+    assert all("ok" in slot for slot in admitted.json())
+
+
+def test_unknown_query_parameters_are_refused_naming_them_and_write_nothing(
+    fresh: RunningService,
+) -> None:
+    worker = fresh.token("worker", "w1")
+    auth = {"Authorization": "Bearer " + worker}
+    _post(fresh, "admit", request().model_dump(mode="json"), worker, 10_000)
+    before = _store(fresh)
+    listed = httpx.get(
+        fresh.url + "/v1/workloads",
+        params={"tenant": "t", "application": "app", "state": "READY"},
+        headers=auth,
+    )
+    problem = _assert_problem(listed, "WORKLOAD_INVALID")
+    assert problem["details"]["errors"] == [
+        {"field": "state", "message": "unknown query parameter"}
+    ]
+    assert "state" in problem["detail"]
+    dry = httpx.post(
+        fresh.url + "/v1/admit",
+        params={"dry_run": "true"},
+        json=request(idempotency_key="dry").model_dump(mode="json"),
+        headers=auth,
+    )
+    assert [e["field"] for e in _assert_problem(dry, "WORKLOAD_INVALID")["details"]["errors"]] == [
+        "dry_run"
+    ]
+    operator = {"Authorization": "Bearer " + fresh.token("operator", "alice")}
+    pauses = httpx.get(
+        fresh.url + "/v1/pauses", params={"tenant": "t", "all": "1"}, headers=operator
+    )
+    assert _assert_problem(pauses, "WORKLOAD_INVALID")["details"]["errors"][0]["field"] == "all"
+    assert _store(fresh) == before
+    # The parameters a route declares are still taken.
+    known = httpx.get(
+        fresh.url + "/v1/workloads", params={"tenant": "t", "application": "app"}, headers=auth
+    )
+    assert known.status_code == 200
+    assert len(known.json()) == 1
+
+
+def test_a_wrong_method_is_405_with_allow_and_head_answers_as_get(fresh: RunningService) -> None:
+    put = httpx.put(fresh.url + "/v1/admit", json={})
+    assert put.status_code == put.json()["status"] == 405
+    assert put.json()["code"] == "WORKLOAD_INVALID"
+    assert put.headers["allow"] == "POST"
+    posted = httpx.post(fresh.url + "/healthz")
+    assert posted.status_code == posted.json()["status"] == 405
+    assert posted.headers["allow"] == "GET, HEAD"
+
+    health = httpx.get(fresh.url + "/healthz")
+    assert health.json() == {"ok": True, "version": workwarden.__version__}
+    for path in ("/healthz", "/metrics", "/console/"):
+        head = httpx.head(fresh.url + path)
+        assert head.status_code == 200, path
+        assert head.content == b""
+        assert head.headers["content-type"] == httpx.get(fresh.url + path).headers["content-type"]
+    auth = {"Authorization": "Bearer " + fresh.token("worker")}
+    listed = httpx.head(
+        fresh.url + "/v1/workloads", params={"tenant": "t", "application": "app"}, headers=auth
+    )
+    assert (listed.status_code, listed.content) == (200, b"")
+    assert httpx.head(fresh.url + "/v1/workloads", params={"tenant": "t"}).status_code == 401
+
+
+def _scoped_token(service: RunningService, **changes: Any) -> str:
+    """A worker's token for `w1` with fields of its grant changed, signed with the service's key."""
+    fields: dict[str, Any] = {
+        "id": "token:scoped",
+        "issuer": Subject(kind="service", id="workwarden.serve"),
+        "subject": Subject(kind="service", id="w1"),
+        "tenant_id": "*",
+        "application_id": "*",
+        "capabilities": ("workwarden:worker",),
+        "issued_at": wall_clock_ms() - 1_000,
+        "expires_at": wall_clock_ms() + 3_600_000,
+    }
+    signed = GrantSigner("serve-test", service.token_secret).sign(Grant(**{**fields, **changes}))
+    text = base64.urlsafe_b64encode(signed.model_dump_json().encode()).rstrip(b"=").decode()
+    return TOKEN_PREFIX + text
+
+
+def test_each_bad_authorization_has_its_documented_reason_and_writes_nothing(
+    fresh: RunningService,
+) -> None:
+    token = fresh.token("worker", "w1")
+    body = request().model_dump(mode="json")
+    before = _store(fresh)
+    cases = [
+        ("Basic " + token, 401, "invalid_token"),
+        (token, 401, "invalid_token"),
+        ("Bearer", 401, "invalid_token"),
+        ("Bearer " + _scoped_token(fresh, issued_at=wall_clock_ms() + 600_000), 401,
+         "not_yet_valid_token"),
+        ("Bearer " + _scoped_token(fresh, expires_at=wall_clock_ms() - 1), 401, "expired_token"),
+        ("Bearer " + _scoped_token(fresh, tenant_id="other"), 403, "scoped_token"),
+        ("Bearer " + _scoped_token(fresh, tenant_id="t", application_id="app"), 403,
+         "scoped_token"),
+    ]  # fmt: skip
+    documented = DOCS.read_text()
+    for header, status, reason in cases:
+        reply = httpx.post(fresh.url + "/v1/admit", json=body, headers={"Authorization": header})
+        code = "WORKWARDEN_UNAUTHENTICATED" if status == 401 else "WORKWARDEN_FORBIDDEN"
+        problem = _assert_problem(reply, code)
+        assert problem["details"]["reason"] == reason, (header[:12], problem)
+        assert f"`{reason}`" in documented
+    assert _post(fresh, "admit", body, _scoped_token(fresh)).status_code == 200
+    assert len(_store(fresh)) == len(before) + 1
+
+
+def test_a_body_that_is_not_json_is_refused_naming_the_parse_error_or_content_type(
+    fresh: RunningService,
+) -> None:
+    auth = {"Authorization": "Bearer " + fresh.token("worker", "w1")}
+    before = _store(fresh)
+    broken = httpx.post(
+        fresh.url + "/v1/admit",
+        content=b'{"tenant_id": "t",\n  oops}',
+        headers={**auth, "Content-Type": "application/json"},
+    )
+    [error] = _assert_problem(broken, "WORKLOAD_INVALID")["details"]["errors"]
+    assert error["field"] == "body"
+    assert error["message"] == (
+        "not JSON: Expecting property name enclosed in double quotes"
+        " at line 2 column 3 (character 21)"
+    )
+    text = json.dumps(request().model_dump(mode="json")).encode()
+    plain = httpx.post(
+        fresh.url + "/v1/admit", content=text, headers={**auth, "Content-Type": "text/plain"}
+    )
+    assert plain.status_code == plain.json()["status"] == 415
+    assert plain.json()["code"] == "WORKLOAD_INVALID"
+    assert "text/plain" in plain.json()["detail"]
+    assert "application/json" in plain.json()["detail"]
+    assert _store(fresh) == before

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
@@ -264,3 +265,32 @@ def test_an_operator_pauses_a_scope_from_the_console_and_resumes_it_audited(
     page.goto(service.url + "/console/audit")
     assert page.locator('#audit tr[data-operation="resume"][data-actor="alice"]').count() == 1
     page.close()
+
+
+def test_a_pause_form_that_is_not_utf8_is_refused_and_pauses_nothing(
+    quiet_console: RunningService,
+) -> None:
+    service = quiet_console
+    headers = {
+        "Authorization": "Bearer " + service.token("operator", "alice"),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    for body in (
+        b"tenant=acme\xff&reason=x",
+        b"tenant=acme%FF&reason=x",
+        b"tenant=acme&reason=%ED%A0%80",
+    ):
+        reply = httpx.post(service.url + "/console/pauses", content=body, headers=headers)
+        assert reply.status_code == 400, body
+        assert reply.headers["content-type"].startswith("application/problem+json")
+        assert reply.json()["code"] == "WORKLOAD_INVALID"
+        assert reply.json()["details"]["field"] == "body"
+    with service.client() as client:
+        assert client.pauses() == []
+    good = httpx.post(
+        service.url + "/console/pauses", content=b"tenant=acme&reason=caf%C3%A9", headers=headers
+    )
+    assert good.status_code == 303
+    with service.client() as client:
+        [record] = client.pauses()
+    assert (record.scope.key, record.reason) == ("pause/acme/*/*", "café")

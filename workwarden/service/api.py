@@ -24,7 +24,7 @@ from workwarden.service import tracing
 from workwarden.service.auth import Caller, forbidden
 from workwarden.service.batches import batch_routes
 from workwarden.service.operators import operator_routes
-from workwarden.service.routing import Authed, Now, json_reply
+from workwarden.service.routing import Authed, GuardedRoute, Now, json_reply
 from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.commands import (
@@ -71,7 +71,7 @@ class SweepRequest(BaseModel):
 
 def api_router(service: Service) -> APIRouter:
     """The `/v1` routes over `service`."""
-    router = APIRouter(prefix="/v1", tags=["authority"])
+    router = APIRouter(prefix="/v1", tags=["authority"], route_class=GuardedRoute)
 
     def run(command: Any, at: int) -> Any:
         return service.authority.execute(command, at)
@@ -213,13 +213,15 @@ def api_router(service: Service) -> APIRouter:
             )
         )
 
-    @router.post("/execute", summary="Decide any command, told apart by its op")
+    @router.post("/execute", summary="Decide a command of the core, told apart by its op")
     async def execute(body: dict[str, Any], who: Authed, at: Now) -> Response:
-        """`Authority.execute`: any command of the core (the JSON of a command model, with `op`).
+        """`Authority.execute`: a command of the core (the JSON of a command model, with `op`).
 
         The typed endpoints above are the API; this one takes a command as
         the conformance protocol carries it, and refuses a malformed one
-        with `WORKLOAD_INVALID`.
+        with `WORKLOAD_INVALID`, as it refuses an `op` that is not a command
+        of the core (`claim_next`, which chooses its workload, the batch
+        calls, the pauses, `purge`, the reads: each has its own route).
         """
         op = body.get("op")
         name = op if isinstance(op, str) else "-"

@@ -7,13 +7,16 @@ would need both written by hand. Every refusal leaves through one handler as
 a problem document (`workwarden.service.problems`): a `WorkloadError` from
 the authority or the token check, a body that does not validate
 (`WORKLOAD_INVALID`, each field path in `details.errors`), a route that does
-not exist, and an unexpected exception (`WORKWARDEN_INTERNAL`). Each `/v1`
-call is a span when the OpenTelemetry API is installed
-(`workwarden.service.tracing`).
+not exist, a request refused under HTTP's own status (a method the route
+does not take, 405 with `Allow`; a body too large, 413, or not JSON, 415:
+`WORKLOAD_INVALID`), and an unexpected exception (`WORKWARDEN_INTERNAL`).
+Every GET route answers HEAD too. Each `/v1` call is a span when the
+OpenTelemetry API is installed (`workwarden.service.tracing`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,6 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.responses import RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workwarden import __version__
 from workwarden.service.api import api_router
@@ -35,9 +39,27 @@ from workwarden.statemachine.diagram import DiagramError
 __all__ = ["ServiceConfig", "create_app"]
 
 
+def _not_json(exc: RequestValidationError, err: Mapping[str, Any]) -> dict[str, str]:
+    """The problem of a body that does not parse, at the line and column the parser stopped."""
+    loc = err.get("loc", ())
+    at = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+    reason = str((err.get("ctx") or {}).get("error", "invalid"))
+    where = ""
+    if at is not None and isinstance(exc.body, str):
+        line = exc.body.count("\n", 0, at) + 1
+        column = at - exc.body.rfind("\n", 0, at)
+        where = f" at line {line} column {column} (character {at})"
+    elif at is not None:
+        where = f" at character {at}"
+    return {"field": "body", "message": f"not JSON: {reason}{where}"}
+
+
 def _invalid(exc: RequestValidationError) -> errors.WorkloadError:
     problems = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            problems.append(_not_json(exc, err))
+            continue
         loc = [str(part) for part in err.get("loc", ())]
         if loc and loc[0] in ("body", "query", "path", "header"):
             loc = loc[1:]
@@ -46,6 +68,36 @@ def _invalid(exc: RequestValidationError) -> errors.WorkloadError:
     return errors.WorkloadError(
         errors.INVALID, f"{first['field']}: {first['message']}", {"errors": problems}
     )
+
+
+class _HeadAsGet:
+    """Answers a HEAD request as its GET, without the body (RFC 9110), on every route."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headless)
+
+
+def _allow(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers`, with HEAD beside GET in an `Allow` header, its methods sorted."""
+    out = dict(headers)
+    if "Allow" in out:
+        methods = {m.strip() for m in out["Allow"].split(",") if m.strip()}
+        if "GET" in methods:
+            methods.add("HEAD")
+        out["Allow"] = ", ".join(sorted(methods))
+    return out
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -108,9 +160,13 @@ def create_app(config: ServiceConfig) -> FastAPI:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
         code = errors.NOT_FOUND if exc.status_code == 404 else errors.INVALID
-        response = problem(errors.WorkloadError(code, str(exc.detail), {"path": request.url.path}))
-        response.status_code = exc.status_code
-        return response
+        headers = _allow(exc.headers or {})
+        message = str(exc.detail)
+        if exc.status_code == 405:
+            takes = headers.get("Allow", "-")
+            message = f"{request.method} is not a method of this route; it takes {takes}"
+        refusal = errors.WorkloadError(code, message, {"path": request.url.path})
+        return problem(refusal, headers, status=exc.status_code)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
@@ -121,6 +177,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
             )
         )
 
+    app.add_middleware(_HeadAsGet)
     app.add_middleware(
         TracingMiddleware, tracer_provider=config.tracer_provider, version=__version__
     )

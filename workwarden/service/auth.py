@@ -8,8 +8,10 @@ under keys given to `workwarden serve --token-keys FILE`:
 - its `subject` names the caller (`id`), its one capability
   `workwarden:worker` or `workwarden:operator` its actor class;
 - it is valid from `issued_at` until `expires_at` (milliseconds), while
-  `status` is `active`; `tenant_id` and `application_id` are `*` (a token is
-  not scoped to a tenant);
+  `status` is `active`; `tenant_id` and `application_id` are `*`: tokens
+  are not scoped to a tenant, and a token that names one is refused on
+  every call (`WORKWARDEN_FORBIDDEN`, `scoped_token`) rather than trusted
+  beyond its scope;
 - on the wire it is `wwt1.` and the URL-safe base64 (no padding) of the
   signed grant's JSON.
 
@@ -28,8 +30,8 @@ records who acted; a token whose subject is `*` may act as any id (for a
 trusted gateway, or a conformance run). A call without a good token is
 `WORKWARDEN_UNAUTHENTICATED` (HTTP 401), a good token that may not make the
 call `WORKWARDEN_FORBIDDEN` (HTTP 403), each with `details.reason`, before
-anything is read or written. (`WORKLOAD_UNAUTHORIZED` stays the core's: an
-admission whose own grant does not bind it.)
+the request's body or the store is read. (`WORKLOAD_UNAUTHORIZED` stays the
+core's: an admission whose own grant does not bind it.)
 """
 
 from __future__ import annotations
@@ -79,10 +81,12 @@ ANY_SUBJECT = "*"
 #: What every token starts with (the format's version).
 TOKEN_PREFIX = "wwt1."
 
-#: The code of a call without a good token: none, malformed, unknown key, not active, expired.
+#: The code of a call without a good token: none, malformed, unknown key, not active, not yet
+#: valid, expired.
 UNAUTHENTICATED = "WORKWARDEN_UNAUTHENTICATED"
 
-#: The code of a good token that may not make the call: the wrong class, or another subject.
+#: The code of a good token that may not make the call: the wrong class, another subject, or
+#: a token scoped to a tenant.
 FORBIDDEN = "WORKWARDEN_FORBIDDEN"
 
 _CAPABILITY = "workwarden:"
@@ -172,7 +176,11 @@ class TokenVerifier:
         self._grants = GrantVerifier(keys)
 
     def verify(self, authorization: str | None, now: int) -> Caller:
-        """The caller an `Authorization` header names, or `WORKWARDEN_UNAUTHENTICATED`."""
+        """The caller an `Authorization` header names, or `WORKWARDEN_UNAUTHENTICATED`.
+
+        A token scoped to a tenant or application is `WORKWARDEN_FORBIDDEN`
+        (`scoped_token`): see the module docstring.
+        """
         if not authorization:
             raise _refuse("missing_token", "this call needs a bearer token")
         scheme, _, token = authorization.partition(" ")
@@ -186,9 +194,22 @@ class TokenVerifier:
         grant = signed.grant
         if grant.status != "active":
             raise _refuse("invalid_token", f"the token is {grant.status}")
-        if not grant.issued_at <= now < grant.expires_at:
-            raise _refuse("expired_token", "the token is not valid at this instant")
-        return Caller(grant.subject.id, _actor_class(signed))
+        if now < grant.issued_at:
+            raise _refuse("not_yet_valid_token", "the token is not valid yet (issued_at is later)")
+        if now >= grant.expires_at:
+            raise _refuse("expired_token", "the token has expired")
+        caller = Caller(grant.subject.id, _actor_class(signed))
+        if (grant.tenant_id, grant.application_id) != (ANY_SUBJECT, ANY_SUBJECT):
+            # The service cannot tell every call's tenant before reading (a call by
+            # workload id), so a scoped token is refused whole rather than let past it.
+            raise forbidden(
+                "scoped_token",
+                "this service does not scope tokens: a token's tenant_id and application_id"
+                " must be *",
+                tenant_id=grant.tenant_id,
+                application_id=grant.application_id,
+            )
+        return caller
 
 
 def authorize(spec: Spec, operation: str, caller: Caller, acting_as: str | None = None) -> None:

@@ -410,6 +410,13 @@ def console_router(service: Service) -> APIRouter:
 
 
 def _form(body: bytes) -> dict[str, str]:
-    """An `application/x-www-form-urlencoded` body: the first value of each field."""
-    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    """An `application/x-www-form-urlencoded` body: the first value of each field.
+
+    Text that is not UTF-8, raw or percent-encoded, is `WORKLOAD_INVALID` (400),
+    as in a JSON body: replaced, it would become a pause of another scope.
+    """
+    try:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise errors.invalid("body", "the form is not UTF-8 text") from None
     return {name: values[0] for name, values in fields.items()}

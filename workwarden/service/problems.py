@@ -5,14 +5,17 @@ catalogue code: a few codes have a status of their own (`STATUS_BY_CODE`),
 every other code takes the status of its class (`STATUS_BY_CLASS`, the
 `class` of its `[errors.*]` entry in the spec). `docs/service.md` has the
 table for every code of the shipped catalogue, and a test holds the two
-equal. The problem document (RFC 9457) carries `type`, `title`, `status`,
-`detail` (the message), `code`, `class` and, when the refusal has any,
-`details`.
+equal. A refusal of the HTTP request itself (a method the route does not
+take, a body too large or not JSON) keeps HTTP's own status (405, 413, 415),
+given as `status`, in the response and the document alike. The problem
+document (RFC 9457) carries `type`, `title`, `status`, `detail` (the
+message), `code`, `class` and, when the refusal has any, `details`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -97,12 +100,12 @@ def status_for(code: str) -> int:
     return STATUS_BY_CLASS.get(cls, 500) if cls is not None else 500
 
 
-def problem_body(exc: errors.WorkloadError) -> dict[str, Any]:
-    """The problem document of `exc`, as JSON-ready data."""
+def problem_body(exc: errors.WorkloadError, status: int | None = None) -> dict[str, Any]:
+    """The problem document of `exc`, as JSON-ready data (`status`: HTTP's own, if given)."""
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE + exc.code,
         "title": exc.code,
-        "status": status_for(exc.code),
+        "status": status_for(exc.code) if status is None else status,
         "detail": exc.message,
         "code": exc.code,
         "class": exc.error_class,
@@ -112,9 +115,11 @@ def problem_body(exc: errors.WorkloadError) -> dict[str, Any]:
     return body
 
 
-def problem(exc: errors.WorkloadError, headers: dict[str, str] | None = None) -> Response:
-    """The `application/problem+json` response refusing with `exc`."""
-    body = problem_body(exc)
+def problem(
+    exc: errors.WorkloadError, headers: Mapping[str, str] | None = None, status: int | None = None
+) -> Response:
+    """The `application/problem+json` response refusing with `exc` (see `problem_body`)."""
+    body = problem_body(exc, status)
     extra = dict(headers or {})
     if body["class"] == "retry_later":
         extra.setdefault("Retry-After", "1")

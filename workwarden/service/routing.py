@@ -1,38 +1,139 @@
-"""What every `/v1` route is built with: its caller, its instant, and its JSON reply.
+"""What every `/v1` route is built with: its guard, its caller, its instant, and its JSON reply.
 
-`Authed` and `Now` are FastAPI dependencies: the bearer token is checked
-(`WORKWARDEN_UNAUTHENTICATED`) before the body is validated, and the call's
-instant is the service's clock or, with a test clock, `X-Workwarden-Now`.
-`json_reply` writes a model, a list of models or plain data as JSON, by
-the models' aliases (the problem document's `class`).
+`GuardedRoute` is the `/v1` router's route class: before FastAPI reads a
+request's body it checks, in this order, the bearer token
+(`WORKWARDEN_UNAUTHENTICATED`, or `WORKWARDEN_FORBIDDEN` for a token
+scoped to a tenant), the query parameters (one the route does not declare
+is `WORKLOAD_INVALID`), and a body's content type (415 unless JSON) and
+size (413 over `Service.max_body_bytes`, counted as it arrives, so a body
+without a `Content-Length` is cut off too). So a call refused for its token
+is answered without its body being read. `Authed` and `Now` are FastAPI
+dependencies: the caller the guard found, and the call's instant, the
+service's clock or, with a test clock, `X-Workwarden-Now`. `json_reply`
+writes a model, a list of models or plain data as JSON, by the models'
+aliases (the problem document's `class`).
 """
 
 from __future__ import annotations
 
+import email.message
 import json
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.types import Message, Receive
 
 from workwarden.service.auth import Caller
 from workwarden.service.state import Service
+from workwarden.statemachine import errors
 
-__all__ = ["Authed", "Now", "json_reply"]
+__all__ = ["Authed", "GuardedRoute", "Now", "json_reply"]
 
-# Reads the header without refusing: a missing or malformed one is the
-# service's own coded refusal (`WORKWARDEN_UNAUTHENTICATED`), not FastAPI's.
+# Declares the scheme in the OpenAPI document; the guard reads the header itself, so a
+# missing or malformed one is the service's own coded refusal, not FastAPI's.
 _BEARER = HTTPBearer(auto_error=False, description="a token of `workwarden serve --issue-token`")
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route declares, its dependencies' included."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def _is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+def _too_large(limit: int) -> HTTPException:
+    # An HTTPException, the one kind FastAPI lets out of its body reading unchanged.
+    return HTTPException(413, f"the request body is over the limit of {limit} bytes")
+
+
+def _refuse_unknown_query(request: Request, allowed: set[str]) -> None:
+    """`WORKLOAD_INVALID` naming each query parameter the route does not declare."""
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "none"
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"unknown query parameter {', '.join(unknown)} (this route takes: {takes})",
+            {"errors": [{"field": name, "message": "unknown query parameter"} for name in unknown]},
+        )
+
+
+def _refuse_body(request: Request, takes_body: bool, limit: int) -> None:
+    """415 for a body that is not JSON, 413 for one whose `Content-Length` is over `limit`."""
+    length = request.headers.get("content-length")
+    has_body = "transfer-encoding" in request.headers or length not in (None, "0")
+    given = request.headers.get("content-type")
+    if has_body and takes_body and not _is_json(given):
+        sent = f"is {given}" if given else "has no Content-Type"
+        raise HTTPException(415, f"the body {sent}; this route takes application/json")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _too_large(limit)
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    """`receive`, refusing (413) once the body's bytes pass `limit`."""
+    seen = 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _too_large(limit)
+        return message
+
+    return counted
+
+
+class GuardedRoute(APIRoute):
+    """A `/v1` route whose token, query and body are checked before its body is read."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, behind the checks of the module docstring."""
+        handler = super().get_route_handler()
+        allowed = _query_names(self.dependant)
+        takes_body = self.body_field is not None
+
+        async def guarded(request: Request) -> Response:
+            service: Service = request.app.state.service
+            request.state.caller = service.caller(request.headers.get("authorization"))
+            _refuse_unknown_query(request, allowed)
+            limit = service.max_body_bytes
+            _refuse_body(request, takes_body, limit)
+            return await handler(Request(request.scope, _limited(request.receive, limit)))
+
+        return guarded
 
 
 async def _caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> Caller:
+    caller = getattr(request.state, "caller", None)
+    if isinstance(caller, Caller):
+        return caller
     service: Service = request.app.state.service
-    return service.caller(None if credentials is None else "Bearer " + credentials.credentials)
+    return service.caller(request.headers.get("authorization"))
 
 
 async def _now(request: Request) -> int:
@@ -41,7 +142,7 @@ async def _now(request: Request) -> int:
 
 
 Authed = Annotated[Caller, Depends(_caller)]
-"""The authenticated caller of a route (`WORKWARDEN_UNAUTHENTICATED` before the body is read)."""
+"""The authenticated caller of a route (the guard's, found before the body is read)."""
 
 Now = Annotated[int, Depends(_now)]
 """The instant a route's call is decided at."""

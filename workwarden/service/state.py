@@ -44,6 +44,7 @@ from workwarden.storage.base import (
 from workwarden.storage.forwarding import ForwardingBatchStore, ForwardingStore
 
 __all__ = [
+    "MIN_BODY_BYTES",
     "NOW_HEADER",
     "ObservedBatchStore",
     "ObservedStore",
@@ -55,6 +56,12 @@ __all__ = [
 
 #: The request header giving the call's instant, honoured only with a test clock.
 NOW_HEADER = "X-Workwarden-Now"
+
+#: The least limit on a request body (32 MiB); see `Service.max_body_bytes`.
+MIN_BODY_BYTES = 32 * 1024 * 1024
+
+# A body may hold this many JSON values of the spec's largest size (`[limits] max_json_bytes`).
+_JSON_VALUES_PER_BODY = 32
 
 _T = TypeVar("_T")
 
@@ -202,9 +209,16 @@ class Service:
     authority: Authority = field(init=False)
     tokens: TokenVerifier = field(init=False)
     metrics: Metrics = field(init=False)
+    #: The most bytes a request body may have (more is refused with 413): 32 times the
+    #: spec's `[limits] max_json_bytes`, at least `MIN_BODY_BYTES`, so the largest JSON
+    #: value the spec takes fits however it is spaced and escaped, and so does a batch.
+    max_body_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.spec = self.config.spec if self.config.spec is not None else default_spec()
+        self.max_body_bytes = max(
+            MIN_BODY_BYTES, _JSON_VALUES_PER_BODY * self.spec.limits.max_json_bytes
+        )
         self.tokens = TokenVerifier(self.config.token_keys)
         self.metrics = registry(lambda: self.store)
         self.use(self.config.store, self.config.grant_keys)
