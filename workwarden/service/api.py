@@ -88,7 +88,7 @@ def api_router(service: Service) -> APIRouter:
         """`Authority.claim`: a lease until now + lease_ms under a new fencing token.
 
         Refused `WORKLOAD_NOT_READY` (`details.paused`) while the work's scope
-        is paused: `Authority.claim` checks the pauses, `execute` does not.
+        is paused, as through `/v1/execute` and `/v1/claim_next`.
         """
 
         def go() -> ClaimReply:
