@@ -1083,7 +1083,7 @@ class Authority:
         `system.retention`), but those in a `[retention] keep` state (dead
         letters by default). `export` receives each stored document before it
         goes (a purge stops at the first one it raises for);
-        `dry_run` reports and writes nothing; `limit` bounds how many are
+        `dry_run` (a bool) reports and writes nothing; `limit` bounds how many are
         purged. Scoped by `tenant` and/or `application`. Needs a store that
         can purge (`workwarden.storage.base.Purges`; every shipped one can).
         See `workwarden.statemachine.retention`.

@@ -71,6 +71,11 @@ def purge(
         raise errors.bad_argument("older_than_ms", "older_than_ms must be a whole number of ms")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise errors.bad_argument("limit", "limit must be a whole number above 0")
+    if not isinstance(dry_run, bool):
+        # Read by truth, None or 0 would purge for real.
+        raise errors.bad_argument("dry_run", "dry_run must be True or False")
+    if export is not None and not callable(export):
+        raise errors.bad_argument("export", "export must be callable with each stored document")
     tenant, application = inputs.as_scope(tenant, application)
     who = RETENTION_ACTOR if actor is None else inputs.as_name(actor, "actor")
     store = authority.store

@@ -76,6 +76,14 @@ def test_a_dry_run_writes_nothing_and_a_bad_age_is_refused(
         with pytest.raises(WorkloadError) as refused:
             authority.purge(NOW + 45 * DAY, older_than_ms=bad)  # type: ignore[arg-type]
         assert refused.value.code == errors.INVALID
+    # Read by truth, a dry_run of None or 0 purged for real; an export that
+    # cannot be called failed only once it was handed a document.
+    for field, value in (("dry_run", None), ("dry_run", 0), ("dry_run", "no"), ("export", 5)):
+        with pytest.raises(WorkloadError) as refused:
+            authority.purge(NOW + 45 * DAY, **{field: value})  # type: ignore[arg-type]
+        assert refused.value.code == errors.INVALID
+        assert refused.value.details is not None
+        assert refused.value.details["field"] == field
     assert store_snapshot(store) == before
 
 
