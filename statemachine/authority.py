@@ -167,7 +167,7 @@ class Prepared:
     def commit(self) -> Any:
         """Write the decision (if it changes anything); return the reply or raise the refusal."""
         if self._committed:
-            raise RuntimeError("a prepared call commits once")
+            raise errors.invalid("commit", "a prepared call commits once")
         self._committed = True
         decision = self.decision
         workload = decision.workload
@@ -210,8 +210,8 @@ class Authority:
     the spec and the grant verifier are immutable. Several authorities, in
     one process or many, may share one store: the compare-and-swap decides
     between them. A `Prepared` decision belongs to the caller that made it.
-    Bad arguments (`grants` not a `GrantVerifier`, a negative `remember`) are
-    refused when it is built.
+    Bad arguments (`store` not a `Store`, `spec` not a `Spec`, `grants` not a
+    `GrantVerifier`, a negative `remember`) are refused when it is built.
     """
 
     def __init__(
@@ -222,6 +222,12 @@ class Authority:
         spec: Spec | None = None,
         remember: int = DEFAULT_REMEMBER,
     ) -> None:
+        if not isinstance(store, Store):
+            raise errors.bad_argument(
+                "store", "store must be a Store (MemoryStore, SQLiteStore, PostgresStore, ...)"
+            )
+        if spec is not None and not isinstance(spec, Spec):
+            raise errors.bad_argument("spec", "spec must be a Spec (see load_spec), or None")
         if not isinstance(grants, GrantVerifier):
             raise errors.bad_argument(
                 "grants", "grants must be a GrantVerifier (or GrantVerifier.without_signatures())"

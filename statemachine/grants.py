@@ -126,7 +126,9 @@ must be at least 16 bytes
         self._secret = _secret(secret, "secret")
 
     def sign(self, grant: Grant) -> SignedGrant:
-        """Return `grant` with this key's signature."""
+        """Return `grant` with this key's signature (`WORKLOAD_INVALID` unless it is a `Grant`)."""
+        if not isinstance(grant, Grant):
+            raise errors.invalid("grant", "grant must be a Grant")
         digest = hmac.new(self._secret, _canonical(grant), hashlib.sha256).hexdigest()
         return SignedGrant(grant=grant, key_id=self.key_id, signature=digest)
 

@@ -445,3 +445,29 @@ def test_a_request_cannot_be_changed_after_it_was_built_so_nothing_unchecked_is_
     admitted = warden.admit(made, 1_000).workload
     assert warden.claim_next("t", "app", "w1", CAPS, 1_001, 30_000) is not None
     assert warden.get(admitted.workload_id).retry_policy == made.retry_policy
+
+
+@pytest.mark.parametrize(
+    ("field", "build"),
+    [
+        ("store", lambda: Authority(None, grants=VERIFIER)),  # type: ignore[arg-type]
+        ("store", lambda: Authority(5, grants=VERIFIER)),  # type: ignore[arg-type]
+        ("spec", lambda: Authority(MemoryStore(), grants=VERIFIER, spec="x")),  # type: ignore[arg-type]
+        ("grant", lambda: GrantSigner("k1", b"0123456789abcdef").sign({})),  # type: ignore[arg-type]
+        ("grant", lambda: GrantSigner("k1", b"0123456789abcdef").sign(None)),  # type: ignore[arg-type]
+    ],
+)
+def test_an_authority_and_a_signer_refuse_what_they_cannot_use_when_called(
+    field: str, build: Callable[[], Any]
+) -> None:
+    assert_invalid(build, field)
+
+
+def test_a_prepared_call_commits_once_and_a_second_commit_is_invalid() -> None:
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    prepared = warden.prepare({"op": "admit", "request": request().model_dump()}, 1_000)
+    prepared.commit()
+    before = store_snapshot(store)
+    assert_invalid(prepared.commit, "commit")
+    assert store_snapshot(store) == before
