@@ -13,8 +13,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 from urllib.parse import quote
+
+from workwarden.statemachine import errors
 
 __all__ = [
     "CLAIM_PAGES",
@@ -43,6 +45,7 @@ __all__ = [
     "WorkSignal",
     "Write",
     "WriteOutcome",
+    "check_audit_bounds",
     "distinct_keys",
     "document_from_row",
     "over_limit",
@@ -365,7 +368,13 @@ class Store(Protocol):
         ...
 
     def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        """Audit records with sequence greater than `after`, in commit order."""
+        """Audit records with sequence greater than `after`, in commit order, at most `limit`.
+
+        `after` is a sequence number (0: from the first record), `limit` a
+        count of records (None: every one). Each is a whole number from 0 to
+        2**63 - 1; anything else is refused with `WORKLOAD_INVALID` before the
+        store is read (`check_audit_bounds`).
+        """
         ...
 
     def close(self) -> None:
@@ -527,6 +536,28 @@ class BatchStore(Protocol):
         caller's to avoid: the store commits what `choose` returned.
         """
         ...
+
+
+#: The largest bound `audit_log` takes: a signed 64-bit integer, as the SQL stores keep one.
+_MAX_BOUND: Final = 2**63 - 1
+
+
+def check_audit_bounds(after: object, limit: object) -> None:
+    """Refuse `Store.audit_log` bounds that are not whole numbers from 0 to 2**63 - 1.
+
+    `limit` may also be None. The refusal is `WORKLOAD_INVALID` naming the
+    argument (`InvalidArgument`, also a `ValueError`). Every store calls this
+    before it reads, so that none reads a negative `after` as "the last
+    records" or a negative `limit` as "all but the last".
+    """
+    for field, value in (("after", after), ("limit", limit)):
+        if value is None and field == "limit":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_BOUND:
+            raise errors.bad_argument(
+                field,
+                f"audit_log's {field} must be a whole number from 0 to 2**63 - 1, not {value!r}",
+            )
 
 
 def distinct_keys(writes: Sequence[Write]) -> None:

@@ -3,7 +3,8 @@
 For tests, the checker and short-lived tools. It keeps exactly the semantics
 of the durable backends: versions from 1, a require-absent create, a
 conflicting write that changes nothing, a unique result id, the audit record
-appended in the same critical section as its document.
+appended in the same critical section as its document. Like them, once
+closed it refuses every call with `StoreFailure`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Iterator, Sequence
+from types import TracebackType
 
 from workwarden.storage.base import (
     CLAIM_PAGES,
@@ -24,9 +26,11 @@ from workwarden.storage.base import (
     PauseScope,
     StoreConflict,
     StoredDocument,
+    StoreFailure,
     WorkSignal,
     Write,
     WriteOutcome,
+    check_audit_bounds,
     distinct_keys,
     over_limit,
     spend_rate,
@@ -40,15 +44,48 @@ def _order(doc: StoredDocument) -> tuple[int, int, str]:
     return (-doc.index.priority, doc.index.created_at, doc.key)
 
 
+class _Gate:
+    """The store's one lock, which refuses entry (`StoreFailure`) once the store is closed."""
+
+    __slots__ = ("_closed", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        if self._closed:
+            self._lock.release()
+            raise StoreFailure("the memory store is closed")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        """Refuse every later entry; closing twice is harmless."""
+        with self._lock:
+            self._closed = True
+
+
 class MemoryStore:
     """An in-memory CAS document store with index fields and an audit log.
+
+    After `close`, every call that reads or writes raises `StoreFailure`, as
+    the durable stores' do (the authority surfaces it as
+    `WORKLOAD_STORAGE_FAILURE`); closing twice is harmless.
 
     Thread-safety: every call holds one lock for its whole critical section,
     so any number of threads may share one store; it lives in one process.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _Gate()
         self._docs: dict[str, StoredDocument] = {}
         self._results: dict[str, str] = {}
         #: Each rated concurrency key's rate mark (`base.spend_rate`).
@@ -393,13 +430,19 @@ class MemoryStore:
         return iter(rows)
 
     def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        """Audit records after sequence `after`, in commit order."""
+        """Audit records after sequence `after`, in commit order, at most `limit` of them.
+
+        A bound that is not a whole number from 0 is `WORKLOAD_INVALID`
+        (`check_audit_bounds`).
+        """
+        check_audit_bounds(after, limit)
         with self._lock:
             rows = self._audit[after:]
         return rows if limit is None else rows[:limit]
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Refuse every later call with `StoreFailure`; closing twice is harmless."""
+        self._lock.close()
 
     # -- optional capabilities (`DueInstants`, `WakeUps`) ---------------------------------
 

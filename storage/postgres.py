@@ -102,6 +102,7 @@ from workwarden.storage.base import (
     WorkSignal,
     Write,
     WriteOutcome,
+    check_audit_bounds,
     distinct_keys,
     pause_from_row,
 )
@@ -753,7 +754,12 @@ class PostgresStore:
             rows = self._fetchall("cannot scan documents", _SCAN, (rows[-1][0], _SCAN_PAGE))
 
     def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        """Audit records with sequence greater than `after`, by sequence."""
+        """Audit records with sequence greater than `after`, by sequence, at most `limit`.
+
+        A bound that is not a whole number from 0 is `WORKLOAD_INVALID`
+        (`check_audit_bounds`), refused before the database is asked.
+        """
+        check_audit_bounds(after, limit)
         rows = self._fetchall("cannot read the audit log", _AUDIT, (after, limit))
         return [_audit(row) for row in rows]
 

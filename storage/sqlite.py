@@ -56,6 +56,7 @@ from workwarden.storage.base import (
     WorkSignal,
     Write,
     WriteOutcome,
+    check_audit_bounds,
     distinct_keys,
     pause_from_row,
     wakes_claimers,
@@ -142,6 +143,27 @@ def _first_version(conn: sqlite3.Connection, key: str) -> int:
     return 1 if row is None else int(row[0]) + 1
 
 
+def _file_name(path: object) -> str:
+    """`path` as the text of a file name, or `WORKLOAD_INVALID` naming `path`.
+
+    Bytes, objects that are not paths, and names holding a NUL (at which
+    SQLite would cut the name, opening another file) are refused.
+    """
+    name: object = None
+    if isinstance(path, str | os.PathLike):
+        try:
+            name = os.fspath(path)
+        except TypeError:
+            name = None
+    if not isinstance(name, str):
+        raise errors.bad_argument(
+            "path", f"path must be a str or os.PathLike naming a file, not {type(path).__name__}"
+        )
+    if "\x00" in name:
+        raise errors.bad_argument("path", "path must not hold a NUL character")
+    return name
+
+
 def _limit(limit: int | None) -> int:
     # SQLite reads a negative LIMIT as "no limit".
     return -1 if limit is None else max(limit, 0)
@@ -155,6 +177,12 @@ class SQLiteStore:
     (else `StoreFailure`); with `read_only=True` too, and the store is opened
     read-only: nothing is ever written, the file may be one the process cannot
     write, and a write fails with `StoreFailure`.
+
+    Arguments are checked before any file is touched: `path` must be a `str`
+    or `os.PathLike` naming a file as text, with no NUL character (which
+    SQLite would cut the name at); `read_only` and `create` must be `bool`s;
+    anything else is `WORKLOAD_INVALID` naming the argument (an
+    `InvalidArgument`, also a `ValueError`).
 
     Several threads may share one store, and several processes may
     open the same file; every write is serialised by SQLite's write lock and
@@ -190,14 +218,14 @@ class SQLiteStore:
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        name = os.fspath(path)
+        name = _file_name(path)
         if name == "" or name == ":memory:" or name.startswith("file:"):
             raise errors.bad_argument(
                 "path",
                 f"SQLiteStore needs a file path, not {name!r}"
                 " (for a store in memory use MemoryStore)",
             )
-        level = str(synchronous).upper()
+        level = synchronous.upper() if isinstance(synchronous, str) else ""
         if level not in _SYNCHRONOUS:
             raise errors.bad_argument(
                 "synchronous",
@@ -209,6 +237,9 @@ class SQLiteStore:
             )
         if busy_timeout_ms < 0:
             raise errors.bad_argument("busy_timeout_ms", "busy_timeout_ms must not be negative")
+        for flag, value in (("read_only", read_only), ("create", create)):
+            if not isinstance(value, bool):
+                raise errors.bad_argument(flag, f"{flag} must be True or False, not {value!r}")
         self.path = name
         self.synchronous = level
         self.busy_timeout_ms = busy_timeout_ms
@@ -637,7 +668,12 @@ class SQLiteStore:
             after = rows[-1][0]
 
     def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
-        """Audit records with sequence greater than `after`, in commit order."""
+        """Audit records with sequence greater than `after`, in commit order, at most `limit`.
+
+        A bound that is not a whole number from 0 is `WORKLOAD_INVALID`
+        (`check_audit_bounds`).
+        """
+        check_audit_bounds(after, limit)
         params = {"after": after, "limit": _limit(limit)}
         return [_audit(row) for row in self._query("audit log", _AUDIT_LOG, params)]
 

@@ -19,10 +19,14 @@ check that failed and why. For one pytest test per check, subclass
 The checks: compare-and-swap (versions from 1, create requires absence, the
 expected version must hold, a conflicting write changes nothing: documents,
 index answers and audit log alike), audit atomicity (one record per committed
-write, in commit order), unique result ids, the claim query (priority, age,
-key order; keyset paging; eligibility; tenant and application isolation),
+write, in commit order), `audit_log` paging and its refusal of a negative or
+non-integer bound (`WORKLOAD_INVALID`, nothing changed), unique result ids,
+the claim query (priority, age, key order; keyset paging; eligibility;
+tenant and application isolation),
 the lease and deadline queries (due at or before `now`), listing and
-scanning, and writers racing in threads (exactly one wins each version).
+scanning, writers racing in threads (exactly one wins each version), and
+closing (every read and write after `close` is a `StoreFailure`, and closing
+twice is harmless).
 
 Further checks cover optional capabilities (`workwarden.storage.base`), and
 pass for a store that does not offer them: `next_instants` (`DueInstants`),
@@ -62,7 +66,7 @@ from functools import partial
 from itertools import pairwise
 from typing import Any, Final
 
-from workwarden.statemachine.errors import bad_argument
+from workwarden.statemachine.errors import INVALID, WorkloadError, bad_argument
 from workwarden.storage.base import (
     CLAIM_PAGES,
     AuditRecord,
@@ -79,6 +83,7 @@ from workwarden.storage.base import (
     Store,
     StoreConflict,
     StoredDocument,
+    StoreFailure,
     StoreLimited,
     StoreRateLimited,
     WakeUps,
@@ -490,6 +495,27 @@ def _audit_log_pages_by_sequence(store: Store) -> None:
     _equal(list(store.audit_log(after=0)), records, "audit_log(after=0)")
 
 
+def _audit_log_refuses_a_negative_or_non_integer_bound(store: Store) -> None:
+    writer = _Writer(store)
+    for step in range(4):
+        writer.put(f"k{step}", _index(created_at=step))
+    before = _snapshot(store)
+    bad: list[tuple[str, dict[str, Any]]] = [
+        *(("after", {"after": value}) for value in (-1, -3, 1.5, "2", True, None, 2**63)),
+        *(("limit", {"limit": value}) for value in (-1, -2, 2.0, "3", False, 2**63)),
+    ]
+    for field, bounds in bad:
+        what = f"audit_log({', '.join(f'{k}={v!r}' for k, v in bounds.items())})"
+        try:
+            answer = store.audit_log(**bounds)
+        except WorkloadError as exc:
+            _equal(exc.code, INVALID, f"the code of {what}'s refusal")
+            _equal((exc.details or {}).get("field"), field, f"the field {what}'s refusal names")
+        else:
+            raise AssertionError(f"{what}: expected WORKLOAD_INVALID, got {len(answer)} records")
+        _unchanged(store, before, f"a refused {what}", ())
+
+
 # -- result ids -----------------------------------------------------------------------
 
 
@@ -857,6 +883,32 @@ def _concurrent_writes_to_distinct_keys_all_commit(store: Store) -> None:
         )
         doc = store.read(key)
         _equal(None if doc is None else doc.document, _text(key, writes - 1), f"document {key}")
+
+
+# -- closing ------------------------------------------------------------------------------
+
+
+def _a_closed_store_refuses_reads_and_writes(store: Store) -> None:
+    index = _index(eligible_at=0)
+    store.write("k", _text("k", 1), index, None, _audit("k", index, 1))
+    store.close()
+    store.close()
+    calls: dict[str, Callable[[], object]] = {
+        "read": lambda: store.read("k"),
+        "write": lambda: store.write("j", _text("j", 2), index, None, _audit("j", index, 2)),
+        "update": lambda: store.write("k", _text("k", 3), index, 1, _audit("k", index, 3)),
+        "audit_log": store.audit_log,
+        "scan": lambda: list(store.scan()),
+        "list": lambda: store.list("t", "a"),
+        "claim_candidates": lambda: store.claim_candidates("t", "a", 0, 10),
+        "expired_leases": lambda: store.expired_leases(_BIG, 10),
+    }
+    for what, call in calls.items():
+        try:
+            answer = call()
+        except StoreFailure:
+            continue
+        raise AssertionError(f"{what} after close: expected StoreFailure, got {answer!r}")
 
 
 # -- optional capabilities ---------------------------------------------------------------
@@ -1868,6 +1920,10 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     ("a_conflicting_write_changes_nothing", _a_conflicting_write_changes_nothing),
     ("each_write_appends_one_audit_record", _each_write_appends_one_audit_record),
     ("audit_log_pages_by_sequence", _audit_log_pages_by_sequence),
+    (
+        "audit_log_refuses_a_negative_or_non_integer_bound",
+        _audit_log_refuses_a_negative_or_non_integer_bound,
+    ),
     ("result_ids_are_unique", _result_ids_are_unique),
     ("held_claims_are_a_workers_claims_in_a_scope", _held_claims_are_a_workers_claims_in_a_scope),
     (
@@ -1893,6 +1949,7 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         "concurrent_writes_to_distinct_keys_all_commit",
         _concurrent_writes_to_distinct_keys_all_commit,
     ),
+    ("a_closed_store_refuses_reads_and_writes", _a_closed_store_refuses_reads_and_writes),
     (
         "next_instants_are_the_earliest_after_an_instant",
         _next_instants_are_the_earliest_after_an_instant,
@@ -2077,6 +2134,10 @@ class StoreConformance:
         """`audit_log(after, limit)` pages by sequence."""
         self._check("audit_log_pages_by_sequence")
 
+    def test_audit_log_refuses_a_negative_or_non_integer_bound(self) -> None:
+        """A negative, non-integer or too large `after` or `limit` is `WORKLOAD_INVALID`."""
+        self._check("audit_log_refuses_a_negative_or_non_integer_bound")
+
     def test_result_ids_are_unique(self) -> None:
         """A result id belongs to one key at a time."""
         self._check("result_ids_are_unique")
@@ -2128,6 +2189,10 @@ class StoreConformance:
     def test_concurrent_writes_to_distinct_keys_all_commit(self) -> None:
         """Threads writing their own keys all commit, each write audited once."""
         self._check("concurrent_writes_to_distinct_keys_all_commit")
+
+    def test_a_closed_store_refuses_reads_and_writes(self) -> None:
+        """Every read and write after `close` is a `StoreFailure`; closing twice is harmless."""
+        self._check("a_closed_store_refuses_reads_and_writes")
 
     def test_next_instants_are_the_earliest_after_an_instant(self) -> None:
         """`next_instants` (when offered) answers the earliest instants strictly after one."""

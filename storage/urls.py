@@ -25,7 +25,9 @@ PostgreSQL URL (which may hold a password):
 
 - `WORKLOAD_STORE_URL_INVALID`: no URL at all, or one that names no store (an
   unknown scheme, a SQLite URL with a host or an unknown option, text that is
-  not UTF-8). It is also a `ValueError`, as a URL that names no store always was.
+  not UTF-8, a NUL character in the URL or in its decoded path, at which
+  SQLite would cut the file name). It is also a `ValueError`, as a URL that
+  names no store always was.
 - `WORKLOAD_STORE_NOT_FOUND`: the SQLite file (or, for `"create"`, its
   directory) does not exist; `details.path` names it.
 - `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
@@ -122,6 +124,8 @@ def _sqlite_path(rest: str, shown: str) -> tuple[str, str]:
     path = unquote(path, errors="strict")
     if not path:
         raise StoreURLInvalid(f"{shown}: the SQLite URL names no file")
+    if "\x00" in path:
+        raise StoreURLInvalid(f"{shown}: the path holds a NUL character (%00)")
     return path, query
 
 
@@ -223,8 +227,10 @@ def open_store(url: str | None = None, *, mode: Mode = "write") -> Store:
             raise StoreURLInvalid(f"no store: give --store URL or set {STORE_VARIABLE}")
     if not isinstance(url, str) or not url.strip():
         raise StoreURLInvalid("a store URL is required, for example sqlite:///var/lib/work.db")
-    if _has_surrogates(url) or "\x00" in url:
+    if _has_surrogates(url):
         raise StoreURLInvalid("the store URL is not UTF-8 text")
+    if "\x00" in url:
+        raise StoreURLInvalid("the store URL holds a NUL character")
     match = _SCHEME.match(url)
     # One letter before the colon is a Windows drive (C:\work.db), not a scheme.
     if match is None or len(match.group(1)) == 1:

@@ -32,6 +32,7 @@ from workwarden.storage import (
     open_store,
 )
 from workwarden.storage.sqlite import SCHEMA_VERSION
+from workwarden.storage.urls import Mode
 
 INDEX = IndexFields(tenant="t", application="a", state="READY", priority=0, created_at=0)
 
@@ -171,6 +172,45 @@ def test_a_store_in_a_missing_directory_fails(tmp_path: Path) -> None:
 def test_a_store_needs_a_file(path: str) -> None:
     with pytest.raises(ValueError, match="MemoryStore"):
         SQLiteStore(path)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (None, "not NoneType"),
+        (7, "not int"),
+        (b"/tmp/work.db", "not bytes"),
+        ("{tmp}/a\x00b.db", "NUL"),
+        (Path("{tmp}/a\x00b.db"), "NUL"),
+    ],
+)
+def test_a_path_that_is_not_text_naming_one_file_is_refused_before_any_file_is_made(
+    tmp_path: Path, path: object, message: str
+) -> None:
+    if isinstance(path, str | Path):
+        path = type(path)(str(path).format(tmp=tmp_path))
+    with pytest.raises(WorkloadError, match=message) as refused:
+        SQLiteStore(path)  # type: ignore[arg-type]
+    assert refused.value.code == "WORKLOAD_INVALID"
+    assert refused.value.details == {
+        "field": "path",
+        "errors": [{"field": "path", "message": refused.value.message}],
+    }
+    # SQLite would have cut the name at the NUL and made tmp_path / "a".
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["read_only", "create"])
+@pytest.mark.parametrize("value", ["no", "", 0, 1, None])
+def test_a_flag_that_is_not_a_bool_is_refused_before_any_file_is_made(
+    tmp_path: Path, flag: str, value: object
+) -> None:
+    with pytest.raises(WorkloadError, match=f"{flag} must be True or False") as refused:
+        SQLiteStore(tmp_path / "work.db", **{flag: value})  # type: ignore[arg-type]
+    assert refused.value.code == "WORKLOAD_INVALID"
+    assert refused.value.details is not None
+    assert refused.value.details["field"] == flag
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("level", ["OFF", "fast", ""])
@@ -317,6 +357,17 @@ def test_a_sqlite_url_decodes_its_path_and_reads_the_store_options(tmp_path: Pat
 def test_a_url_that_names_no_store_is_refused(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         open_store(url)
+
+
+@pytest.mark.parametrize("mode", ["read", "write", "create"])
+@pytest.mark.parametrize("url", ["sqlite://{tmp}/a%00b.db", "sqlite://{tmp}/a\x00b.db"])
+def test_a_url_whose_path_holds_a_nul_is_refused_in_every_mode_and_makes_no_file(
+    tmp_path: Path, url: str, mode: Mode
+) -> None:
+    with pytest.raises(WorkloadError, match="NUL character") as refused:
+        open_store(url.format(tmp=tmp_path), mode=mode)
+    assert refused.value.code == "WORKLOAD_STORE_URL_INVALID"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unknown_scheme_is_refused_without_repeating_the_url() -> None:

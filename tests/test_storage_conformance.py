@@ -28,6 +28,7 @@ from workwarden.storage import (
     SQLiteStore,
     Store,
     StoreConflict,
+    StoreFailure,
 )
 from workwarden.storage.base import (
     ChooseClaims,
@@ -163,6 +164,50 @@ def test_a_store_writing_a_document_without_its_audit_record_fails_the_suite() -
     assert "each_write_appends_one_audit_record" in failures
     assert "number of audit records" in failures["each_write_appends_one_audit_record"]
     assert "expected_version_must_match" not in failures
+
+
+class StaysOpenAfterClose(MemoryStore):
+    """Broken on purpose: `close` releases nothing, and every later call still answers."""
+
+    def close(self) -> None:
+        pass
+
+
+class CountsANegativeAfterFromTheEnd(MemoryStore):
+    """Broken on purpose: `audit_log` slices its list, so `after=-3` is the last three records."""
+
+    def audit_log(self, after: int = 0, limit: int | None = None) -> list[AuditRecord]:
+        with self._lock:
+            rows = list(self._audit[after:])
+        return rows if limit is None else rows[:limit]
+
+
+def test_a_store_still_answering_after_close_fails_the_suite() -> None:
+    failures = failures_of(StaysOpenAfterClose)
+    assert set(failures) == {"a_closed_store_refuses_reads_and_writes"}
+    assert (
+        "read after close: expected StoreFailure"
+        in failures["a_closed_store_refuses_reads_and_writes"]
+    )
+
+
+def test_a_store_reading_a_negative_audit_bound_from_the_end_fails_the_suite() -> None:
+    failures = failures_of(CountsANegativeAfterFromTheEnd)
+    assert set(failures) == {"audit_log_refuses_a_negative_or_non_integer_bound"}
+    assert (
+        "audit_log(after=-1): expected WORKLOAD_INVALID, got 1 records"
+        in failures["audit_log_refuses_a_negative_or_non_integer_bound"]
+    )
+
+
+def test_a_closed_memory_store_fails_like_a_closed_sqlite_store(tmp_path: Path) -> None:
+    memory, sqlite = MemoryStore(), SQLiteStore(tmp_path / "closed.db")
+    for store in (memory, sqlite):
+        store.close()
+        with pytest.raises(StoreFailure, match="closed"):
+            store.read("k")
+        with pytest.raises(StoreFailure, match="closed"):
+            store.audit_log()
 
 
 def test_a_store_that_raises_fails_the_check_with_what_it_raised(tmp_path: Path) -> None:
