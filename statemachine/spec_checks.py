@@ -127,6 +127,7 @@ class _Parts:
     deadline_order: list[str] | None
     deadline_kinds: dict[str, DeadlineKindSpec | None] | None
     forbidden_text: list[tuple[int, TextPattern]]
+    forbidden_keys: list[tuple[int, str]]
     errors: dict[str, ErrorSpec | None] | None
     failure_kinds: dict[str, FailureKindSpec | None] | None
     failures_open: bool
@@ -161,6 +162,7 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
     patterns = (
         _items(TextPattern, secrets.get("forbidden_text")) if isinstance(secrets, dict) else None
     )
+    keys = secrets.get("forbidden_keys") if isinstance(secrets, dict) else None
     return _Parts(
         states=_table(StateSpec, raw.get("states")),
         transitions=transitions[0] if transitions else [],
@@ -177,6 +179,11 @@ def _parts(raw: Mapping[str, Any]) -> _Parts:
         ),
         deadline_kinds=_table(DeadlineKindSpec, deadlines.get("kinds")),
         forbidden_text=patterns[0] if patterns else [],
+        forbidden_keys=(
+            [(i, key) for i, key in enumerate(keys) if isinstance(key, str)]
+            if isinstance(keys, list)
+            else []
+        ),
         errors=_table(ErrorSpec, raw.get("errors")),
         failure_kinds=_table(FailureKindSpec, failures.get("kinds")),
         failures_open=failures.get("open") is True,
@@ -634,6 +641,12 @@ class _Checker:
                 self.add(
                     f"secrets.forbidden_text[{i}]", "set exactly one of `contains` or `prefix`"
                 )
+            elif pattern.contains == "" or pattern.prefix == "":
+                # Every text contains and starts with "": all free text would be a secret.
+                self.add(f"secrets.forbidden_text[{i}]", "a pattern must not be empty")
+        for i, key in self.parts.forbidden_keys:
+            if not key:
+                self.add(f"secrets.forbidden_keys[{i}]", "a forbidden key must not be empty")
 
     def errors(self) -> None:
         catalogue = self.parts.errors
@@ -728,6 +741,8 @@ def parse_spec_text(text: str, file: str) -> tuple[SpecFile | None, list[Problem
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return None, [_toml_problem(exc, text, file)]
+    except RecursionError:
+        return None, [Problem(file, "(toml)", "not valid TOML: nested too deeply to read")]
     problems: list[Problem] = []
     data: SpecFile | None = None
     try:

@@ -516,6 +516,24 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "policies.claim.rules[0].when",
         "Input should be a valid list",
     ),
+    (
+        "an empty forbidden text pattern (every text would be a secret)",
+        edited("forbidden_text = [", 'forbidden_text = [{ contains = "" }, '),
+        "secrets.forbidden_text[0]",
+        "must not be empty",
+    ),
+    (
+        "an empty forbidden key",
+        edited("forbidden_keys = [", 'forbidden_keys = ["", '),
+        "secrets.forbidden_keys[0]",
+        "must not be empty",
+    ),
+    (
+        "TOML nested deeper than the parser goes",
+        "a = " + "[" * 100_000 + "]" * 100_000,
+        "(toml)",
+        "nested too deeply",
+    ),
 ]
 
 
