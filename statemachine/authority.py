@@ -565,8 +565,9 @@ class Authority:
         workload (`AdmitReply`), the original admission of the same scoped
         key (`replayed`), or its own refusal, given as the `WorkloadError`
         in its slot (nothing of that request is written; the others are).
-        At most `batches.MAX_BATCH` (1,000) requests; a longer batch, or
-        `requests` not a list, is `WORKLOAD_INVALID` and writes nothing.
+        At most `batches.MAX_BATCH` (1,000) requests, taken from any iterable
+        (a list, a generator); a longer batch, or `requests` not an iterable
+        of requests (a str, a mapping), is `WORKLOAD_INVALID` and writes nothing.
         The same scoped key twice in one batch: the second is answered
         after the first committed, as a second `admit` call would be. On a
         store that is a `BatchStore` every admission decided on absence is
@@ -1042,8 +1043,11 @@ class Authority:
         in-flight work is not affected, and deadlines keep running
         (`workwarden.statemachine.pauses`). Written with an audit record
         (operation `pause`); pausing a paused scope writes nothing and returns
-        the pause in force. `reason` is checked as an operator's reason is (no
-        plaintext secrets).
+        the pause in force. `reason` is checked as an operator's reason is
+        (free text without NUL, no plaintext secrets). `request_id` is
+        recorded with the audit record, for tracing the call; it is not
+        matched against earlier calls (a pause is idempotent by its scope
+        already), so one id may name a pause and a later resume.
         """
         scope = pauses.scope_of(tenant, application, definition, concurrency_key)
         return pauses.pause(self, scope, actor, now, reason, request_id)
