@@ -20,7 +20,7 @@ from workwarden.statemachine.models import (
     Fence,
     Name,
     Prose,
-    StrSet,
+    RequestSet,
     Workload,
 )
 
@@ -83,7 +83,7 @@ class ClaimCommand(_Command):
     op: Literal["claim"] = "claim"
     workload_id: Name
     worker_id: Name
-    capabilities: StrSet = ()
+    capabilities: RequestSet = ()
     lease_ms: LeaseMs
     request_id: RequestId | None = None
 
@@ -273,7 +273,7 @@ class ClaimNextCommand(_Command):
     tenant_id: Name
     application_id: Name
     worker_id: Name
-    capabilities: StrSet = ()
+    capabilities: RequestSet = ()
     lease_ms: LeaseMs
     request_id: RequestId | None = None
 

@@ -26,6 +26,7 @@ from workwarden.statemachine.grants import SignedGrant, Subject
 __all__ = [
     "DEFAULT_RETRY_ON",
     "MAX_INSTANT",
+    "MAX_LIST",
     "Attempt",
     "AttemptStatus",
     "Backoff",
@@ -93,6 +94,13 @@ def _as_sorted_set(value: Any) -> Any:
 
 StrSet = Annotated[tuple[Name, ...], BeforeValidator(_as_sorted_set)]
 """A set of names, stored sorted and without duplicates."""
+
+#: The most entries a request's list takes (capabilities, connection scopes,
+#: dependencies): each is copied into the document and read on every claim.
+MAX_LIST = 256
+
+#: A request's set of names: at most `MAX_LIST` of them.
+RequestSet = Annotated[StrSet, Field(max_length=MAX_LIST)]
 
 
 def _is_none(value: Any) -> bool:
@@ -185,13 +193,13 @@ class CreateWorkload(_Request):
     requested_by: Subject
     session_id: Name | None = None
     authorization_snapshot: SignedGrant
-    capability_snapshot: StrSet = ()
-    connection_scopes: StrSet = ()
+    capability_snapshot: RequestSet = ()
+    connection_scopes: RequestSet = ()
     priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = 0
     idempotency_key: Name
     retry_policy: RetryPolicy = Field(default_factory=default_retry_policy)
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    dependencies: tuple[Dependency, ...] = ()
+    dependencies: Annotated[tuple[Dependency, ...], Field(max_length=MAX_LIST)] = ()
     not_before: Instant | None = None
     #: The concurrency key: at most the spec's limit for it (`[concurrency]`) of the
     #: workloads that carry it hold a claim at once. None: no limit applies.

@@ -33,7 +33,7 @@ from workwarden.statemachine import (
     load_spec,
 )
 from workwarden.statemachine.errors import ValidatedModel
-from workwarden.statemachine.models import DEFAULT_RETRY_ON, MAX_INSTANT
+from workwarden.statemachine.models import DEFAULT_RETRY_ON, MAX_INSTANT, MAX_LIST
 from workwarden.statemachine.spec import check_spec_file, load_spec_text, shipped_spec_text
 from workwarden.storage import MemoryStore, Store
 
@@ -471,3 +471,32 @@ def test_a_prepared_call_commits_once_and_a_second_commit_is_invalid() -> None:
     before = store_snapshot(store)
     assert_invalid(prepared.commit, "commit")
     assert store_snapshot(store) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("capability_snapshot", [f"c{i}" for i in range(MAX_LIST + 1)]),
+        ("connection_scopes", [f"s{i}" for i in range(MAX_LIST + 1)]),
+        ("dependencies", [{"workload_id": f"w{i}"} for i in range(MAX_LIST + 1)]),
+    ],
+)
+def test_a_request_list_longer_than_the_limit_is_invalid_and_admits_nothing(
+    field: str, value: list[Any]
+) -> None:
+    # Each entry is copied into the document and read on every claim.
+    fields = request().model_dump()
+    fields[field] = value
+    assert_invalid(lambda: CreateWorkload(**fields), field)
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    assert_invalid(lambda: warden.admit(fields, 1_000), f"request.{field}")
+    assert store_snapshot(store) == store_snapshot(MemoryStore())
+    fields[field] = value[:MAX_LIST]
+    assert CreateWorkload(**fields)
+
+
+def test_a_worker_offering_more_capabilities_than_the_limit_is_invalid() -> None:
+    warden = Authority(MemoryStore(), grants=VERIFIER)
+    offered = [f"c{i}" for i in range(MAX_LIST + 1)]
+    assert_invalid(lambda: warden.claim_next("t", "app", "w1", offered, 1_000, 30_000))
