@@ -61,6 +61,7 @@ def _refused_naming(field: str, build: Any, *args: Any, **options: Any) -> None:
         ({"capabilities": "email:send"}, "capabilities"),
         ({"capabilities": [1, 2]}, "capabilities"),
         ({"capabilities": 5}, "capabilities"),
+        ({"capabilities": [f"c{i}" for i in range(257)]}, "capabilities"),
         ({"clock": 5}, "clock"),
         ({"executor": "threads"}, "executor"),
         ({"sleep": 1.0}, "sleep"),

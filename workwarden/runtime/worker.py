@@ -72,7 +72,7 @@ from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.fairness import FairScope, FairShare, claim_fair, spec_weight
-from workwarden.statemachine.models import Checkpoint, ClaimReply, Fence
+from workwarden.statemachine.models import MAX_LIST, Checkpoint, ClaimReply, Fence
 from workwarden.statemachine.spec import Spec
 from workwarden.storage.base import DueInstants, ScopeListing, StoreError, WakeUps, WorkSignal
 
@@ -334,6 +334,11 @@ class Worker:
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self.capabilities = tuple(capabilities) if capabilities is not None else app.capabilities
+        if len(set(self.capabilities)) > MAX_LIST:
+            # Every claim would be refused for offering more than a claim takes.
+            raise errors.bad_argument(
+                "capabilities", f"a worker offers at most {MAX_LIST} capabilities"
+            )
         self.clock: Clock = clock if clock is not None else WallClock()
         self.executor: Executor = executor if executor is not None else ThreadExecutor()
         self.sleep = sleep
