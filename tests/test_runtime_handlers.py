@@ -276,3 +276,26 @@ def test_a_handler_raising_a_bad_retry_or_fail_still_reports_a_failure(raised: A
     assert "WORKLOAD_INVALID" in error
     assert worker.counts["retried"] == 1
     assert "refused" not in worker.counts
+
+
+def test_a_failure_of_a_kind_the_spec_does_not_declare_is_reported_under_the_apps_kind() -> None:
+    # `Retry("not_declared")` is a well-formed name, so only the authority can
+    # refuse it; the worker then reports the failure under the app's kind
+    # instead of dropping the attempt until its lease runs out.
+    app = App(failure_kind="worker_failure")
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise Retry(kind="not_declared", message="the printer is out of paper")
+
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("worker_failure"))
+    worker.step()  # runs the handler; its failure is refused for its kind
+    assert auth.get(wid).state == "RUNNING"
+    worker.step()  # reports it again under the app's kind
+    workload = auth.get(wid)
+    assert workload.state == "READY"
+    error = workload.attempts[-1].error
+    assert error is not None
+    assert error.startswith("not_declared: refused (WORKLOAD_INVALID)")
+    assert "the printer is out of paper" in error
+    assert worker.counts["retried"] == 1

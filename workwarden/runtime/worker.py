@@ -913,7 +913,9 @@ class Worker:
 
         The workload was asked to cancel meanwhile: confirm that. The output
         was refused (a secret in it, a result id clash): report a failure of
-        unknown effect, since the handler did run.
+        unknown effect, since the handler did run. A failure of a kind the
+        spec does not declare (a handler's `Retry` or `Fail`): report it
+        under the app's `failure_kind`, with the same effect.
         """
         report = held.report
         assert report is not None
@@ -928,6 +930,16 @@ class Worker:
                 kind=self.app.failure_kind,
                 error=f"the authority refused the output: {exc.code}",
                 effect="unknown",
+            )
+            return True
+        if (
+            report.operation == "fail"
+            and exc.error_class == "fix_request"
+            and report.kind != self.app.failure_kind
+        ):
+            text = f"{report.kind}: refused ({exc.code}): {report.error}"
+            held.report = _Report(
+                "fail", kind=self.app.failure_kind, error=_error_text(text), effect=report.effect
             )
             return True
         return False
