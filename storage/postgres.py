@@ -380,8 +380,12 @@ class PostgresStore:
         pool_size: int = 8,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
-        if pool_size < 1:
-            raise bad_argument("pool_size", "pool_size must be at least 1")
+        if not isinstance(dsn, str) or "\x00" in dsn:
+            raise bad_argument("dsn", "dsn must be a libpq connection string or URL")
+        if not isinstance(synchronous_commit, bool):
+            raise bad_argument("synchronous_commit", "synchronous_commit must be True or False")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise bad_argument("pool_size", "pool_size must be a whole number, at least 1")
         if (
             isinstance(connect_timeout_s, bool)
             or not isinstance(connect_timeout_s, int | float)

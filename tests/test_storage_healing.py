@@ -278,6 +278,31 @@ def test_a_connect_timeout_that_is_not_a_positive_number_is_refused(timeout: flo
         PostgresStore("host=/nonexistent", connect_timeout_s=timeout)
 
 
+@pytest.mark.parametrize(
+    ("field", "arguments"),
+    [
+        ("dsn", {"dsn": None}),
+        ("dsn", {"dsn": "host=/x\x00y"}),
+        ("synchronous_commit", {"synchronous_commit": "off"}),
+        ("synchronous_commit", {"synchronous_commit": None}),
+        ("pool_size", {"pool_size": "8"}),
+        ("pool_size", {"pool_size": 2.5}),
+        ("pool_size", {"pool_size": True}),
+        ("pool_size", {"pool_size": 0}),
+    ],
+)
+def test_a_store_argument_of_the_wrong_kind_is_invalid_before_any_connection(
+    field: str, arguments: dict[str, Any]
+) -> None:
+    # "off" read by truth would have committed synchronously; "8" was a TypeError.
+    given = {"dsn": "host=/nonexistent", **arguments}
+    with pytest.raises(WorkloadError) as refused:
+        PostgresStore(**given)
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details is not None
+    assert refused.value.details["field"] == field
+
+
 @pytest.mark.postgres
 def test_a_store_built_before_its_server_starts_waits_for_it() -> None:
     late = PrivateServer(bindir(), settings=_SETTINGS, prefix="workwarden-late-")
