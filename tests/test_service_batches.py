@@ -299,6 +299,27 @@ def test_the_client_batches_answer_and_refuse_exactly_as_the_library(
         assert _batch_script(client) == _batch_script(library)
 
 
+def test_a_client_batch_larger_than_one_body_goes_in_several_and_is_answered_in_order(
+    service: RunningService,
+) -> None:
+    # 40 inputs of about 1 MB each are more than the 32 MiB the service takes in
+    # one body: the client sends them as consecutive batches, each slot answered.
+    _reset(service)
+    requests = [
+        request(idempotency_key=f"big-{i}", input={"n": i, "blob": "x" * 1_000_000})
+        for i in range(40)
+    ]
+    with service.client(
+        service.token("worker", "w1"), service.token("operator", "alice")
+    ) as client:
+        replies = client.admit_many(requests, NOW)
+        assert [getattr(reply, "created", None) for reply in replies] == [True] * 40
+        assert [reply.workload.input["n"] for reply in replies] == list(range(40))
+        again = client.admit_many(requests, NOW)
+        assert [reply.created for reply in again] == [False] * 40
+    assert len(_store(service)) == 40
+
+
 def _refusals() -> list[tuple[str, Callable[[RunningService, list[Any]], tuple[str, Any, Any]]]]:
     """Batch calls the token may not make: (case, make(service, claims) -> (op, body, token))."""
 

@@ -29,6 +29,7 @@ span, a call carries its `traceparent`, so the service's span is its child.
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -48,7 +49,7 @@ from workwarden.service.operator_models import (
     pause_record,
     purge_report,
 )
-from workwarden.service.state import NOW_HEADER
+from workwarden.service.state import MIN_BODY_BYTES, NOW_HEADER
 from workwarden.statemachine import errors, fairness, inputs
 from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS
 from workwarden.statemachine.commands import (
@@ -182,18 +183,24 @@ class HttpAuthority:
         now: int | None = None,
         params: Mapping[str, str] | None = None,
         actor_class: str | None = None,
+        raw: bytes | None = None,
     ) -> Any:
         """Send one call; its reply as JSON data, or raise the refusal.
 
         The token sent is the one of `actor_class`, by default the class the
-        spec names for `operation` (the first token when it names none).
+        spec names for `operation` (the first token when it names none). The
+        body is `body` as JSON, or `raw`, JSON text already made.
         """
         headers = {"Authorization": f"Bearer {self._token(operation, actor_class)}"}
         if now is not None:
             headers[NOW_HEADER] = str(now)
         tracing.inject(headers)
+        sent: dict[str, Any] = {"json": body}
+        if raw is not None:
+            headers["Content-Type"] = "application/json"
+            sent = {"content": raw}
         try:
-            response = self._http.request(method, path, json=body, headers=headers, params=params)
+            response = self._http.request(method, path, headers=headers, params=params, **sent)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise errors.WorkloadError(
                 errors.STORAGE_FAILURE, f"the service could not be reached: {exc}"
@@ -206,6 +213,32 @@ class HttpAuthority:
             ) from None
         raise_problem(response)
         return response.json()
+
+    def _batch(
+        self, path: str, operation: str, key: str, items: builtins.list[Any], now: int
+    ) -> builtins.list[Any]:
+        """POST `{key: items}`, in as many bodies as the service's size limit needs, in order.
+
+        Every service takes a body of `MIN_BODY_BYTES`; a batch whose JSON is
+        larger (large inputs or outputs) goes as consecutive batches, each
+        under it, and the answers are joined. The batch calls answer each
+        slot on its own, so this changes only the number of round trips.
+        """
+        texts = [json.dumps(item) for item in items]
+        budget = MIN_BODY_BYTES - len(key) - 16
+        answers: builtins.list[Any] = []
+        start = 0
+        while True:
+            size, end = 0, start
+            while end < len(texts) and (end == start or size + len(texts[end]) + 1 <= budget):
+                size += len(texts[end]) + 1
+                end += 1
+            body = f'{{"{key}":[{",".join(texts[start:end])}]}}'.encode()
+            data = self.request("POST", path, operation, raw=body, now=now)
+            answers.extend(_slots(data, end - start))
+            if end >= len(texts):
+                return answers
+            start = end
 
     def _post(self, operation: str, command: BaseModel, now: int, reply: type[_T]) -> _T:
         data = self.request(
@@ -373,8 +406,8 @@ class HttpAuthority:
                 sent.append((index, inputs.as_request(request)))
             except errors.WorkloadError as exc:
                 slots[index] = exc
-        body = {"requests": [r.model_dump(mode="json", by_alias=True) for _, r in sent]}
-        data = self.request("POST", "/v1/admit_many", "admit", body=body, now=now)
+        items = [r.model_dump(mode="json", by_alias=True) for _, r in sent]
+        data = self._batch("/v1/admit_many", "admit", "requests", items, now)
         for (index, _), answer in zip(sent, _slots(data, len(sent)), strict=True):
             slots[index] = _outcome(answer, AdmitReply)
         return slots
@@ -468,9 +501,9 @@ class HttpAuthority:
                 )
                 continue
             sent.append((index, command))
-        body = {"reports": [c.model_dump(mode="json", by_alias=True) for _, c in sent]}
+        items = [c.model_dump(mode="json", by_alias=True) for _, c in sent]
         operation = sent[0][1].op if sent else "start"
-        data = self.request("POST", "/v1/report_many", operation, body=body, now=now)
+        data = self._batch("/v1/report_many", operation, "reports", items, now)
         for (index, command), answer in zip(sent, _slots(data, len(sent)), strict=True):
             slots[index] = _outcome(answer, _REPORT_REPLIES[command.op])
         return slots
