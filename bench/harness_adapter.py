@@ -44,7 +44,10 @@ second in a ring of 30: bounded memory (about 3 MB) however long it runs.
 starts and completes its jobs, running their `JOB_WORK_MS` one after the
 other, so at most `WORKER_COUNT` jobs run at once. A `Sweeper` thread
 recovers leases an earlier, killed process left. SIGTERM or SIGINT stops it:
-the workers finish and complete what they hold, and it exits 0 within 5 s.
+the workers claim nothing more and complete the job each runs if it ends within
+4 s, and it exits 0 within 5 s (a job still running then is left to its 30 s
+lease, for a later run's sweeper to recover). A reader that goes away (`| head`)
+stops it too.
 One process uses one core at most (the threads share the interpreter), and a
 job's admission, claim and completion cost a few ms of client CPU: to offer
 more than one core can take, run the harness with `--replicas N` and
@@ -64,18 +67,21 @@ created by `PostgresStore` on first use; no extension is needed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.resources
 import json
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
@@ -137,6 +143,33 @@ def manifest() -> dict[str, Any]:
         "extensions": [],
         "display_name": "workwarden (Python, PostgreSQL)",
     }
+
+
+def _revision() -> str:
+    """The code under test, as the contract's `version` asks ("<sha-or-tag>").
+
+    The commit of the checkout the package runs from (with `+dirty` when it has
+    uncommitted changes), or else `v` and the installed package's version.
+    """
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "v" + metadata.version("workwarden")
+    return sha + ("+dirty" if dirty else "") if sha else "v" + metadata.version("workwarden")
 
 
 def _iso(at: float) -> str:
@@ -355,8 +388,12 @@ class HarnessAdapter:
         record.setdefault("instance_id", self.settings.instance_id)
         line = json.dumps(record)
         with self._write_lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+            try:
+                self._out.write(line + "\n")
+                self._out.flush()
+            except BrokenPipeError:
+                # The reader went away (`| head`): nobody is left to report to.
+                self.stop.set()
 
     def descriptor(self) -> dict[str, Any]:
         """The startup descriptor record."""
@@ -367,7 +404,7 @@ class HarnessAdapter:
             "event_tables": list(_EVENT_TABLES),
             "event_indexes": list(_EVENT_INDEXES),
             "extensions": [],
-            "version": metadata.version("workwarden"),
+            "version": _revision(),
             "schema_version": str(SCHEMA_VERSION),
             "db_name": str(params.get("dbname") or ""),
             "started_at": _iso(time.time()),
@@ -694,7 +731,12 @@ class HarnessAdapter:
             f"stopped: enqueued={self.enqueued.value} completed={self.completed.value}"
             f" refused={self.refused.value} cpu_ms_per_job={cpu_ms / jobs:.2f}"
         )
-        self._out.flush()
+        try:
+            self._out.flush()
+        except BrokenPipeError:
+            # Nothing more reaches the reader; keep the interpreter's last flush quiet.
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self._out.fileno())
         self.store.close()
 
 
