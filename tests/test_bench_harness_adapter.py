@@ -149,6 +149,8 @@ def _contract(run: Run, sample_every_s: int) -> dict[str, list[dict[str, Any]]]:
     )
     assert descriptor["extensions"] == []
     assert _ISO.match(descriptor["started_at"])
+    # "<sha-or-tag>": this checkout's commit, so a run names the code it measured.
+    assert re.fullmatch(r"[0-9a-f]{12}(\+dirty)?", descriptor["version"]), descriptor["version"]
     ticks: dict[str, list[dict[str, Any]]] = {}
     for sample in samples:
         assert all(field in sample for field in SAMPLE_FIELDS), sample
