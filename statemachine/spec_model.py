@@ -8,10 +8,11 @@ by `spec_checks`; the compiled form the core uses is `spec.Spec`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ACTOR_CLASSES",
@@ -41,6 +42,7 @@ __all__ = [
     "StateSpec",
     "TextPattern",
     "TransitionSpec",
+    "file_stem",
     "spec_json_schema",
     "split_test",
 ]
@@ -85,10 +87,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
+#: What a spec's name may be: not empty, no `/` or `\\`, not starting with `.` (so
+#: neither `..` nor a hidden file).
+_FILE_STEM = r"^[^./\\][^/\\]*$"
+
+
+def file_stem(name: str) -> str:
+    """`name` if it can be the stem of a file name in a folder (`_FILE_STEM`), else `ValueError`."""
+    if not re.match(_FILE_STEM, name):
+        raise ValueError(
+            "the name is the stem of the files made from the spec (diagrams, vectors):"
+            " give one that is not empty, holds no / or \\ and does not start with ."
+        )
+    return name
+
+
 class SpecHeader(_Strict):
     """`[spec]`: the spec's name, the seed behaviour it reproduces, its contract version."""
 
-    name: str
+    #: The stem of the files made from the spec (`<name>.dot`, `<name>.jsonl`).
+    name: Annotated[
+        str, AfterValidator(file_stem), Field(json_schema_extra={"pattern": _FILE_STEM})
+    ]
     seed_version: str
     contract_version: Annotated[int, Field(ge=1)]
 

@@ -302,14 +302,17 @@ class SQLiteStore:
         """`conn`, or, where it cannot read the file, a connection that reads it as it is.
 
         A reader of a write-ahead-logged file needs its -shm file, which it
-        cannot create in a directory it may not write. With no -wal file no
-        write is under way, so the file is read as it stands (`immutable`).
+        cannot create in a directory it may not write (SQLite says
+        `SQLITE_CANTOPEN`, or `SQLITE_READONLY_DIRECTORY`). With no -wal file
+        no write is under way, so the file is read as it stands (`immutable`).
         """
         try:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.OperationalError as exc:
             if not (
-                str(getattr(exc, "sqlite_errorname", "")).startswith("SQLITE_CANTOPEN")
+                str(getattr(exc, "sqlite_errorname", "")).startswith(
+                    ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY")
+                )
                 and os.path.isfile(self.path)
                 and not os.path.exists(self.path + "-wal")
             ):

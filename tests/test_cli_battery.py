@@ -42,7 +42,7 @@ from support import authority as authority_over
 from workwarden.cli import COMMAND_LINE_CODES, build_parser, main
 from workwarden.migrate import export_workloads
 from workwarden.statemachine.errors import WorkloadError
-from workwarden.statemachine.spec import default_spec
+from workwarden.statemachine.spec import default_spec, shipped_spec_text
 from workwarden.storage import AuditRecord, IndexFields, SQLiteStore, StoreFailure
 from workwarden.storage.urls import open_store
 
@@ -73,7 +73,11 @@ class Bad:
     directory), `{binary}` (bytes that are not UTF-8), `{jsonl}` (two JSON
     lines, not one JSON value and not an export), `{text}` (a line of
     text), `{toml}` (broken TOML), `{export}` (a valid export), `{trace}`
-    (a JSON object that is not a checker trace).
+    (a JSON object that is not a checker trace), `{deep}` (100,000 nested
+    `[`), `{fifo}` (a FIFO), `{evil}` (a spec named `../../evil`),
+    `{huge}` (an export line at version 2**63 - 1), `{later}` (the store's
+    own export, one workload at a later version), `{many}` (a trace whose
+    universe has `"workers": "many"`), `{empty_trace}` (a trace of no steps).
     """
 
     argv: tuple[str, ...]
@@ -98,6 +102,10 @@ UNREADABLE = "WORKWARDEN_INPUT_UNREADABLE"
 UNWRITABLE = "WORKWARDEN_OUTPUT_UNWRITABLE"
 SPEC_INVALID = "WORKLOAD_SPEC_INVALID"
 INVALID = "WORKLOAD_INVALID"
+
+
+#: A worker on the battery's store, to which a bad option is added.
+WORKER = ("worker", "--store", "{store}", "--app", "x:y", "--tenant", "t", "--application", "a")
 
 
 def _bad_stores(*head: str, tail: tuple[str, ...] = ()) -> list[Bad]:
@@ -142,6 +150,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("export", "--store", "{store}", "--out", UNDER_A_FILE, code=UNWRITABLE),
         bad("export", "--store", "{store}", "--out", UNDER_PROC, code=UNWRITABLE),
         bad("export", "--store", "{store}", "--out", "{dir}", code=UNWRITABLE),
+        bad("export", "--store", "{store}", "--out", "{fifo}", code=UNWRITABLE),
     ],
     "import": [
         *_bad_stores("import", tail=("{export}",)),
@@ -151,6 +160,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("import", "--store", "{store}", "{jsonl}", code=INVALID),
         bad("import", "--store", "{store}", "{text}", code=INVALID),
         bad("import", "--store", "{store}", "{trace}", code=INVALID),
+        bad("import", "--store", "{store}", "{deep}", code=INVALID),
+        bad("import", "--store", "{store}", "{huge}", code=INVALID),
+        bad("import", "--store", "{store}", "{later}", code="WORKLOAD_MIGRATION_CONFLICT"),
         bad("import", "--store", "{store}", "--spec", "{toml}", "{export}", code=SPEC_INVALID),
         bad("import", "--store", "{store}", "--spec", "{binary}", "{export}", code=SPEC_INVALID),
         bad("import", "--store", "{text}", "--create", "{export}", code=UNUSABLE),
@@ -191,6 +203,20 @@ BATTERY: dict[str, list[Bad]] = {
         bad("check", "{binary}", code=SPEC_INVALID),
         bad("check", "--json", UNDER_A_FILE, "--max-states", "5"),
         bad("check", "--workers", "many", status=2, code=USAGE),
+        *(
+            bad("check", option, value, status=2, code=USAGE)
+            for option, value in [
+                ("--workloads", "0"),
+                ("--workers", "0"),
+                ("--workers", "-1"),
+                ("--horizon-ms", "-1"),
+                ("--rearms", "-1"),
+                ("--crashes", "-1"),
+                ("--max-states", "0"),
+                ("--max-states", "-1"),
+            ]
+        ),
+        bad("check", "{evil}", "--json", "report.json", code=SPEC_INVALID),
     ],
     "replay": [
         bad("replay", "{missing}"),
@@ -199,6 +225,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("replay", "{jsonl}"),
         bad("replay", "{text}"),
         bad("replay", "{trace}"),
+        bad("replay", "{deep}", code=INVALID),
+        bad("replay", "{many}", code=INVALID),
+        bad("replay", "{empty_trace}", "--store", "{store}", code=UNUSABLE),
         bad("replay", status=2, code=USAGE),
     ],
     "demo": [
@@ -207,6 +236,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("demo", "--store", "sqlite://host/x.db", "--workloads", "5", code=URL_INVALID),
         bad("demo", "--workloads", "5", "--out-dir", UNDER_A_FILE, code=UNWRITABLE),
         bad("demo", "--workloads", "many", status=2, code=USAGE),
+        bad("demo", "--store", "{store}", "--workloads", "5", code=UNUSABLE),
     ],
     "diagram": [
         bad("diagram", "{missing}", code=SPEC_INVALID),
@@ -220,6 +250,12 @@ BATTERY: dict[str, list[Bad]] = {
         bad("diagram", "--history", "{store}", "no-such-workload", code="WORKLOAD_NOT_FOUND"),
         bad("diagram", "--report", "{missing}"),
         bad("diagram", "--report", "{binary}"),
+        bad("diagram", "--report", "{deep}", code=INVALID),
+        bad("diagram", "{evil}", "--out-dir", "{dir}/x/dg", code=SPEC_INVALID),
+        *(
+            bad("diagram", "--name", name, "--out-dir", "{dir}/x/dg", code="DIAGRAM_INPUT_INVALID")
+            for name in ("../../x", "a/b", "", ".hidden")
+        ),
     ],
     "schema": [
         bad("schema", "no-such-schema", code=INVALID),
@@ -228,6 +264,7 @@ BATTERY: dict[str, list[Bad]] = {
     "vectors": [
         bad("vectors", "--spec", "{missing}", code=SPEC_INVALID),
         bad("vectors", "--spec", "{toml}", code=SPEC_INVALID),
+        bad("vectors", "--spec", "{evil}", "--out", "{dir}/", code=SPEC_INVALID),
     ],
     "conform": [
         bad("conform", "--cmd", "no-such-program-here", code="CONFORMANCE_PROGRAM_UNUSABLE"),
@@ -236,6 +273,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("conform", "--cmd", ADAPTER, "--vectors", "{jsonl}"),
         bad("conform", "--cmd", ADAPTER, "-k", "no-such-scenario", "--junit", UNDER_A_FILE),
         bad("conform", "--cmd", ADAPTER, "--timeout", "soon", status=2, code=USAGE),
+        bad("conform", "--cmd", 'unterminated "quote', code=INVALID),
     ],
     "worker": [
         bad(
@@ -295,21 +333,17 @@ BATTERY: dict[str, list[Bad]] = {
             status=2,
             code=USAGE,
         ),
-        bad(
-            "worker",
-            "--store",
-            "{store}",
-            "--metrics-port",
-            "0",
-            "--app",
-            "x:y",
-            "--tenant",
-            "t",
-            "--application",
-            "a",
-            status=2,
-            code=USAGE,
+        *(
+            bad(*WORKER, option, value, status=2, code=USAGE)
+            for option, value in [
+                ("--metrics-port", "0"),
+                ("--metrics-port", "70000"),
+                ("--lease-ms", "9223372036854775807"),
+                ("--lease-ms", str(2**53 - 1)),
+                ("--batch-window-ms", "99999999999999999999"),
+            ]
         ),
+        bad(*WORKER[:4], "../tasks:app", *WORKER[5:], code=INVALID),
     ],
     "sweeper": [
         bad(
@@ -321,6 +355,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("sweeper", "--store", "{text}", code=UNUSABLE),
         bad("sweeper", code=URL_INVALID),
         bad("sweeper", "--bogus", status=2, code=USAGE),
+        bad("sweeper", "--store", "{store}", "--metrics-port", "70000", status=2, code=USAGE),
     ],
     "scheduler": [
         bad("scheduler", "--store", "bogus://x", "--schedules", "x:y", "--no-grant-signatures"),
@@ -364,6 +399,15 @@ BATTERY: dict[str, list[Bad]] = {
         ),
         bad("scheduler", "--schedules", "x:y", "--poll-s", "0", status=2, code=USAGE),
         bad("scheduler", "--bogus", status=2, code=USAGE),
+        bad(
+            "scheduler",
+            "--store",
+            "{store}",
+            "--schedules",
+            "../tasks:schedules",
+            "--no-grant-signatures",
+            code=INVALID,
+        ),
     ],
     "pause": [
         *_bad_stores("pause", tail=("--tenant", "t", "--actor", "ops")),
@@ -417,6 +461,8 @@ BATTERY: dict[str, list[Bad]] = {
         bad("serve", "--store", "memory:", "--token-keys", "{jsonl}"),
         bad("serve", "--store", "memory:", "--token-keys", "{dir}", code=UNREADABLE),
         bad("serve", "--token-keys", "{missing}", "--port", "0", status=2, code=USAGE),
+        bad("serve", "--token-keys", "{missing}", "--port", "99999", status=2, code=USAGE),
+        bad("serve", "--token-keys", "{missing}", "--port", "65536", status=2, code=USAGE),
         bad("serve", "--store", "memory:", status=2, code=USAGE),
     ],
     "validate-history": [
@@ -424,6 +470,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("validate-history", "{dir}"),
         bad("validate-history", "{binary}"),
         bad("validate-history", "{text}"),
+        bad("validate-history", "{deep}", code=INVALID),
         bad("validate-history", "--store", "bogus://x", code=URL_INVALID),
         bad("validate-history", "--store", "{missing}", code=NOT_FOUND),
         bad("validate-history", "--store", "{text}", code=UNUSABLE),
@@ -482,6 +529,18 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (root / "text.txt").write_text("just a line of text\n", encoding="utf-8")
     (root / "broken.toml").write_text("[spec\nname = \n", encoding="utf-8")
     (root / "trace.json").write_text(json.dumps({"steps": "not a list"}), encoding="utf-8")
+    (root / "deep.json").write_text("[" * 100_000, encoding="utf-8")
+    os.mkfifo(root / "fifo")
+    evil = shipped_spec_text().replace('name = "workload"', 'name = "../../evil"', 1)
+    (root / "evil.toml").write_text(evil, encoding="utf-8")
+    first, *rest = (root / "export.jsonl").read_text(encoding="ascii").splitlines()
+    line = json.loads(first)
+    (root / "huge.jsonl").write_text(json.dumps({**line, "version": 2**63 - 1}) + "\n")
+    later = [json.dumps({**line, "version": line["version"] + 1}), *rest]
+    (root / "later.jsonl").write_text("\n".join(later) + "\n", encoding="ascii")
+    many = {"universe": {"workers": "many"}, "steps": []}
+    (root / "many.json").write_text(json.dumps(many), encoding="utf-8")
+    (root / "empty_trace.json").write_text(json.dumps({"universe": {}, "steps": []}))
     return {
         "root": str(root),
         "store": str(store_path),
@@ -493,6 +552,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "toml": str(root / "broken.toml"),
         "export": str(root / "export.jsonl"),
         "trace": str(root / "trace.json"),
+        "deep": str(root / "deep.json"),
+        "fifo": str(root / "fifo"),
+        "evil": str(root / "evil.toml"),
+        "huge": str(root / "huge.jsonl"),
+        "later": str(root / "later.jsonl"),
+        "many": str(root / "many.json"),
+        "empty_trace": str(root / "empty_trace.json"),
     }
 
 
@@ -503,14 +569,17 @@ def _filled(text: str, files: dict[str, str]) -> str:
 
 
 def _fingerprint(files: dict[str, str]) -> dict[str, tuple[bytes, int]]:
-    """Every file of the battery's folder, by name: its bytes and modification instant.
+    """Every file of the battery's folder, by name: its bytes and modification instant
+    (for a directory or a FIFO, its modification instant alone).
 
     The -wal and -shm files a reader of the store may leave are not part of it.
     """
     out = {}
     for path in sorted(Path(files["root"]).rglob("*")):
-        if path.is_file() and not path.name.endswith(("-wal", "-shm")):
-            out[str(path)] = (path.read_bytes(), path.stat().st_mtime_ns)
+        if path.name.endswith(("-wal", "-shm")):
+            continue
+        data = path.read_bytes() if path.is_file() else b""
+        out[str(path)] = (data, path.lstat().st_mtime_ns)
     return out
 
 
@@ -604,6 +673,113 @@ def test_an_unexpected_error_is_one_coded_line_asking_for_a_report(
         "WORKWARDEN_INTERNAL: unexpected RuntimeError: the statistics broke; this is a bug in"
         " workwarden, please report it with the command line that led to it"
     ]
+
+
+# -- outputs: through symlinks, never over what is not a file ---------------------------
+
+
+def test_an_export_through_a_symlink_replaces_the_file_it_names_and_keeps_its_mode(
+    files: dict[str, str], tmp_path: Path
+) -> None:
+    real = tmp_path / "real.jsonl"
+    real.write_text("an older export\n", encoding="ascii")
+    real.chmod(0o640)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real.name)
+
+    assert main(["export", "--store", files["store"], "--out", str(link)]) == 0
+
+    assert link.is_symlink()
+    assert os.readlink(link) == real.name
+    assert real.read_text(encoding="ascii") == Path(files["export"]).read_text(encoding="ascii")
+    assert real.stat().st_mode & 0o7777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "real.jsonl"]
+
+
+def test_a_new_output_file_gets_the_mode_the_umask_gives(
+    files: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "new.jsonl"
+    previous = os.umask(0o027)
+    try:
+        assert main(["export", "--store", files["store"], "--out", str(out)]) == 0
+    finally:
+        os.umask(previous)
+    assert out.stat().st_mode & 0o7777 == 0o640
+
+
+def test_an_output_that_is_a_fifo_or_a_socket_is_refused_and_left_as_it_is(
+    files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "fifo-link").symlink_to(fifo)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "sock"))
+    try:
+        for name in ("fifo", "fifo-link", "sock"):
+            out = str(tmp_path / name)
+            assert main(["export", "--store", files["store"], "--out", out]) == 1
+            first = capsys.readouterr().err.splitlines()[0]
+            assert first.startswith(f"{UNWRITABLE}: cannot write the export {out}: it is a")
+        assert stat.S_ISFIFO(fifo.lstat().st_mode)
+        assert stat.S_ISSOCK((tmp_path / "sock").lstat().st_mode)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "fifo-link", "sock"]
+    finally:
+        listener.close()
+
+
+# -- a store in a directory the reader cannot write --------------------------------------
+
+
+#: A process that loads the command line, then, as root, becomes the unprivileged
+#: `nobody` (who may not read the interpreter's files under /root) and runs it.
+AS_NOBODY = """
+import os, sys
+from workwarden.cli import build_parser, main
+import workwarden.storage.sqlite
+build_parser()
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_store_in_a_directory_the_reader_cannot_write_is_read_as_it_stands(
+    files: dict[str, str],
+) -> None:
+    # As root (CI), the reader is `nobody` in a directory root owns; otherwise the
+    # directory is made read-only to its owner, the user running the suite.
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="workwarden-readonly-"))
+    try:
+        store = folder / "work.db"
+        shutil.copyfile(files["store"], store)
+        store.chmod(0o644)
+        as_root = os.geteuid() == 0
+        folder.chmod(0o755 if as_root else 0o555)
+        before = store.read_bytes()
+        done = subprocess.run(
+            [sys.executable, "-c", AS_NOBODY, "stats", "--store", str(store), "--json"],
+            capture_output=True,
+            cwd="/",
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        assert json.loads(done.stdout)["total"] == 2
+        assert store.read_bytes() == before
+        assert sorted(p.name for p in folder.iterdir()) == ["work.db"]
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder)
 
 
 # -- the resolver every command uses -----------------------------------------------------

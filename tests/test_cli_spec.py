@@ -121,6 +121,20 @@ def test_spec_validate_reports_a_wrong_type_with_its_field_path(
     assert out == (f"{path}: limits.max_json_depth: Input should be a valid integer (got '64')\n")
 
 
+@pytest.mark.parametrize("name", ["../../evil", "a/b", "a\\\\b", "", ".hidden", ".."])
+def test_a_spec_name_that_cannot_be_a_file_name_is_refused_with_how_to_fix_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    # The name is the stem of the diagram and vector files written into a folder.
+    text = shipped_spec_text().replace('name = "workload"', f'name = "{name}"', 1)
+    path = write(tmp_path, "named.toml", text)
+    status, out, _ = run(capsys, "spec", "validate", str(path))
+    assert status == 1
+    (line,) = out.splitlines()
+    assert line.startswith(f"{path}: spec.name: Value error, the name is the stem of the files")
+    assert "not empty, holds no / or \\ and does not start with ." in line
+
+
 def test_spec_validate_of_a_file_that_cannot_be_read_says_so_without_a_traceback(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ same code with more workloads.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,26 @@ def test_the_demo_exercises_failures_recoveries_and_the_operator(tmp_path: Path)
     edges = summary["edges"]
     assert isinstance(edges, dict)
     assert edges["READY->CLAIMED"] == summary["attempts"]
+
+
+def test_a_demo_on_a_store_that_holds_work_is_refused_and_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "busy.db"
+    with SQLiteStore(db) as store:
+        run_demo(store=store, seed=3, workloads=5)
+        before = sorted((doc.key, doc.version) for doc in store.scan())
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    capsys.readouterr()  # what the first run logged
+
+    assert main(["demo", "--store", str(db), "--workloads", "5"]) == 1
+
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("WORKLOAD_STORE_UNUSABLE: the demo needs an empty store")
+    with SQLiteStore(db) as store:
+        assert sorted((doc.key, doc.version) for doc in store.scan()) == before
+    assert list(temporary.iterdir()) == []
+    assert main(["demo", "--store", "bogus://x", "--workloads", "5"]) == 1
+    assert list(temporary.iterdir()) == []

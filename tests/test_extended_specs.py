@@ -250,9 +250,9 @@ def test_an_unwritable_output_is_one_coded_line_before_any_exploring(
 ) -> None:
     # A path under a regular file cannot be written, even by root.
     assert main(["check", "--json", "/etc/passwd/report.json"]) == 1
-    assert "/etc/passwd/report.json" in one_line_error(capsys, "WORKLOAD_INVALID")
+    assert "/etc/passwd/report.json" in one_line_error(capsys, "WORKWARDEN_OUTPUT_UNWRITABLE")
     assert main(["vectors", "--out", "/etc/passwd/vectors.jsonl"]) == 1
-    one_line_error(capsys, "WORKLOAD_INVALID")
+    one_line_error(capsys, "WORKWARDEN_OUTPUT_UNWRITABLE")
 
 
 @pytest.fixture

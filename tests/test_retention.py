@@ -129,3 +129,32 @@ def test_the_purge_command_exports_then_deletes(
     with SQLiteStore(db) as store:
         assert store.read(old) is None
     assert main(["purge", "--store", str(db), "--older-than", "soon"]) == 2
+
+
+def test_an_export_that_cannot_be_written_stops_the_purge_and_keeps_the_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        old = _finish(Authority(store, grants=VERIFIER), "old", NOW)
+        before = store_snapshot(store)
+    now = str(NOW + 45 * DAY)
+    # /dev/full takes the file open, then refuses every write: no space left on the device.
+    assert main(["purge", "--store", str(db), "--export", "/dev/full", "--now", now]) == 1
+    (first, *_) = capsys.readouterr().err.splitlines()
+    assert first.startswith("WORKWARDEN_OUTPUT_UNWRITABLE: --export /dev/full: cannot write")
+    assert "the 0 workload(s) written before were purged, this one and the rest are kept" in first
+    with SQLiteStore(db) as store:
+        assert store.read(old) is not None
+        assert store_snapshot(store) == before
+
+
+def test_a_dry_run_makes_no_export_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        old = _finish(Authority(store, grants=VERIFIER), "old", NOW)
+    out = tmp_path / "purged.jsonl"
+    argv = ["purge", "--store", str(db), "--dry-run", "--export", str(out)]
+    assert main([*argv, "--now", str(NOW + 45 * DAY)]) == 0
+    assert capsys.readouterr().out.split() == [old]
+    assert not out.exists()

@@ -278,3 +278,63 @@ def test_a_sweeper_process_recovers_a_lease_a_killed_worker_left(tmp_path: Path)
     assert sweeper.returncode == 0, sweeper.stderr
     assert any(wid in line for line in _events(sweeper.stderr, "recovered"))
     assert _states(path) == ["READY"]
+
+
+@pytest.mark.parametrize(
+    ("module", "target", "said"),
+    [
+        ("boomtasks", "boomtasks:app", "importing boomtasks raised RuntimeError: boom"),
+        ("brokentasks", "brokentasks:app", "importing brokentasks raised SyntaxError"),
+        (None, "../tasks:app", "'../tasks' is not a module name"),
+    ],
+    ids=["raises", "syntax-error", "a-path"],
+)
+@pytest.mark.parametrize("command", ["worker", "scheduler"])
+def test_an_app_module_that_cannot_be_imported_is_refused_with_a_coded_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    module: str | None,
+    target: str,
+    said: str,
+    command: str,
+) -> None:
+    from workwarden.cli import main
+
+    (tmp_path / "boomtasks.py").write_text("raise RuntimeError('boom')\n", encoding="utf-8")
+    (tmp_path / "brokentasks.py").write_text("def (\n", encoding="utf-8")
+    SQLiteStore(tmp_path / "store.db").close()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command adds the directory
+    store = ["--store", str(tmp_path / "store.db")]
+    if command == "worker":
+        argv = ["worker", *store, "--app", target, "--tenant", "t", "--application", "app"]
+    else:
+        argv = ["scheduler", *store, "--schedules", target, "--no-grant-signatures", "--once"]
+    assert main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    option = "--app" if command == "worker" else "--schedules"
+    assert line.startswith(f"WORKLOAD_INVALID: {option} {target}: {said}")
+    if module is not None:
+        assert module not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--lease-ms", str(2**53 - 1)),
+        ("--lease-ms", "9223372036854775807"),
+        ("--batch-window-ms", "60001"),
+        ("--metrics-port", "70000"),
+    ],
+)
+def test_an_out_of_range_worker_option_is_a_usage_error_before_it_starts(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    _admit(tmp_path / "store.db", 1)
+    worker = _worker(tmp_path, "--until-idle", option, value)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 2
+    (line,) = stderr.splitlines()
+    assert line.startswith(f"WORKWARDEN_USAGE: workwarden worker: argument {option}: ")
+    assert _states(tmp_path / "store.db") == ["READY"]

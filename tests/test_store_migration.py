@@ -16,7 +16,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,12 +33,24 @@ from pg import postgres_database
 from support import CAPS, request, store_snapshot
 from support import authority as make_authority
 from workwarden.cli import main
-from workwarden.migrate import export_lines, export_workloads, import_workloads
+from workwarden.migrate import (
+    MAX_IMPORT_VERSION,
+    export_lines,
+    export_workloads,
+    import_workloads,
+)
 from workwarden.statemachine import Timeouts, WorkloadError
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.spec import default_spec
-from workwarden.storage import AuditRecord, SQLiteStore, Store
+from workwarden.storage import (
+    AuditRecord,
+    ForwardingStore,
+    IndexFields,
+    SQLiteStore,
+    Store,
+    StoreFailure,
+)
 from workwarden.storage.base import Pauses, Purges
 from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from workwarden.storage.postgres import PostgresStore
@@ -275,6 +291,84 @@ def test_blank_lines_are_ignored(source: SQLiteStore, target: Store) -> None:
     assert len(report.imported) == len(list(source.scan()))
 
 
+def _at_version(line: str, version: int) -> str:
+    return json.dumps({**json.loads(line), "version": version})
+
+
+@pytest.mark.parametrize("version", [MAX_IMPORT_VERSION + 1, 2**63 - 1])
+def test_a_version_above_the_most_an_import_writes_is_refused_and_nothing_is_imported(
+    source: SQLiteStore, target: Store, version: int
+) -> None:
+    lines = exported(source).splitlines()
+    with pytest.raises(WorkloadError, match=r"line 2: version .* is above the most") as refused:
+        import_workloads(target, [lines[0], _at_version(lines[1], version)], now=NOW)
+    assert refused.value.code == "WORKLOAD_INVALID"
+    assert list(target.scan()) == []
+    assert list(target.audit_log()) == []
+
+
+def test_the_same_workload_at_another_version_is_a_conflict_not_already_present(
+    source: SQLiteStore, target: Store
+) -> None:
+    lines = exported(source).splitlines()
+    import_workloads(target, lines, now=NOW)
+    before = store_snapshot(target)
+    key, version = json.loads(lines[2])["key"], json.loads(lines[2])["version"]
+    for other in (version + 1, version - 1):
+        if other < 1:
+            continue
+        with pytest.raises(WorkloadError) as refused:
+            import_workloads(target, [*lines[:2], _at_version(lines[2], other)], now=NOW + 1)
+        assert refused.value.code == "WORKLOAD_MIGRATION_CONFLICT"
+        assert f"is already present at version {version}, not at" in refused.value.message
+        assert refused.value.details is not None
+        assert refused.value.details["workload_id"] == key
+        assert store_snapshot(target) == before
+
+
+class _StopsAfter(ForwardingStore):
+    """A store whose writes stop succeeding after `count` of them, as a killed import's do."""
+
+    def __init__(self, inner: Store, count: int) -> None:
+        super().__init__(inner)
+        self.count = count
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        if self.count == 0:
+            raise StoreFailure("the import was stopped here")
+        self.count -= 1
+        return super().write(key, document, index, expected_version, audit)
+
+
+def test_an_import_stopped_part_way_is_finished_by_running_it_again(
+    source: SQLiteStore, target: Store
+) -> None:
+    lines = exported(source).splitlines()
+    # Stopped in the middle of the versions of the workload with the most of them.
+    versions = [json.loads(line)["version"] for line in lines]
+    longest = versions.index(max(versions))
+    stop_at = sum(versions[:longest]) + 1
+    with pytest.raises(WorkloadError) as stopped:
+        import_workloads(_StopsAfter(target, stop_at), lines, now=NOW)
+    assert stopped.value.code == "WORKLOAD_STORAGE_FAILURE"
+    partial = target.read(json.loads(lines[longest])["key"])
+    assert partial is not None
+    assert partial.version == 1 < versions[longest]
+
+    report = import_workloads(target, lines, now=NOW + 1)
+
+    assert exported(target) == exported(source)
+    assert len(report.imported) == len(lines) - longest
+    assert sorted(report.skipped) == sorted(json.loads(line)["key"] for line in lines[:longest])
+
+
 # -- the command line -------------------------------------------------------------------
 
 
@@ -344,6 +438,29 @@ def test_a_refused_import_into_a_new_store_leaves_no_file_behind(
     assert main(["import", "--store", str(copy), "--create", str(dump)]) == 1
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work.jsonl"]
+
+
+def test_sigterm_stops_an_import_and_a_store_it_created_is_removed(
+    source: SQLiteStore, tmp_path: Path
+) -> None:
+    lines = exported(source).splitlines()
+    dump = tmp_path / "work.jsonl"
+    # A long import: one workload written at its most versions, one commit each.
+    dump.write_text(_at_version(lines[0], MAX_IMPORT_VERSION) + "\n", encoding="ascii")
+    copy = tmp_path / "copy.db"
+    importing = subprocess.Popen(
+        [sys.executable, "-m", "workwarden", "import", "--store", str(copy), "--create", str(dump)],
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not copy.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # well into its writes
+    importing.send_signal(signal.SIGTERM)
+    _, stderr = importing.communicate(timeout=60)
+    assert importing.returncode == 143, stderr
+    assert b"Traceback" not in stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("copy.db")] == []
 
 
 # -- the schema upgrade: version 2 to version 3 ------------------------------------------

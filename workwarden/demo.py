@@ -634,26 +634,44 @@ def main_demo(
 
     Without `store_url`, the store is a fresh SQLite file in a new temporary
     directory (at `synchronous=NORMAL`: it is thrown away), and the diagram is
-    written beside it unless `out_dir` says where.
+    written beside it unless `out_dir` says where. A store that already holds
+    workloads is refused (`WORKLOAD_STORE_UNUSABLE`): the demo would report
+    them as its own. A refused or stopped demo leaves no temporary directory.
     """
-    from workwarden.storage.urls import open_store
+    from workwarden.storage.urls import STORE_UNUSABLE, open_store
 
-    directory = Path(tempfile.mkdtemp(prefix="workwarden-demo-"))
-    if store_url is None:
-        url = f"sqlite://{(directory / 'demo.sqlite3').as_posix()}?synchronous=NORMAL"
-    else:
-        url = store_url
-    store = open_store(url, mode="create")
+    # A temporary directory only for what needs one (the store, the diagram),
+    # removed again if the demo is refused or stopped.
+    directory = None
+    if store_url is None or out_dir is None:
+        directory = Path(tempfile.mkdtemp(prefix="workwarden-demo-"))
     try:
-        report = run_demo(
-            store=store,
-            seed=seed,
-            workloads=workloads,
-            workers=workers,
-            out=sys.stdout,
-            label=url.split("?")[0] if not url.startswith("postgres") else "PostgreSQL",
-            out_dir=Path(out_dir) if out_dir is not None else directory,
-        )
-    finally:
-        store.close()
+        if store_url is None:
+            assert directory is not None
+            url = f"sqlite://{(directory / 'demo.sqlite3').as_posix()}?synchronous=NORMAL"
+        else:
+            url = store_url
+        store = open_store(url, mode="create")
+        try:
+            if next(iter(store.scan()), None) is not None:
+                raise WorkloadError(
+                    STORE_UNUSABLE,
+                    "the demo needs an empty store (it reports every workload as its own);"
+                    " this one holds workloads",
+                )
+            report = run_demo(
+                store=store,
+                seed=seed,
+                workloads=workloads,
+                workers=workers,
+                out=sys.stdout,
+                label=url.split("?")[0] if not url.startswith("postgres") else "PostgreSQL",
+                out_dir=Path(out_dir) if out_dir is not None else directory,
+            )
+        finally:
+            store.close()
+    except BaseException:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
     return 1 if report.invalid_histories else 0

@@ -8,14 +8,26 @@ order, so the same store always exports the same bytes:
 
 `import_workloads` loads such lines into a store, idempotently. It reads and
 checks every line first, then writes: a workload already present with the
-same document is skipped (whatever its version); one present with a
-different document is `WORKLOAD_MIGRATION_CONFLICT`, and then nothing of the
-file is written. A new workload is written with its index fields recomputed
-from the document under the spec, and at the version it was exported at: a
-store's versions count its writes from 1, so the import commits the
-document that many times, each write audited with operation `import`. A
-store the workloads went through therefore exports the same bytes again,
-and a migration can be checked with `diff`.
+same document at the same version is skipped; one present with a different
+document, or the same document at another version, is
+`WORKLOAD_MIGRATION_CONFLICT`, and then nothing of the file is written. A
+new workload is written with its index fields recomputed from the document
+under the spec, and at the version it was exported at: a store's versions
+count its writes from 1, so the import commits the document that many
+times, each write audited with operation `import` (and a request id naming
+this import of the workload, for `Store.find_request`). A store the
+workloads went through therefore exports the same bytes again, and a
+migration can be checked with `diff`. A version above `MAX_IMPORT_VERSION`
+is refused as `WORKLOAD_INVALID` naming the line.
+
+Each write is its own commit (the `Store` protocol has no transaction
+spanning writes), so an import stopped part way (a signal, a crash, a
+store that fails) leaves the workloads before the one it was writing
+imported, and that one present with its document at a version below the
+exported one. Running the same import again finishes it: a workload
+present with the same document at a lower version that this import of it
+wrote (its request id says so) is brought up to the exported version, not
+refused.
 
 Import into a store nothing else is writing. If another writer commits one
 of the workloads while the import runs, the import stops there with
@@ -41,6 +53,7 @@ from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import AuditRecord, Store, StoreConflict, StoredDocument, StoreError
 
 __all__ = [
+    "MAX_IMPORT_VERSION",
     "ImportReport",
     "export_line",
     "export_lines",
@@ -49,6 +62,10 @@ __all__ = [
 ]
 
 _FIELDS = frozenset({"key", "version", "document"})
+
+#: The highest version an export line may give: each version is a commit of the import,
+#: and a million writes is a heartbeat every ten seconds for over three months.
+MAX_IMPORT_VERSION = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +141,8 @@ def _parse(number: int, text: str) -> _Line:
         data = json.loads(text)
     except ValueError as exc:
         raise _invalid(number, f"not JSON ({exc})") from None
+    except RecursionError:
+        raise _invalid(number, "not JSON this reader takes (nested too deeply)") from None
     if not isinstance(data, dict) or set(data) != _FIELDS:
         raise _invalid(number, "an export line is an object with key, version and document")
     key, version, document = data["key"], data["version"], data["document"]
@@ -131,6 +150,12 @@ def _parse(number: int, text: str) -> _Line:
         raise _invalid(number, "key must be a non-empty string")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise _invalid(number, "version must be an integer from 1")
+    if version > MAX_IMPORT_VERSION:
+        raise _invalid(
+            number,
+            f"version {version} is above the most an import writes ({MAX_IMPORT_VERSION:,})",
+            {"version": version, "maximum": MAX_IMPORT_VERSION},
+        )
     try:
         workload = Workload.model_validate(document)
     except ValidationError as exc:
@@ -165,10 +190,40 @@ def _same(stored: str, workload: Workload) -> bool:
     return bool(as_json == json.loads(serialise(workload)))
 
 
-def _audit(
-    key: str, version: int, workload: Workload, document: str, at: int, actor: str
-) -> AuditRecord:
-    digest = hashlib.sha256(document.encode("utf-8")).hexdigest()
+def _digest(document: str) -> str:
+    return hashlib.sha256(document.encode("utf-8")).hexdigest()
+
+
+def _request_id(line: _Line, document: str) -> str:
+    """The request id of every write importing `line` (the same however often it is run)."""
+    seed = f"import\x1f{line.key}\x1f{line.version}\x1f{_digest(document)}".encode()
+    return "import_" + hashlib.sha256(seed).hexdigest()[:24]
+
+
+def _present(store: Store, present: StoredDocument, line: _Line, text: str) -> str | None:
+    """What to do with a line whose workload `store` holds already.
+
+    "" to skip it (the same document at the same version), None to finish
+    it (the same document at a lower version, written by an earlier run of
+    this import that stopped), else the reason it conflicts.
+    """
+    if not _same(present.document, line.workload):
+        return "is already present with different contents"
+    if present.version == line.version:
+        return ""
+    if present.version < line.version:
+        started = store.find_request(_request_id(line, text))
+        if started is not None and started.key == line.key:
+            return None
+    return (
+        f"is already present at version {present.version}, not at the export's"
+        f" version {line.version}"
+    )
+
+
+def _audit(line: _Line, version: int, document: str, at: int, actor: str) -> AuditRecord:
+    key, workload = line.key, line.workload
+    digest = _digest(document)
     seed = f"import\x1f{key}\x1f{version}\x1f{digest}".encode()
     return AuditRecord(
         transaction_id="tx_" + hashlib.sha256(seed).hexdigest()[:24],
@@ -182,6 +237,7 @@ def _audit(
         digest=digest,
         attempt=workload.attempts[-1].attempt_id if workload.attempts else None,
         result=workload.result.result_id if workload.result is not None else None,
+        request_id=_request_id(line, document),
     )
 
 
@@ -197,8 +253,8 @@ def import_workloads(
 
     Raises `WORKLOAD_INVALID` naming the line for a malformed one and
     `WORKLOAD_MIGRATION_CONFLICT` naming the workload (details list every
-    conflicting one) for a workload present with other contents; in both
-    cases nothing is written.
+    conflicting one) for a workload present with other contents or at
+    another version; in both cases nothing is written.
     """
     if isinstance(now, bool) or not isinstance(now, int) or now < 0:
         raise errors.WorkloadError(
@@ -206,7 +262,8 @@ def import_workloads(
         )
     spec = spec if spec is not None else default_spec()
     parsed = _read_lines(lines)
-    writes: list[tuple[_Line, str]] = []
+    # Each line to write, its document, and the version already present (0: none).
+    writes: list[tuple[_Line, str, int]] = []
     skipped: list[str] = []
     conflicts: list[dict[str, str]] = []
     results: dict[str, str] = {}
@@ -215,17 +272,15 @@ def import_workloads(
             text = serialise(line.workload)
             present = store.read(line.key)
             if present is not None:
-                if _same(present.document, line.workload):
+                reason = _present(store, present, line, text)
+                if reason == "":
                     skipped.append(line.key)
+                elif reason is not None:
+                    conflicts.append({"workload_id": line.key, "reason": reason})
                 else:
-                    conflicts.append(
-                        {
-                            "workload_id": line.key,
-                            "reason": "is already present with different contents",
-                        }
-                    )
+                    writes.append((line, text, present.version))
                 continue
-            writes.append((line, text))
+            writes.append((line, text, 0))
             result = line.workload.result
             if result is None:
                 continue
@@ -244,11 +299,11 @@ def import_workloads(
             {"workload_id": first["workload_id"], "conflicts": conflicts},
         )
     imported: list[str] = []
-    for line, text in writes:
+    for line, text, present_version in writes:
         index = index_fields(spec, line.workload)
         try:
-            for version in range(1, line.version + 1):
-                audit = _audit(line.key, version, line.workload, text, now, actor)
+            for version in range(present_version + 1, line.version + 1):
+                audit = _audit(line, version, text, now, actor)
                 store.write(line.key, text, index, None if version == 1 else version - 1, audit)
         except StoreConflict:
             raise errors.WorkloadError(

@@ -18,7 +18,8 @@ The helpers below give every command the same behaviour at the edges:
 writing or creating), `read_input` and `write_output` (files, with coded
 errors and no partial output), `print_table` (a table on a terminal, plain
 aligned columns elsewhere), `instant` (milliseconds as ISO-8601 UTC beside
-the raw number) and the option types `positive_int` and `positive_seconds`.
+the raw number) and the option types `positive_int`, `port_number` and
+`positive_seconds`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ import errno
 import importlib
 import json
 import os
+import secrets
+import stat
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -60,12 +62,14 @@ __all__ = [
     "USAGE",
     "Parser",
     "build_parser",
+    "check_output",
     "instant",
     "main",
     "opened_store",
     "output_directory",
     "output_file",
     "plain_table",
+    "port_number",
     "positive_int",
     "positive_seconds",
     "print_table",
@@ -187,6 +191,14 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def port_number(text: str) -> int:
+    """An option type: a TCP port, a whole number from 1 to 65535 (else a usage error)."""
+    value = positive_int(text)
+    if value > 65_535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1 to 65535)")
     return value
 
 
@@ -324,38 +336,93 @@ def read_input(path: str, what: str = "input") -> str:
         ) from None
 
 
+def _unwritable(path: str, what: str, reason: str) -> WorkloadError:
+    return WorkloadError(OUTPUT_UNWRITABLE, f"cannot write {what} {path}: {reason}", {"path": path})
+
+
+_KINDS = (
+    (stat.S_ISDIR, "it is a directory"),
+    (stat.S_ISFIFO, "it is a FIFO, not a regular file"),
+    (stat.S_ISCHR, "it is a device, not a regular file"),
+    (stat.S_ISBLK, "it is a device, not a regular file"),
+    (stat.S_ISSOCK, "it is a socket, not a regular file"),
+)
+
+
+def _output_target(path: str, what: str) -> tuple[Path, os.stat_result | None]:
+    """The file `path` names once its symlinks are followed, and its status (None: absent).
+
+    `WORKWARDEN_OUTPUT_UNWRITABLE` unless that is a regular file or nothing
+    yet in a directory that exists: a FIFO, a device, a socket or a
+    directory is never written, nor replaced.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        status = target.stat()
+    except FileNotFoundError:
+        status = None
+    except OSError as exc:
+        raise _unwritable(path, what, _reason(exc)) from None
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        reason = next((text for kind, text in _KINDS if kind(status.st_mode)), "not a file")
+        raise _unwritable(path, what, reason)
+    if not target.parent.is_dir():
+        raise _unwritable(path, what, "its directory does not exist or is not a directory")
+    return target, status
+
+
+def check_output(path: str, what: str = "output") -> None:
+    """Refuse, before any work and without creating anything, an output `output_file` refuses.
+
+    `WORKWARDEN_OUTPUT_UNWRITABLE` when `path` is not a regular file (after
+    its symlinks), or its directory is missing or not writable.
+    """
+    target, _ = _output_target(path, what)
+    if not os.access(target.parent, os.W_OK):
+        raise _unwritable(path, what, "permission denied")
+
+
+def _scratch(target: Path) -> tuple[int, Path]:
+    """A new file beside `target`, created as `open` creates files (mode 0666 less the umask)."""
+    while True:
+        scratch = target.parent / f".{target.name}.{secrets.token_hex(4)}"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            return os.open(scratch, flags, 0o666), scratch
+        except FileExistsError:
+            continue
+
+
 @contextlib.contextmanager
 def output_file(path: str, what: str = "output") -> Iterator[TextIO]:
     """A text file to write `path` through: a new file beside it, moved over it when done.
 
-    `WORKWARDEN_OUTPUT_UNWRITABLE` when it cannot be written. If the block
-    raises, or the file cannot be written, nothing is left under its name
-    or beside it (an earlier file of that name is untouched).
+    A symlink is followed: the file it points to is replaced, the link kept.
+    A file replaced keeps its mode (and, written by root, its owner); a new
+    one gets the mode `open` gives (0666 less the umask).
+    `WORKWARDEN_OUTPUT_UNWRITABLE` when it cannot be written, or when `path`
+    is a FIFO, a device, a socket or a directory (nothing is written to it).
+    If the block raises, or the file cannot be written, nothing is left
+    under its name or beside it (an earlier file of that name is untouched).
     """
-    target = Path(path)
-
-    def unwritable(exc: OSError) -> WorkloadError:
-        return WorkloadError(
-            OUTPUT_UNWRITABLE, f"cannot write {what} {path}: {_reason(exc)}", {"path": path}
-        )
-
+    target, status = _output_target(path, what)
     try:
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "it is a directory", path)
-        handle, scratch = tempfile.mkstemp(
-            prefix=f".{target.name}.", dir=target.parent if str(target.parent) else "."
-        )
+        handle, scratch = _scratch(target)
     except OSError as exc:
-        raise unwritable(exc) from None
+        raise _unwritable(path, what, _reason(exc)) from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
+            if status is not None:
+                if os.geteuid() == 0:
+                    os.fchown(out.fileno(), status.st_uid, status.st_gid)
+                os.fchmod(out.fileno(), stat.S_IMODE(status.st_mode))
             yield out
         os.replace(scratch, target)
     except OSError as exc:
-        Path(scratch).unlink(missing_ok=True)
-        raise unwritable(exc) from None
+        scratch.unlink(missing_ok=True)
+        raise _unwritable(path, what, _reason(exc)) from None
     except BaseException:
-        Path(scratch).unlink(missing_ok=True)
+        scratch.unlink(missing_ok=True)
         raise
 
 

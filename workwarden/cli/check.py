@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workwarden.cli import check_output, write_output
 from workwarden.statemachine import errors
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
@@ -47,6 +48,55 @@ _UNIVERSE_INTS = (
     "racer_prepares",
     "checkpoints_per_attempt",
 )
+
+
+#: The least each bound may be (as in the `[check]` table); the others start at 0.
+_UNIVERSE_MINIMUM = {
+    "workers": 1,
+    "workloads": 1,
+    "max_attempts": 1,
+    "lease_ms": 1,
+    "horizon_ms": 1,
+}
+_UNIVERSE_BOOLS = ("dependent", "racer", "stale_workers", "request_ids")
+
+
+def _at_least(minimum: int) -> Any:
+    """An option type: a whole number of at least `minimum` (else a usage error)."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not at least {minimum}")
+        return value
+
+    return whole
+
+
+def _universe_problem(universe: Any) -> str | None:
+    """What is wrong with a universe read from a trace (None: nothing)."""
+    for name in (*_UNIVERSE_INTS, "initial_delay_ms", "max_delay_ms"):
+        value, least = getattr(universe, name), _UNIVERSE_MINIMUM.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            return f"{name} must be a whole number of at least {least}, not {value!r}"
+    for name in _UNIVERSE_BOOLS:
+        if not isinstance(getattr(universe, name), bool):
+            return f"{name} must be true or false"
+    for name in ("first_timeouts", "second_timeouts"):
+        value = getattr(universe, name)
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            for k, v in value.items()
+        ):
+            return f"{name} must be an object of deadlines in milliseconds"
+    for name in ("second_retry_on", "first_retry_on"):
+        value = getattr(universe, name)
+        if not (value is None or all(isinstance(item, str) for item in value)):
+            return f"{name} must be a list of failure names"
+    return None
 
 
 def _universe(args: argparse.Namespace, spec: Any) -> Any:
@@ -152,31 +202,15 @@ def _mutant(name: str | None) -> Any:
 
 
 def _writable_file(path: str, option: str) -> Path:
-    """`path` as a file that can be written, checked before any work is done."""
-    target = Path(path)
-    try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "is a directory")
-        with target.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise errors.WorkloadError(
-            errors.INVALID,
-            f"{option} {path}: cannot write the file: {exc.strerror or exc}",
-            {"field": option},
-        ) from None
-    return target
+    """`path` as a file that can be written, checked before any work is done (and not made:
+    a refused check leaves no file behind)."""
+    check_output(path, option)
+    return Path(path)
 
 
 def _write(path: Path, text: str, option: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise errors.WorkloadError(
-            errors.INVALID,
-            f"{option} {path}: cannot write the file: {exc.strerror or exc}",
-            {"field": option},
-        ) from None
+    """Write `text` to `path` whole: beside it, then moved over it (`output_file`)."""
+    write_output(str(path), text, option)
 
 
 def _print_report(report: Any, out: Any) -> None:
@@ -378,6 +412,8 @@ def _read_trace(path: str) -> dict[str, Any]:
         raise bad(f"cannot read the file: {exc.strerror or exc}") from None
     try:
         trace = json.loads(text)
+    except RecursionError:
+        raise bad("JSON nested too deeply to read") from None
     except json.JSONDecodeError as exc:
         lines = [line for line in text.splitlines() if line.strip()]
         hint = ""
@@ -471,6 +507,25 @@ def _open_store(url: str) -> Any:
         ) from None
 
 
+def _refuse_work(store: Any, what: str) -> None:
+    """Close `store` and refuse it (`WORKLOAD_STORE_UNUSABLE`) unless it holds no workload."""
+    from workwarden.storage import StoreError
+    from workwarden.storage.urls import STORE_UNUSABLE
+
+    try:
+        holds = next(iter(store.scan()), None) is not None
+    except StoreError as exc:
+        store.close()
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, f"cannot read the store: {exc}"
+        ) from None
+    if holds:
+        store.close()
+        raise errors.WorkloadError(
+            STORE_UNUSABLE, f"{what} needs an empty store; this one holds workloads"
+        )
+
+
 def _run_replay(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.replay import replay_trace
     from workwarden.statemachine.check.universe import Model, Universe
@@ -498,9 +553,17 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise errors.WorkloadError(
             errors.INVALID, f"trace {args.trace}: not a checker universe: {exc}"
         ) from None
+    problem = _universe_problem(universe)
+    if problem is not None:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"trace {args.trace}: not a checker universe: {problem}",
+            {"field": "TRACE"},
+        )
     model = Model(spec, universe)
     _check_steps(model, trace, args.trace)
     store = _open_store(args.store)
+    _refuse_work(store, "a replay")
     if mutant is not None and mutant.wrap_store is not None:
         store = mutant.wrap_store(store)
     try:
@@ -546,12 +609,16 @@ def register(subparsers: Any) -> None:
         help="spec file (the same as the positional SPEC; give one or the other)",
     )
     for name in _UNIVERSE_INTS:
+        least = _UNIVERSE_MINIMUM.get(name, 0)
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
-            type=int,
+            type=_at_least(least),
             default=None,
-            help=_BOUND_HELP.get(name),
+            metavar="N",
+            help=f"{_BOUND_HELP[name]} ({least} or more)"
+            if name in _BOUND_HELP
+            else f"{least} or more",
         )
     parser.add_argument(
         "--racer",
@@ -590,7 +657,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--max-states",
-        type=int,
+        type=_at_least(1),
         default=None,
         help=f"stop after this many states (the check then exits {EXIT_INCOMPLETE}: incomplete)",
     )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from workwarden.cli import write_output
 from workwarden.statemachine import errors
 
 T = TypeVar("T")
@@ -154,7 +155,7 @@ def run_scheduling(
             f" (bound {report.bounds[tenant]})"
         )
     if json_path is not None:
-        json_path.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_output(str(json_path), json.dumps(d, indent=2, sort_keys=True) + "\n", "--json")
     if report.violations:
         out_dir = trace_dir(args.trace_dir)
         for violation, steps in report.violations:
@@ -171,7 +172,8 @@ def run_scheduling(
                 "steps": [{"action": step} for step in steps],
             }
             path = out_dir / f"trace-{violation.property}.json"
-            path.write_text(json.dumps(trace, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            text = json.dumps(trace, indent=2, sort_keys=True) + "\n"
+            write_output(str(path), text, "--trace-dir")
             print(f"  trace written: {path}  (workwarden replay {path})")
         return False, report.complete
     if report.complete:

@@ -32,6 +32,7 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import FORMATS, VIEWS, DiagramError, write_diagrams
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.spec import load_spec
+from workwarden.statemachine.spec_model import file_stem
 from workwarden.storage import StoreError, open_store
 
 __all__ = ["Report", "read_history", "read_report", "register"]
@@ -85,7 +86,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--name",
         metavar="NAME",
-        help="file name stem and graph name (default: the spec's name)",
+        help=(
+            "file name stem and graph name: not empty, no / or \\, not starting with ."
+            " (default: the spec's name)"
+        ),
     )
     parser.add_argument(
         "--view",
@@ -171,6 +175,12 @@ def read_report(path: str) -> Report:
         complete = report.get("complete", True)
         if any(len(edge) != 2 for edge in edges) or not isinstance(complete, bool):
             raise ValueError("edges_never_taken or complete is malformed")
+    except RecursionError:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"--report {path}: not a checker report (JSON nested too deeply to read)",
+            {"field": "report"},
+        ) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise errors.WorkloadError(
             errors.INVALID, f"--report {path}: not a checker report ({exc})", {"field": "report"}
@@ -195,6 +205,11 @@ def _run(args: argparse.Namespace) -> int:
         spec = load_spec(spec_argument(args.spec, args.spec_option))
         history: list[Event] = []
         name = args.name
+        if name is not None:
+            try:
+                file_stem(name)
+            except ValueError as exc:
+                raise DiagramError("DIAGRAM_INPUT_INVALID", f"--name {name!r}: {exc}") from None
         if args.history is not None:
             url, workload_id = args.history
             history = read_history(url, workload_id)

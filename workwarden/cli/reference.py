@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workwarden.cli import USAGE, output_directory, write_output
+from workwarden.cli import USAGE, check_output, output_directory, write_output
 from workwarden.statemachine import errors
 from workwarden.statemachine.conformance.conform import ScenarioResult, junit_xml, run_conformance
 from workwarden.statemachine.conformance.runner import read_vectors, render_vectors
@@ -176,29 +176,14 @@ def _vectors(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     target = _vectors_path(args.out, spec) if args.out is not None else None
     if target is not None:
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with target.open("a", encoding="ascii"):
-                pass
-        except OSError as exc:
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"--out {target}: cannot write the file: {exc.strerror or exc}",
-                {"field": "--out"},
-            ) from None
+        output_directory(str(target.parent), "--out directory")
+        check_output(str(target), "--out")
     if args.spec is not None and extends_the_table(spec):
         vectors = extended_vectors(spec)
     else:
         vectors = generate_vectors(spec, check_ends=args.spec is None)
     if target is not None:
-        try:
-            target.write_text(render_vectors(vectors), encoding="ascii", newline="\n")
-        except OSError as exc:
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"--out {target}: cannot write the file: {exc.strerror or exc}",
-                {"field": "--out"},
-            ) from None
+        write_output(str(target), render_vectors(vectors), "--out")
         print(f"wrote {len(vectors)} scenarios to {target}", file=sys.stderr)
     elif not args.coverage:
         sys.stdout.write(render_vectors(vectors))
@@ -217,7 +202,12 @@ def shipped_vectors_text() -> str:
 
 
 def _conform(args: argparse.Namespace) -> int:
-    argv = shlex.split(args.cmd)
+    try:
+        argv = shlex.split(args.cmd)
+    except ValueError as exc:
+        raise errors.WorkloadError(
+            errors.INVALID, f"--cmd {args.cmd!r}: cannot split into words: {exc}"
+        ) from None
     if not argv:
         raise errors.WorkloadError(errors.INVALID, "--cmd names no program")
     try:
@@ -338,6 +328,10 @@ def _validate_history(args: argparse.Namespace) -> int:
             ) from None
         except ValueError as exc:
             raise errors.WorkloadError(errors.INVALID, f"{args.file}: {exc}") from None
+        except RecursionError:
+            raise errors.WorkloadError(
+                errors.INVALID, f"{args.file}: JSON nested too deeply to read"
+            ) from None
     return _report(spec, histories)
 
 

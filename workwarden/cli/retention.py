@@ -7,12 +7,16 @@ the spec's `[retention] after_ms`), except those in a `[retention] keep`
 state (dead letters, by default), each with an audit record. With
 `--export FILE` each purged workload is appended to FILE as a JSON Lines
 export line (as `workwarden export` writes them), written and flushed before
-that workload is deleted. `--dry-run` lists what would go and writes nothing.
+that workload is deleted; a write that fails stops the purge there
+(`WORKWARDEN_OUTPUT_UNWRITABLE`), with the workloads already written purged
+and the rest kept. `--dry-run` lists what would go and writes nothing (not
+even an empty `--export` file).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import time
@@ -26,6 +30,14 @@ from workwarden.storage.base import StoredDocument
 __all__ = ["parse_duration", "register"]
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _unwritable(path: str, exc: OSError, more: str = "") -> errors.WorkloadError:
+    return errors.WorkloadError(
+        "WORKWARDEN_OUTPUT_UNWRITABLE",
+        f"--export {path}: cannot write the file: {exc.strerror or exc}{more}",
+        {"field": "--export"},
+    )
 
 
 def parse_duration(text: str) -> int:
@@ -42,22 +54,30 @@ def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
     now = args.now if args.now is not None else time.time_ns() // 1_000_000
     out: TextIO | None = None
+    exported: list[str] = []
     try:
-        if args.export is not None:
+        # A dry run writes nothing, not even an empty --export file.
+        if args.export is not None and not args.dry_run:
             try:
                 out = open(args.export, "a", encoding="ascii")  # noqa: SIM115  # closed below
             except OSError as exc:
-                raise errors.WorkloadError(
-                    "WORKWARDEN_OUTPUT_UNWRITABLE",
-                    f"--export {args.export}: cannot write the file: {exc.strerror or exc}",
-                    {"field": "--export"},
-                ) from None
+                raise _unwritable(args.export, exc) from None
         sink = out
 
         def export(doc: StoredDocument) -> None:
-            if sink is not None:
+            if sink is None:
+                return
+            try:
                 sink.write(export_line(doc) + "\n")
                 sink.flush()
+            except OSError as exc:
+                raise _unwritable(
+                    args.export,
+                    exc,
+                    f"; the purge stopped there: the {len(exported)} workload(s) written"
+                    " before were purged, this one and the rest are kept",
+                ) from None
+            exported.append(doc.key)
 
         with opened_store(args.store, "write") as store:
             warden = Authority(store, grants=GrantVerifier.without_signatures(), spec=spec)
@@ -72,7 +92,10 @@ def _run(args: argparse.Namespace) -> int:
             )
     finally:
         if out is not None:
-            out.close()
+            # Every line was flushed as it was written: a failure to close
+            # follows one already reported, and has nothing left to lose.
+            with contextlib.suppress(OSError):
+                out.close()
     verb = "would purge" if args.dry_run else "purged"
     for key in report.purged if args.dry_run else ():
         print(key)

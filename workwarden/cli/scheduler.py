@@ -14,9 +14,7 @@ current pass (exit 0).
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -32,17 +30,9 @@ __all__ = ["load_schedules", "register"]
 
 def load_schedules(target: str) -> list[Schedule]:
     """The schedules named by `MODULE:ATTR`: a list (or tuple) of `Schedule`."""
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise WorkloadError(
-            codes.INVALID, f"--schedules {target}: write MODULE:ATTR, e.g. tasks:schedules"
-        )
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise WorkloadError(codes.INVALID, f"--schedules {target}: cannot import: {exc}") from None
+    from workwarden.cli.worker import import_target
+
+    module, attr = import_target(target, "--schedules", "tasks:schedules")
     found = vars(module).get(attr)
     if not isinstance(found, (list, tuple)) or not all(isinstance(s, Schedule) for s in found):
         kind = "nothing" if found is None else type(found).__name__

@@ -25,7 +25,7 @@ import socket
 import sys
 from typing import Any
 
-from workwarden.cli import STORE_HELP, positive_int, positive_seconds, read_input
+from workwarden.cli import STORE_HELP, port_number, positive_seconds, read_input
 from workwarden.statemachine import errors
 from workwarden.statemachine.spec import load_spec
 from workwarden.storage.memory import MemoryStore
@@ -49,7 +49,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--store", metavar="URL", help=STORE_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    parser.add_argument("--port", type=positive_int, default=8080, help="the port to listen on")
+    parser.add_argument(
+        "--port", type=port_number, default=8080, help="the port to listen on (1 to 65535)"
+    )
     parser.add_argument(
         "--token-keys",
         metavar="FILE",

@@ -5,11 +5,14 @@
   standard output. The same store always exports the same bytes. The store
   is opened read-only and never created.
 - `import [--store URL] [--create] [--spec FILE] FILE` loads an export (`-`
-  reads standard input). Workloads already present and identical are
-  skipped; one present with different contents is
-  `WORKLOAD_MIGRATION_CONFLICT` and then nothing is imported. The store must
-  exist unless `--create` is given; a store this command created is removed
-  again when the import is refused, so a refused import leaves nothing behind.
+  reads standard input). Workloads already present and identical, at the
+  same version, are skipped; one present with different contents or at
+  another version is `WORKLOAD_MIGRATION_CONFLICT` and then nothing is
+  imported. The store must exist unless `--create` is given; a store this
+  command created is removed again when the import is refused or stopped
+  (SIGINT, SIGTERM), so a refused import leaves nothing behind. An import
+  into an existing store that is stopped part way is finished by running it
+  again (`workwarden.migrate`).
 
 A store URL is what `workwarden.storage.open_store` reads: `memory:`,
 `sqlite:///path`, a file path, or `postgresql://...`; without `--store`, the
@@ -22,9 +25,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, TextIO
 
 from workwarden.cli import STORE_HELP, opened_store, output_file, read_input
@@ -53,8 +59,9 @@ def register(subparsers: Any) -> None:
         "import",
         help="load an export into a store",
         description=(
-            "Load an export into a store. Workloads already present and identical are "
-            "skipped; if one is present with different contents, nothing is imported. "
+            "Load an export into a store. Workloads already present and identical (at the "
+            "same version) are skipped; if one is present with different contents or at "
+            "another version, nothing is imported. "
             "The store must exist unless --create is given."
         ),
     )
@@ -62,7 +69,10 @@ def register(subparsers: Any) -> None:
     load.add_argument(
         "--create",
         action="store_true",
-        help="create the store if it does not exist (removed again if the import is refused)",
+        help=(
+            "create the store if it does not exist (removed again if the import is refused"
+            " or stopped)"
+        ),
     )
     load.add_argument(
         "--spec", metavar="FILE", help="the spec to index workloads by (the shipped one by default)"
@@ -118,23 +128,41 @@ def _remove_store_file(path: str) -> None:
             os.unlink(name)
 
 
+def _stop(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM ends the import as Ctrl-C does: through the clean-up below (status 143).
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _import(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
     lines = read_input(args.file, "the export").splitlines()
     now = time.time_ns() // 1_000_000
-    store, created = _open_for_import(args.store, args.create)
-    try:
+    with _stopped_by_sigterm():
+        store, created = _open_for_import(args.store, args.create)
         try:
-            with Progress("reading the export", total=len(lines), unit="lines") as progress:
-                report = import_workloads(store, _counted(lines, progress), now=now, spec=spec)
-        except StoreError as exc:
-            raise WorkloadError(STORAGE_FAILURE, f"the store failed: {exc}") from None
-    except BaseException:
-        with contextlib.suppress(StoreError):
-            store.close()
-        if created is not None:
-            _remove_store_file(created)
-        raise
+            try:
+                with Progress("reading the export", total=len(lines), unit="lines") as progress:
+                    report = import_workloads(store, _counted(lines, progress), now=now, spec=spec)
+            except StoreError as exc:
+                raise WorkloadError(STORAGE_FAILURE, f"the store failed: {exc}") from None
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                store.close()
+            if created is not None:
+                _remove_store_file(created)
+            raise
     with contextlib.suppress(StoreError):
         store.close()
     print(

@@ -34,9 +34,10 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
 from typing import Any
 
-from workwarden.cli import STORE_HELP, opened_store, positive_int, positive_seconds
+from workwarden.cli import STORE_HELP, opened_store, port_number, positive_int, positive_seconds
 from workwarden.runtime import App, Sweeper, Worker
 from workwarden.runtime.reports import DEFAULT_WINDOW_MS
 from workwarden.statemachine import Authority, GrantVerifier
@@ -44,21 +45,45 @@ from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.spec import load_spec
 
-__all__ = ["TOKEN_VARIABLE", "load_app", "register"]
+__all__ = [
+    "MAX_LEASE_MS",
+    "MAX_WINDOW_MS",
+    "TOKEN_VARIABLE",
+    "import_target",
+    "load_app",
+    "register",
+]
 
 #: Where `--warden` reads its bearer token when `--token` is not given.
 TOKEN_VARIABLE = "WORKWARDEN_TOKEN"
 _EXTRA = "pip install 'workwarden[service]'"
 
 
+#: The longest `--lease-ms`, a year: far below the latest instant the core takes (2**53 - 1
+#: ms since the epoch) and the longest wait a thread can make (`threading.TIMEOUT_MAX`).
+MAX_LEASE_MS = 365 * 24 * 3_600_000
+#: The longest `--batch-window-ms`: a report held longer risks outliving its lease.
+MAX_WINDOW_MS = 60_000
+
+
 def _window_ms(text: str) -> int:
-    """`--batch-window-ms`: whole milliseconds, 0 or more."""
+    """`--batch-window-ms`: whole milliseconds, 0 to `MAX_WINDOW_MS`."""
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text}: give whole milliseconds, 0 or more")
+    if not 0 <= value <= MAX_WINDOW_MS:
+        raise argparse.ArgumentTypeError(f"{text}: give whole milliseconds, 0 to {MAX_WINDOW_MS:,}")
+    return value
+
+
+def _lease_ms(text: str) -> int:
+    """`--lease-ms`: whole milliseconds, 1 to `MAX_LEASE_MS`."""
+    value = positive_int(text)
+    if value > MAX_LEASE_MS:
+        raise argparse.ArgumentTypeError(
+            f"{value} ms is longer than the longest lease, a year ({MAX_LEASE_MS:,} ms)"
+        )
     return value
 
 
@@ -71,17 +96,40 @@ def _configure_logging() -> None:
     runtime.propagate = False
 
 
-def load_app(target: str) -> App:
-    """The `App` named by `MODULE:ATTR`, imported with the current directory on `sys.path`."""
+def import_target(target: str, option: str, example: str) -> tuple[ModuleType, str]:
+    """The module and attribute name `MODULE:ATTR` names, the module imported with the
+    current directory on `sys.path`.
+
+    `WORKLOAD_INVALID` naming `option` when `target` is not `MODULE:ATTR` with
+    MODULE a dotted name (not a path), or when importing the module fails in
+    any way: not found, a syntax error, or an exception its code raised.
+    """
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise WorkloadError(codes.INVALID, f"--app {target}: write MODULE:ATTR, e.g. tasks:app")
+        raise WorkloadError(codes.INVALID, f"{option} {target}: write MODULE:ATTR, e.g. {example}")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise WorkloadError(
+            codes.INVALID,
+            f"{option} {target}: {module_name!r} is not a module name (dotted names, not a path;"
+            " the module is found from the current directory)",
+        )
     if "" not in sys.path:
         sys.path.insert(0, "")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise WorkloadError(codes.INVALID, f"--app {target}: cannot import: {exc}") from None
+        raise WorkloadError(codes.INVALID, f"{option} {target}: cannot import: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed as it was imported
+        raise WorkloadError(
+            codes.INVALID,
+            f"{option} {target}: importing {module_name} raised {type(exc).__name__}: {exc}",
+        ) from None
+    return module, attr
+
+
+def load_app(target: str) -> App:
+    """The `App` named by `MODULE:ATTR`, imported with the current directory on `sys.path`."""
+    module, attr = import_target(target, "--app", "tasks:app")
     app = vars(module).get(attr)
     if not isinstance(app, App):
         found = "nothing" if app is None else type(app).__name__
@@ -220,7 +268,7 @@ def _spec_option(parser: argparse.ArgumentParser) -> None:
 def _metrics_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
-        type=positive_int,
+        type=port_number,
         default=None,
         metavar="N",
         help="serve the process's counts to Prometheus on port N (default: none)",
@@ -267,7 +315,10 @@ def register(subparsers: Any) -> None:
         "--concurrency", type=positive_int, default=1, help="handlers running at once"
     )
     worker.add_argument(
-        "--lease-ms", type=positive_int, default=30_000, help="the lease of each claim, in ms"
+        "--lease-ms",
+        type=_lease_ms,
+        default=30_000,
+        help=f"the lease of each claim, in ms, 1 to {MAX_LEASE_MS:,} (a year)",
     )
     worker.add_argument(
         "--worker-id", default=None, help="the worker's id (default host-pid-random)"
@@ -298,8 +349,8 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_WINDOW_MS,
         metavar="N",
         help=(
-            "how long a report waits for others to join its batch, in ms; 0 sends at once "
-            f"(default: {DEFAULT_WINDOW_MS})"
+            "how long a report waits for others to join its batch, in ms, 0 to "
+            f"{MAX_WINDOW_MS:,}; 0 sends at once (default: {DEFAULT_WINDOW_MS})"
         ),
     )
     _spec_option(worker)
