@@ -88,3 +88,47 @@ def test_an_idle_worker_on_postgresql_is_woken_by_the_admissions_notify() -> Non
 def test_an_idle_worker_on_a_memory_store_is_woken_by_an_admission() -> None:
     store = MemoryStore()
     assert _run_idle_worker_then_admit(store, store) < 5.0
+
+
+def test_a_worker_with_a_lease_of_ages_sleeps_and_wakes_without_overflowing() -> None:
+    # A heartbeat due in centuries once made the loop's wait overflow the thread's
+    # limit: the worker died with its job held. It looks again at least hourly.
+    store = MemoryStore()
+    release = threading.Event()
+    done: list[str] = []
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> str:
+        release.wait(10)
+        done.append(job.workload_id)
+        return "sent"
+
+    now = int(time.time() * 1000)
+    lease = 2**53 - 1 - now - 10 * 365 * 86_400_000  # ends some three hundred thousand years on
+    workload_id = authority(store).admit(_request("ages", now), now).workload.workload_id
+    worker = Worker(authority(store), app, tenant="t", application="app", lease_ms=lease)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(handle_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - what the thread died of, for the assert
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        time.sleep(0.5)  # claimed, started, and asleep until its heartbeat
+        release.set()
+        deadline = time.monotonic() + 10
+        while authority(store).get(workload_id).state != "SUCCEEDED":
+            assert time.monotonic() < deadline, "the job did not complete"
+            assert not failures, failures
+            time.sleep(0.02)
+    finally:
+        release.set()
+        worker.stop(grace_s=5)
+        thread.join(10)
+    assert not failures, failures
+    assert done == [workload_id]

@@ -16,7 +16,12 @@ from typing import Protocol
 
 from workwarden.statemachine import errors
 
-__all__ = ["Backoff", "Clock", "ManualClock", "WallClock", "event", "logger"]
+__all__ = ["MAX_WAIT_S", "Backoff", "Clock", "ManualClock", "WallClock", "event", "logger"]
+
+#: The longest a worker's or sweeper's loop sleeps at once (s): it looks again after this
+#: long even when nothing is due sooner (a lease of years), as no thread can wait past
+#: `threading.TIMEOUT_MAX`.
+MAX_WAIT_S = 3_600.0
 
 #: The logger every runtime log line goes to.
 logger = logging.getLogger("workwarden.runtime")

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from workwarden.runtime import arguments
-from workwarden.runtime.clock import Backoff, Clock, WallClock, event
+from workwarden.runtime.clock import MAX_WAIT_S, Backoff, Clock, WallClock, event
 from workwarden.statemachine import inputs
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.errors import WorkloadError
@@ -165,7 +165,7 @@ class Sweeper:
                 due = self.step()
                 if until_idle and self.idle:
                     break
-                timeout = (due - self.clock.now()) / 1000
+                timeout = min((due - self.clock.now()) / 1000, MAX_WAIT_S)
                 if timeout > 0:
                     self._wake.wait(timeout)
         finally:

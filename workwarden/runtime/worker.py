@@ -55,7 +55,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from workwarden.runtime import arguments
-from workwarden.runtime.clock import Backoff, Clock, WallClock, event
+from workwarden.runtime.clock import MAX_WAIT_S, Backoff, Clock, WallClock, event
 from workwarden.runtime.handlers import App, Fail, HandlerSpec, Job, Retry, result_id_for
 from workwarden.runtime.reports import (
     DEFAULT_BATCH_MAX,
@@ -1070,7 +1070,7 @@ class Worker:
                 if self._finished(until_idle, now):
                     self._flush_all(now)
                     break
-                timeout = (due - now) / 1000
+                timeout = min((due - now) / 1000, MAX_WAIT_S)
                 if self._stopping and self._stop_deadline is not None:
                     timeout = min(timeout, max(0.0, self._stop_deadline - time.monotonic()))
                 if timeout > 0:
