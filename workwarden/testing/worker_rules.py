@@ -339,7 +339,15 @@ class WorkerRules(ClaimRules):
         for step in range(steps):
             if worker.held.get(key) != fence:
                 return
-            state = writer.get(key).state
+            try:
+                state = writer.get(key).state
+            except errors.WorkloadError as exc:
+                # A purge took the work from under a claim its worker never learnt it lost.
+                if exc.code != errors.NOT_FOUND or key not in getattr(self, "_purged", {}):
+                    raise
+                note(f"    {key} was purged: {worker.name} lets its claim go")
+                worker.drop(key)
+                return
             last = step == steps - 1
             if state == "CLAIMED":
                 self._start(writer, worker, key, fence, "work: start")
