@@ -19,26 +19,16 @@ import os
 
 from hypothesis import settings
 
+from workwarden.testing.profiles import PROFILE_ENV
+from workwarden.testing.profiles import PROFILES as SHIPPED
+
 __all__ = ["PROFILES", "PROFILE_ENV"]
 
-PROFILE_ENV = "WORKWARDEN_HYPOTHESIS_PROFILE"
-"""The environment variable that names the profile to load."""
+# The package's profiles (`workwarden.testing.profiles`), under their short names here.
+for _name, _settings in SHIPPED.items():
+    settings.register_profile(_name, _settings)
 
-settings.register_profile(
-    "ci",
-    max_examples=100,
-    stateful_step_count=50,
-    deadline=None,
-    print_blob=True,
-)
-settings.register_profile(
-    "thorough",
-    parent=settings.get_profile("ci"),
-    max_examples=2_000,
-    stateful_step_count=100,
-)
-
-PROFILES = ("ci", "thorough")
+PROFILES = tuple(SHIPPED)
 """The profiles this repository registers."""
 
 _chosen = os.environ.get(PROFILE_ENV, "ci")

@@ -23,13 +23,16 @@ step, with each call and its outcome noted.
 
 Run it against your own store (needs the `test` extra, for Hypothesis):
 
-    import pathlib, tempfile
+    import contextlib, pathlib, tempfile
     from workwarden.storage import SQLiteStore  # or your own store
     from workwarden.testing import authority_machine
 
-    TestMyStore = authority_machine(
-        lambda: SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "store.db")
-    ).TestCase
+    @contextlib.contextmanager
+    def fresh_store():  # a fresh, empty store per example, its folder removed after
+        with tempfile.TemporaryDirectory() as folder:
+            yield SQLiteStore(pathlib.Path(folder) / "store.db")
+
+    TestMyStore = authority_machine(fresh_store).TestCase
 
 The factory returns a fresh, empty store, or a context manager yielding one;
 the machine opens one per example and closes it when the example ends.
@@ -56,6 +59,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     ) from None
 
 from workwarden.testing.move_rules import MoveRules
+from workwarden.testing.profiles import PROFILE_ENV, PROFILES, profile
 from workwarden.testing.reply_lost_rules import ReplyLostRules
 from workwarden.testing.suite import (
     AuthorityMachine,
@@ -75,6 +79,8 @@ from workwarden.testing.support import (
 )
 
 __all__ = [
+    "PROFILES",
+    "PROFILE_ENV",
     "AuthorityMachine",
     "CheckFailed",
     "Coverage",
@@ -86,6 +92,7 @@ __all__ = [
     "StoreFactory",
     "WorkloadPlan",
     "authority_machine",
+    "profile",
     "recording_store",
     "run_authority_machine",
     "workload_plans",

@@ -34,6 +34,7 @@ from workwarden.testing.held_rules import HeldCallRules
 from workwarden.testing.move_rules import MoveRules, move_operations
 from workwarden.testing.operator_rules import OperatorRules
 from workwarden.testing.pause_rules import PauseRules
+from workwarden.testing.profiles import chosen_profile
 from workwarden.testing.race_rules import RaceRules
 from workwarden.testing.reply_lost_rules import ReplyLostRules
 from workwarden.testing.retention_rules import RetentionRules
@@ -120,7 +121,9 @@ def authority_machine(
     default the first writer reads before every decision, the second decides
     one-call methods on its own 16 latest writes too). `workers` workers hold
     claims. `coverage` collects the edges and outcomes the runs reach. The
-    class's `TestCase` is a unittest case for pytest.
+    class's `TestCase` is a unittest case for pytest, run under the profile
+    `WORKWARDEN_HYPOTHESIS_PROFILE` names (`workwarden.testing.profiles`), or
+    else the Hypothesis profile in force when it is first read.
     """
     if not callable(store_factory):
         raise errors.bad_argument(
@@ -166,7 +169,7 @@ def authority_machine(
     bases: tuple[type, ...] = (
         (MoveRules, AuthorityMachine) if move_operations(chosen) else (AuthorityMachine,)
     )
-    return type(
+    machine: type[AuthorityMachine] = type(
         "AuthorityMachine",
         bases,
         {
@@ -183,6 +186,11 @@ def authority_machine(
             "__module__": __package__,
         },
     )
+    picked = chosen_profile()
+    if picked is not None:
+        # Hypothesis makes the class's unittest case once and keeps it.
+        machine.TestCase.settings = picked
+    return machine
 
 
 def run_authority_machine(
@@ -199,7 +207,8 @@ def run_authority_machine(
 ) -> None:
     """Run the stateful suite once against stores from `store_factory`; raise on a failure.
 
-    `settings` defaults to the current Hypothesis profile's settings.
+    `settings` defaults to the profile `WORKWARDEN_HYPOTHESIS_PROFILE` names
+    (`workwarden.testing.profiles`), or else the Hypothesis profile in force.
     """
     machine = authority_machine(
         store_factory,
@@ -211,7 +220,8 @@ def run_authority_machine(
         authority_class=authority_class,
         coverage=coverage,
     )
-    chosen = settings if settings is not None else _current()
+    picked = chosen_profile()
+    chosen = settings if settings is not None else picked if picked is not None else _current()
     # Older Hypothesis releases leave this one function unannotated.
     run_state_machine_as_test(machine, settings=chosen)  # type: ignore[no-untyped-call, unused-ignore]
 
