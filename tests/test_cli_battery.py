@@ -274,6 +274,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("conform", "--cmd", ADAPTER, "-k", "no-such-scenario", "--junit", UNDER_A_FILE),
         bad("conform", "--cmd", ADAPTER, "--timeout", "soon", status=2, code=USAGE),
         bad("conform", "--cmd", 'unterminated "quote', code=INVALID),
+        # Nothing run is not a pass: a -k that matches nothing, an empty vector file.
+        bad("conform", "--cmd", ADAPTER, "-k", "no-such-scenario", code=INVALID),
+        bad("conform", "--cmd", ADAPTER, "--vectors", "{empty_file}", code=INVALID),
     ],
     "worker": [
         bad(
@@ -541,6 +544,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     many = {"universe": {"workers": "many"}, "steps": []}
     (root / "many.json").write_text(json.dumps(many), encoding="utf-8")
     (root / "empty_trace.json").write_text(json.dumps({"universe": {}, "steps": []}))
+    (root / "empty.jsonl").write_text("", encoding="ascii")
     return {
         "root": str(root),
         "store": str(store_path),
@@ -559,6 +563,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "later": str(root / "later.jsonl"),
         "many": str(root / "many.json"),
         "empty_trace": str(root / "empty_trace.json"),
+        "empty_file": str(root / "empty.jsonl"),
     }
 
 

@@ -225,6 +225,14 @@ def _conform(args: argparse.Namespace) -> int:
         raise errors.WorkloadError(errors.INVALID, f"not a vector file: {exc}") from None
     if args.select:
         vectors = [v for v in vectors if args.select in v.name]
+    if not vectors:
+        # Nothing run is not a pass: a -k typo or an empty file would turn CI green.
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"no scenario to run (-k {args.select!r} matches none)"
+            if args.select
+            else "the vector file holds no scenario",
+        )
 
     def show(result: ScenarioResult) -> None:
         if result.passed and args.quiet:
