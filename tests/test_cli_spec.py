@@ -211,3 +211,23 @@ def test_spec_show_of_an_invalid_file_prints_its_problems_and_exits_1(
     assert status == 1
     assert len(out.splitlines()) == 3
     assert all(line.startswith(f"{path}: transitions[") for line in out.splitlines())
+
+
+def test_spec_examples_prints_each_shipped_example_that_loads_from_any_folder(
+    tmp_path: Path,
+) -> None:
+    # Outside the repository `specs/examples/pause.toml` is no path: the command
+    # says where the installed package keeps them.
+    run = subprocess.run(
+        [sys.executable, "-m", "workwarden", "spec", "examples"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    paths = [Path(line) for line in run.stdout.splitlines()]
+    assert {path.name for path in paths} >= {"pause.toml", "approval.toml", "claim_starts.toml"}
+    for path in paths:
+        assert path.is_absolute()
+        assert main(["spec", "validate", str(path)]) == 0

@@ -16,6 +16,8 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from workwarden.statemachine import errors
@@ -29,11 +31,11 @@ from workwarden.statemachine.spec import (
     spec_summary,
 )
 
-__all__ = ["register", "render_spec", "summary_line"]
+__all__ = ["example_paths", "register", "render_spec", "summary_line"]
 
 
 def register(subparsers: Any) -> None:
-    """Add the `spec` command and its subcommands (`schema`, `validate`, `show`)."""
+    """Add the `spec` command and its subcommands (`schema`, `validate`, `show`, `examples`)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "spec",
         help="work with spec files",
@@ -64,6 +66,16 @@ def register(subparsers: Any) -> None:
         "file", nargs="?", metavar="FILE", help="a spec file (TOML); the shipped spec by default"
     )
     show.set_defaults(handler=_show)
+
+    examples = commands.add_parser(
+        "examples",
+        help="print the path of each example spec shipped in the package",
+        description=(
+            "Print the installed path of each example spec shipped in the package (pause,"
+            " approval, claim starts, ...), one a line, to give to --spec or load_spec."
+        ),
+    )
+    examples.set_defaults(handler=_examples)
 
 
 def summary_line(spec: Spec) -> str:
@@ -105,6 +117,18 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             print(f"{file}: {summary_line(load_spec(file))}")
     return _refused(problems, failed, len(args.files)) if failed else 0
+
+
+def example_paths() -> list[Path]:
+    """The example specs shipped in the package (`workwarden.specs.examples`), by name."""
+    folder = resources.files("workwarden.specs.examples")
+    return sorted(Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".toml"))
+
+
+def _examples(args: argparse.Namespace) -> int:
+    for path in example_paths():
+        print(path)
+    return 0
 
 
 def _show(args: argparse.Namespace) -> int:
