@@ -23,6 +23,7 @@ from workwarden.statemachine import (
     Prepared,
     RecoverCommand,
     WorkloadError,
+    errors,
 )
 from workwarden.storage import Store
 
@@ -263,7 +264,8 @@ def test_a_prepared_call_commits_once(authority: Authority, store: Store) -> Non
     prepared.commit()
     after = store_snapshot(store)
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(WorkloadError) as again:
         prepared.commit()
 
+    assert again.value.code == errors.INVALID
     assert store_snapshot(store) == after

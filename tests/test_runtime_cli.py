@@ -324,7 +324,7 @@ def test_an_app_module_that_cannot_be_imported_is_refused_with_a_coded_line(
     [
         ("--lease-ms", str(2**53 - 1)),
         ("--lease-ms", "9223372036854775807"),
-        ("--batch-window-ms", "60001"),
+        ("--batch-window-ms", "3600001"),
         ("--metrics-port", "70000"),
     ],
 )

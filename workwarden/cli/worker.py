@@ -62,8 +62,9 @@ _EXTRA = "pip install 'workwarden[service]'"
 #: The longest `--lease-ms`, a year: far below the latest instant the core takes (2**53 - 1
 #: ms since the epoch) and the longest wait a thread can make (`threading.TIMEOUT_MAX`).
 MAX_LEASE_MS = 365 * 24 * 3_600_000
-#: The longest `--batch-window-ms`: a report held longer risks outliving its lease.
-MAX_WINDOW_MS = 60_000
+#: The longest `--batch-window-ms`, an hour: a report buffered longer would outlive most
+#: leases (a stop or a full buffer still sends it at once).
+MAX_WINDOW_MS = 3_600_000
 
 
 def _window_ms(text: str) -> int:
