@@ -151,25 +151,22 @@ def _revision() -> str:
     The commit of the checkout the package runs from (with `+dirty` when it has
     uncommitted changes), or else `v` and the installed package's version.
     """
-    here = Path(__file__).resolve().parent
+    here = str(Path(__file__).resolve().parent)
+
+    def git(*args: str) -> str:
+        run = subprocess.run(
+            ["git", "-C", here, *args], capture_output=True, text=True, timeout=5, check=True
+        )
+        return run.stdout.strip()
+
     try:
-        sha = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
+        sha = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
+        sha = ""
+    if not sha:
         return "v" + metadata.version("workwarden")
-    return sha + ("+dirty" if dirty else "") if sha else "v" + metadata.version("workwarden")
+    return sha + ("+dirty" if dirty else "")
 
 
 def _iso(at: float) -> str:
