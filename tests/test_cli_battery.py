@@ -171,6 +171,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("import", "--store", "{store}", status=2, code=USAGE),
     ],
     "spec schema": [bad("spec", "schema", "extra", status=2, code=USAGE)],
+    "spec examples": [bad("spec", "examples", "pause", status=2, code=USAGE)],
     "spec validate": [
         bad("spec", "validate", "{missing}", code=SPEC_INVALID),
         bad("spec", "validate", "{dir}", code=SPEC_INVALID),
