@@ -143,8 +143,8 @@ def _open_sqlite(path: str, query: str, shown: str, mode: Mode) -> SQLiteStore:
         hint = (
             "reading never creates a store"
             if mode == "read"
-            else "a command that writes creates one only when asked: --create,"
-            ' or open_store(url, mode="create")'
+            else "a store is created only when asked: --create (serve, worker, sweeper,"
+            ' scheduler, import), or open_store(url, mode="create")'
         )
         raise WorkloadError(
             STORE_NOT_FOUND, f"no store at {path} (no such file); {hint}", {"path": path}

@@ -338,3 +338,44 @@ def test_an_out_of_range_worker_option_is_a_usage_error_before_it_starts(
     (line,) = stderr.splitlines()
     assert line.startswith(f"WORKWARDEN_USAGE: workwarden worker: argument {option}: ")
     assert _states(tmp_path / "store.db") == ["READY"]
+
+
+def test_a_worker_creates_its_store_only_when_asked_and_then_waits_for_work(
+    tmp_path: Path,
+) -> None:
+    # The first command of a new deployment may be its worker: without --create it
+    # is refused (the store URL may be mistyped), with it the store is made empty.
+    refused = _worker(tmp_path, "--until-idle")
+    _, stderr = refused.communicate(timeout=60)
+    assert refused.returncode == 1
+    assert "WORKLOAD_STORE_NOT_FOUND" in stderr
+    assert "--create" in stderr
+    assert not (tmp_path / "store.db").exists()
+    created = _worker(tmp_path, "--until-idle", "--create")
+    _, stderr = created.communicate(timeout=60)
+    assert created.returncode == 0, stderr
+    assert _states(tmp_path / "store.db") == []
+    _admit(tmp_path / "store.db", 2)
+    again = _worker(tmp_path, "--until-idle", "--create")
+    _, stderr = again.communicate(timeout=60)
+    assert again.returncode == 0, stderr
+    assert _states(tmp_path / "store.db") == ["SUCCEEDED"] * 2
+    sweeper = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workwarden",
+            "sweeper",
+            "--warden",
+            "http://x",
+            "--token",
+            "t",
+            "--create",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert sweeper.returncode == 2
+    assert "--create goes with --store" in sweeper.stderr

@@ -72,7 +72,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
     grants = _grants(args)
-    with opened_store(args.store, "write") as store:
+    with opened_store(args.store, "create" if args.create else "write") as store:
         schedules = load_schedules(args.schedules)
         scheduler = PeriodicScheduler(
             Authority(store, grants=grants), schedules, poll_s=args.poll_s
@@ -99,6 +99,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--store", default=None, metavar="URL", help=STORE_HELP)
+    parser.add_argument("--create", action="store_true", help="create the store if absent")
     parser.add_argument(
         "--schedules",
         required=True,

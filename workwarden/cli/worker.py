@@ -171,9 +171,11 @@ def _opened_authority(command: str, args: argparse.Namespace) -> Iterator[Any]:
     """The authority over `--store`, or over HTTP with `--warden`."""
     remote = _remote(command, args)
     if remote is None:
-        with opened_store(args.store, "write") as store:
+        with opened_store(args.store, "create" if args.create else "write") as store:
             yield _authority(store, args.spec)
         return
+    if args.create:
+        raise _usage(f"{command}: --create goes with --store; the service keeps its own store")
     if args.spec is not None:
         raise _usage(f"{command}: --spec goes with --store; over --warden the service's spec holds")
     try:
@@ -245,6 +247,11 @@ def _sweeper(args: argparse.Namespace) -> int:
 
 
 def _remote_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="with --store: create the store if absent (an empty one, waiting for work)",
+    )
     parser.add_argument(
         "--warden",
         metavar="URL",
