@@ -9,6 +9,7 @@ every read-decide-write race is run, without threads or sleeps.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import note
@@ -261,6 +262,13 @@ class HeldCallRules(WorkerRules, AdmissionRules, OperatorRules):
         if self.shadow is not None and outcome is not None:
             moved = outcome.writes and self.shadow.version(held.key) != held.version
             predicted = Outcome(held.key, errors.CONFLICT) if moved else outcome
+            if held.op == "admit" and predicted.after is not None:
+                # Its scope admitted and purged since the decision: the document it
+                # creates follows the purge's tombstone, whatever it was decided on.
+                version = self.shadow.tombstones.get(held.extra[0], 0) + 1
+                if predicted.after.version != version:
+                    after = dataclasses.replace(predicted.after, version=version)
+                    predicted = dataclasses.replace(predicted, after=after)
         # A commit may meet what the store checks at the write: another writer
         # first (a conflict), or its key's limit or rate reached meanwhile.
         allowed = frozenset({errors.CONFLICT}) | {
