@@ -338,6 +338,29 @@ PROPERTIES: dict[str, Property] = _table(
         "writes exactly what those calls would",
     ),
     _always(
+        "no_claim_is_granted_in_a_paused_scope",
+        ("call",),
+        "no claiming call (claim, claim_next, claim_many, execute) grants work of a paused scope",
+    ),
+    _always(
+        "in_flight_work_of_a_paused_scope_reports_normally",
+        ("call",),
+        "a pause interrupts no held work: its starts, heartbeats, checkpoints, completions "
+        "and failures are answered as they would be without it",
+    ),
+    _always(
+        "kept_states_are_never_purged",
+        ("call",),
+        "a purge deletes only terminal documents old enough, in no state of the [retention] "
+        "keep list, one audit record each, and reports exactly what it deleted and passed over",
+    ),
+    _always(
+        "a_purged_workload_never_reappears_and_no_version_is_reused",
+        ("call",),
+        "a purged version is never written again, and a key admitted again after its purge "
+        "is stored above the purge's tombstone version",
+    ),
+    _always(
         "spec_refinement",
         ("step",),
         "the core answers every explored step as the spec's own data says it must "
