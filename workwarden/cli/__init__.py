@@ -18,8 +18,8 @@ The helpers below give every command the same behaviour at the edges:
 writing or creating), `read_input` and `write_output` (files, with coded
 errors and no partial output), `print_table` (a table on a terminal, plain
 aligned columns elsewhere), `instant` (milliseconds as ISO-8601 UTC beside
-the raw number) and the option types `positive_int`, `port_number` and
-`positive_seconds`.
+the raw number) and the option types `at_least(n)`, `positive_int`, `port_number`
+and `positive_seconds`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import os
 import secrets
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -61,6 +61,7 @@ __all__ = [
     "STORE_HELP",
     "USAGE",
     "Parser",
+    "at_least",
     "build_parser",
     "check_output",
     "instant",
@@ -183,15 +184,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An option type: a whole number of at least `minimum` (else a usage error)."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not at least {minimum}")
+        return value
+
+    return whole
+
+
 def positive_int(text: str) -> int:
     """An option type: a whole number of at least 1 (else a usage error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
+    return at_least(1)(text)
 
 
 def port_number(text: str) -> int:

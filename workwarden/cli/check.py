@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workwarden.cli import check_output, write_output
+from workwarden.cli import at_least, check_output, write_output
 from workwarden.statemachine import errors
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
@@ -59,21 +59,6 @@ _UNIVERSE_MINIMUM = {
     "horizon_ms": 1,
 }
 _UNIVERSE_BOOLS = ("dependent", "racer", "stale_workers", "request_ids")
-
-
-def _at_least(minimum: int) -> Any:
-    """An option type: a whole number of at least `minimum` (else a usage error)."""
-
-    def whole(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is not at least {minimum}")
-        return value
-
-    return whole
 
 
 def _universe_problem(universe: Any) -> str | None:
@@ -613,7 +598,7 @@ def register(subparsers: Any) -> None:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
-            type=_at_least(least),
+            type=at_least(least),
             default=None,
             metavar="N",
             help=f"{_BOUND_HELP[name]} ({least} or more)"
@@ -657,7 +642,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--max-states",
-        type=_at_least(1),
+        type=at_least(1),
         default=None,
         help=f"stop after this many states (the check then exits {EXIT_INCOMPLETE}: incomplete)",
     )
