@@ -49,7 +49,7 @@ from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.commands import AdmitReply
-from workwarden.statemachine.models import CreateWorkload, Name
+from workwarden.statemachine.models import MAX_INSTANT, CreateWorkload, Name
 
 __all__ = [
     "SCHEDULE_NAME_MAX",
@@ -66,7 +66,7 @@ _log = logging.getLogger("workwarden.runtime")
 
 _MS = Annotated[int, Field(strict=True, ge=1, le=10**13)]
 
-SCHEDULE_NAME_MAX = 256 - len("schedule/") - len("/") - len(str(2**53 - 1))
+SCHEDULE_NAME_MAX = 256 - len("schedule/") - len("/") - len(str(MAX_INSTANT))
 """The longest schedule name (230): every tick's key `schedule/<name>/<tick>` is then a name."""
 
 # A cron expression is read from here once, to refuse one whose date never comes.

@@ -14,14 +14,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from workwarden.statemachine import errors, inputs
+from workwarden.statemachine.models import MAX_INSTANT
 
 __all__ = ["calls", "flag", "name", "names", "seconds", "whole"]
 
-#: The largest instant or duration in milliseconds (as `inputs.check_now`'s bound).
-MAX_MS = 2**53 - 1
 
-
-def whole(value: Any, field: str, low: int, high: int = MAX_MS) -> int:
+def whole(value: Any, field: str, low: int, high: int = MAX_INSTANT) -> int:
     """`value` as a whole number from `low` to `high`, or `WORKLOAD_INVALID` naming `field`."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise errors.bad_argument(field, f"{field} must be a whole number from {low} to {high}")
