@@ -41,6 +41,7 @@ __all__ = [
     "StoreOutcomeUnknown",
     "StoreRateLimited",
     "StoredDocument",
+    "Tombstones",
     "WakeUps",
     "WorkSignal",
     "Write",
@@ -686,6 +687,24 @@ class Purges(Protocol):
         deleted version + 1, as a write's would be) is appended, or nothing
         is written and it returns False (another writer changed the key, or
         it is gone). The version is kept as the key's tombstone.
+        """
+        ...
+
+
+@runtime_checkable
+class Tombstones(Protocol):
+    """A store that says whether a key was ever purged: the tombstone its last purge left.
+
+    The periodic scheduler asks it, so that a tick whose workload was
+    purged is not taken for one never admitted; an import asks it, so that
+    a purged workload is not written back under versions its purge used.
+    """
+
+    def tombstone(self, key: str) -> int | None:
+        """The version the last purge of `key` wrote (the deleted version + 1), or None.
+
+        None when `key` was never purged. A key created again after its
+        purge keeps its tombstone until it is purged again.
         """
         ...
 

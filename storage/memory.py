@@ -284,6 +284,11 @@ class MemoryStore:
         rows.sort(key=lambda doc: doc.key)
         return rows[:limit]
 
+    def tombstone(self, key: str) -> int | None:
+        """The version the last purge of `key` wrote, or None (`Tombstones`)."""
+        with self._lock:
+            return self._tombstones.get(key)
+
     def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
         """Delete `key` at `expected_version` with its audit record; its version a tombstone."""
         with self._lock:

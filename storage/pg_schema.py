@@ -421,6 +421,8 @@ _PURGEABLE = f"""
     WHERE key > %(after)s AND state = ANY(%(states)s::text[]) ORDER BY key LIMIT %(limit)s
 """
 
+_TOMBSTONE = "SELECT version FROM workwarden_tombstones WHERE key = %s"
+
 _PURGE = f"""
     WITH gone AS (
         DELETE FROM workwarden_documents WHERE key = %(key)s AND version = %(expected)s

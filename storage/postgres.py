@@ -157,6 +157,7 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _SCAN_FIRST,
     _SCHEMA,
     _SCHEMA_LOCK,
+    _TOMBSTONE,
     _UPDATE,
     _UPDATE_NOTIFYING,
     _WRITE_MANY,
@@ -795,7 +796,7 @@ class PostgresStore:
         """
         return _PostgresSignal(self._dsn, tenant, application, self.connect_timeout_s)
 
-    # -- optional capabilities (`Pauses`, `Purges`) --------------------------------
+    # -- optional capabilities (`Pauses`, `Purges`, `Tombstones`) --------------------------------
 
     def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
         """Pause or resume `scope` with its audit record, in one statement; False if no change.
@@ -843,6 +844,11 @@ class PostgresStore:
         query = _PURGEABLE_FIRST if after is None else _PURGEABLE
         rows = self._fetchall("cannot read purgeable documents", query, params)
         return [_document(row) for row in rows]
+
+    def tombstone(self, key: str) -> int | None:
+        """The version the last purge of `key` wrote, or None (`Tombstones`)."""
+        row = self._fetchone(f"cannot read the tombstone of {key}", _TOMBSTONE, (key,))
+        return None if row is None else int(row[0])
 
     def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
         """Delete `key` at `expected_version` with its audit record, in one statement.

@@ -766,6 +766,11 @@ class SQLiteStore:
         sql = _purgeable(len(wanted), first=after is None)
         return [_document(row) for row in self._query("purgeable", sql, params)]
 
+    def tombstone(self, key: str) -> int | None:
+        """The version the last purge of `key` wrote, or None (`Tombstones`)."""
+        rows = self._query(f"tombstone {key}", _TOMBSTONE, {"key": key})
+        return int(rows[0][0]) if rows else None
+
     def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
         """Delete `key` at `expected_version` with its audit record, in one transaction.
 

@@ -40,7 +40,8 @@ repeats writing nothing; `claim_candidates` and `claim_batch` leave out a
 paused tenant, application or definition until it is resumed; a resume wakes
 the work signal) and purges (`Purges`: `purgeable` paging, the purge's
 compare-and-swap and audit record, a key created again by `write` or
-`write_many` continuing after its tombstone, the result id freed).
+`write_many` continuing after its tombstone, the result id freed; with
+`Tombstones`, the tombstone each purge leaves).
 
 Every store checks concurrency limits: a write that takes a claim while the
 committed document held none is refused (`StoreLimited`, nothing written)
@@ -86,6 +87,7 @@ from workwarden.storage.base import (
     StoreFailure,
     StoreLimited,
     StoreRateLimited,
+    Tombstones,
     WakeUps,
     Write,
     WriteOutcome,
@@ -1688,11 +1690,21 @@ def _a_key_created_again_after_a_purge_continues_its_versions(store: Store) -> N
     if purges is None:
         return
     writer = _Writer(store)
+    tombstones = store if isinstance(store, Tombstones) else None
     writer.put("k", _index())
     writer.put("k", _index(state="DONE"))
+    if tombstones is not None:
+        _equal(tombstones.tombstone("k"), None, "the tombstone of a key never purged")
     _expect(purges.purge("k", 2, _purge_audit("k", 1)), "a purge of k at version 2")
+    if tombstones is not None:
+        _equal(tombstones.tombstone("k"), 3, "the tombstone of a key purged at version 2")
     _equal(writer.put("k", _index(eligible_at=0)).version, 4, "a write creating a purged key")
+    if tombstones is not None:
+        _equal(tombstones.tombstone("k"), 3, "the tombstone of a purged key created again")
     _expect(purges.purge("k", 4, _purge_audit("k", 2)), "a purge of k at version 4")
+    if tombstones is not None:
+        _equal(tombstones.tombstone("k"), 5, "the tombstone of a key purged twice")
+        _equal(tombstones.tombstone("never"), None, "the tombstone of a key never written")
     batch = _batch(store)
     if batch is not None:
         writes = [

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from support import SIGNER, VERIFIER, grant_for, request
+from support import CAPS, SIGNER, VERIFIER, grant_for, request
 from workwarden.periodic import SCHEDULE_NAME_MAX, PeriodicScheduler, Schedule, tick_key
 from workwarden.runtime import ManualClock
 from workwarden.statemachine import Authority, WorkloadError, errors
-from workwarden.storage import SQLiteStore, Store
+from workwarden.storage import MemoryStore, SQLiteStore, Store
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -177,8 +177,8 @@ def test_no_tick_before_the_schedule_starts_is_admitted() -> None:
     ("changes", "field"),
     [
         ({"cron": "every day"}, "cron"),
-        ({"cron": "* * * * *", "every_ms": 1000}, ""),
-        ({"cron": None, "every_ms": None}, ""),
+        ({"cron": "* * * * *", "every_ms": 1000}, "every_ms"),
+        ({"cron": None, "every_ms": None}, "every_ms"),
         ({"timezone": "Mars/Olympus"}, "timezone"),
         ({"catch_up": "some"}, "catch_up"),
         ({"every_ms": 0, "cron": None}, "every_ms"),
@@ -343,3 +343,149 @@ def test_the_scheduler_process_admits_ticks_and_stops_on_sigterm(tmp_path: Path)
         admitted = _admitted_keys(store)
     assert set(admitted.values()) == {1}
     assert len(admitted) >= 3, "a tick each second while it ran"
+
+
+# -- catch-ups larger than a batch, purged ticks, the night clocks go back ---------------
+
+
+def test_a_catch_up_of_more_ticks_than_one_batch_takes_admits_every_one() -> None:
+    from workwarden.statemachine.batches import MAX_BATCH
+
+    store = MemoryStore()
+    ticks = MAX_BATCH + 500
+    schedule = Schedule(
+        name="dense",
+        request=_template(),
+        every_ms=1,
+        start_at=DAY_START,
+        catch_up="all",
+        lookback=ticks,
+    )
+    scheduler = PeriodicScheduler(Authority(store, grants=VERIFIER), [schedule])
+    answers = scheduler.run_once(DAY_START + ticks - 1)
+    assert len(answers) == ticks
+    assert all(not isinstance(a, WorkloadError) and a.created for a in answers)
+    assert len(_admitted_keys(store)) == ticks
+    assert scheduler.run_once(DAY_START + ticks - 1) == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_tick_whose_workload_was_purged_is_not_admitted_again(kind: str, tmp_path: Path) -> None:
+    store: Store = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "s.db")
+    authority = Authority(store, grants=VERIFIER)
+    monthly = Schedule(name="monthly", request=_template(), cron="0 0 1 * *", catch_up="one")
+    first = int(datetime(2027, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    scheduler = PeriodicScheduler(authority, [monthly])
+    [admitted] = scheduler.run_once(first + 1)
+    assert not isinstance(admitted, WorkloadError)
+    workload_id = admitted.workload.workload_id
+    claim = authority.claim(workload_id, "w", CAPS, first + 2, 60_000)
+    authority.start(workload_id, claim.fence, first + 3)
+    authority.complete(workload_id, claim.fence, "r-jan", {"ok": True}, first + 4)
+    later = first + 30 * DAY
+    report = authority.purge(later, older_than_ms=0)
+    assert workload_id in report.purged
+    # The January tick is still the latest on the 30th: purged, it is not run again.
+    assert scheduler.run_once(later) == []
+    assert scheduler.counts == {"admitted": 1, "replayed": 0, "refused": 0}
+    # February's tick is admitted as usual.
+    february = int(datetime(2027, 2, 1, tzinfo=UTC).timestamp() * 1000)
+    [next_one] = scheduler.run_once(february)
+    assert not isinstance(next_one, WorkloadError)
+    assert next_one.created
+    store.close()
+
+
+def _ticks_between(schedule: Schedule, start: int, end: int) -> list[int]:
+    ticks, at = [], start
+    while (at := schedule.next_tick(at)) < end:
+        ticks.append(at)
+    return ticks
+
+
+def test_on_the_night_clocks_go_back_a_fixed_hour_runs_once_and_a_wildcard_hour_ticks_on() -> None:
+    # 2026-10-25: Paris goes from 03:00 CEST back to 02:00 CET (01:00 UTC).
+    night = int(datetime(2026, 10, 24, 22, tzinfo=UTC).timestamp() * 1000)
+    nightly = Schedule(
+        name="nightly",
+        request=_template(),
+        cron="30 2 * * *",
+        timezone="Europe/Paris",
+        start_at=night,
+    )
+    assert _ticks_between(nightly, night, night + 6 * HOUR) == [night + 2 * HOUR + 30 * MINUTE]
+    morning = night + 12 * HOUR
+    assert nightly.latest_tick(morning) == night + 2 * HOUR + 30 * MINUTE
+    # The next night's 02:30 is in winter time: 25 hours later.
+    assert nightly.ticks_back(morning + DAY, 2) == [
+        night + 2 * HOUR + 30 * MINUTE + DAY + HOUR,
+        night + 2 * HOUR + 30 * MINUTE,
+    ]
+    store = MemoryStore()
+    scheduler = PeriodicScheduler(Authority(store, grants=VERIFIER), [nightly])
+    for at in range(night, night + 6 * HOUR, 15 * MINUTE):
+        scheduler.run_once(at)
+    assert len(_admitted_keys(store)) == 1
+    halves = Schedule(
+        name="halves", request=_template(), cron="*/30 * * * *", timezone="Europe/Paris"
+    )
+    # Through the repeated hour every half hour of elapsed time ticks: 02:00 and 02:30 twice.
+    between = _ticks_between(halves, night + 2 * HOUR - 1, night + 4 * HOUR)
+    assert between == [night + 2 * HOUR + k * 30 * MINUTE for k in range(4)]
+
+
+@pytest.mark.parametrize("zone", ["Europe", "a" * 300, "../etc/passwd", "Nowhere/City"])
+def test_a_time_zone_that_is_not_a_zone_is_refused_naming_it(zone: str) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        Schedule(name="x", request=_template(), cron="0 * * * *", timezone=zone)
+    assert caught.value.code == errors.INVALID
+    assert [e["field"] for e in caught.value.details["errors"]] == ["timezone"]
+
+
+def test_a_schedule_with_no_cadence_at_all_is_refused_naming_every_ms() -> None:
+    with pytest.raises(WorkloadError) as caught:
+        Schedule(name="x", request=_template())
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["errors"][0]["field"] == "every_ms"
+
+
+@pytest.mark.parametrize(
+    ("schedules", "poll_s", "field"),
+    [([], 1.0, "schedules"), (None, 3600.5, "poll_s"), (None, 1e308, "poll_s")],
+)
+def test_a_scheduler_without_schedules_or_with_an_endless_poll_is_refused(
+    schedules: list[Schedule] | None, poll_s: float, field: str
+) -> None:
+    chosen = [_every_7_minutes()] if schedules is None else schedules
+    with pytest.raises(WorkloadError) as caught:
+        PeriodicScheduler(Authority(MemoryStore(), grants=VERIFIER), chosen, poll_s=poll_s)
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["field"] == field
+
+
+def test_scheduler_once_exits_1_when_a_due_tick_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "cron_jobs.py").write_text(textwrap.dedent(SCHEDULES_MODULE), encoding="utf-8")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"k": "' + bytes(range(1, 33)).hex() + '"}', encoding="utf-8")
+    db = tmp_path / "work.db"
+    base = [sys.executable, "-m", "workwarden", "scheduler", "--store", str(db), "--create"]
+    refused = subprocess.run(
+        [*base, "--schedules", "cron_jobs:schedules", "--grant-keys", str(wrong), "--once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert "schedule_refused schedule=every-second" in refused.stderr
+    assert "WORKLOAD_UNAUTHORIZED: 1 of 1 due ticks refused" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    endless = subprocess.run(
+        [*base, "--schedules", "cron_jobs:schedules", "--no-grant-signatures", "--poll-s", "1e308"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert endless.returncode == 2, endless.stderr
+    assert "more than 3600 seconds" in endless.stderr

@@ -35,6 +35,7 @@ from workwarden.storage.base import (
     Pauses,
     Purges,
     StoredDocument,
+    Tombstones,
     Write,
     WriteOutcome,
 )
@@ -327,6 +328,7 @@ def test_every_backend_keeps_pauses_and_purges_so_their_checks_run(backend: str)
     with BACKENDS[backend]() as store:
         assert isinstance(store, Pauses)
         assert isinstance(store, Purges)
+        assert isinstance(store, Tombstones)
 
 
 class ForgetsTombstones(MemoryStore):
@@ -350,11 +352,27 @@ class IgnoresDefinitionPauses(MemoryStore):
             self._pauses = kept
 
 
+class ForgetsTombstonesWithoutSaying(ForgetsTombstones):
+    """Broken on purpose, as `ForgetsTombstones`, and offering no `Tombstones` to be asked."""
+
+    tombstone = None  # type: ignore[assignment]
+
+
 def test_a_store_reusing_a_purged_keys_versions_fails_the_suite() -> None:
-    failures = failures_of(ForgetsTombstones)
+    assert not isinstance(ForgetsTombstonesWithoutSaying(), Tombstones)
+    failures = failures_of(ForgetsTombstonesWithoutSaying)
     assert set(failures) == {"a_key_created_again_after_a_purge_continues_its_versions"}
     assert (
         "a write creating a purged key: expected 4, got 1"
+        in failures["a_key_created_again_after_a_purge_continues_its_versions"]
+    )
+
+
+def test_a_store_whose_tombstones_say_a_purged_key_was_never_purged_fails_the_suite() -> None:
+    failures = failures_of(ForgetsTombstones)
+    assert set(failures) == {"a_key_created_again_after_a_purge_continues_its_versions"}
+    assert (
+        "the tombstone of a key purged at version 2: expected 3, got None"
         in failures["a_key_created_again_after_a_purge_continues_its_versions"]
     )
 

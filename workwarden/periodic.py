@@ -27,8 +27,21 @@ does so until stopped, sleeping until the next tick of any schedule.
 `workwarden scheduler --store URL --schedules MODULE:ATTR` is the same as a
 process.
 
-A purge (retention) of a tick's workload makes that tick look missed again:
-keep `catch_up = "all"` schedules' workloads longer than `lookback` ticks.
+A tick whose workload was purged (retention) counts as admitted on a store
+that keeps tombstones (`storage.base.Tombstones`: the memory, SQLite and
+PostgreSQL stores), so a purge never makes a tick run again. On a store
+without them a purged tick looks missed: keep such a store's scheduled
+workloads longer than a schedule's period (and than `lookback` ticks for
+`catch_up = "all"`).
+
+Cron ticks are read in the schedule's time zone the way cron reads local
+time. A tick that falls in the hour the clocks skip (spring forward) falls
+at the first instant after the gap. When the clocks go back, a local time
+that happens twice is one tick, at its first occurrence, for a schedule at
+fixed hours (its hour field does not start with `*`): `30 2 * * *` in
+`Europe/Paris` runs once that night. A schedule whose hour field starts
+with `*` (`*/15 * * * *`) ticks on through the repeated hour, as its
+elapsed time says.
 """
 
 from __future__ import annotations
@@ -42,14 +55,16 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from workwarden.runtime.clock import Clock, WallClock
+from workwarden.runtime.clock import MAX_WAIT_S, Clock, WallClock
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.commands import AdmitReply
 from workwarden.statemachine.models import MAX_INSTANT, CreateWorkload, Name
+from workwarden.storage.base import StoreError, Tombstones
 
 __all__ = [
     "SCHEDULE_NAME_MAX",
@@ -100,7 +115,7 @@ class Schedule(errors.ValidatedModel):
     request: CreateWorkload
     cron: str | None = None
     timezone: str = "UTC"
-    every_ms: _MS | None = None
+    every_ms: Annotated[_MS | None, Field(validate_default=True)] = None
     start_at: Annotated[int, Field(strict=True, ge=0, le=10**13)] = 0
     catch_up: CatchUp = "one"
     grace_ms: Annotated[int, Field(strict=True, ge=0, le=10**13)] = 60_000
@@ -112,8 +127,9 @@ class Schedule(errors.ValidatedModel):
     def _known_zone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r}") from exc
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            # OSError: a folder of the zone database ("Europe"), or a name too long for a file.
+            raise ValueError(f"unknown time zone {value[:64]!r}") from None
         return value
 
     @field_validator("cron")
@@ -130,11 +146,13 @@ class Schedule(errors.ValidatedModel):
                 ) from None
         return value
 
-    @model_validator(mode="after")
-    def _one_cadence(self) -> Schedule:
-        if (self.cron is None) == (self.every_ms is None):
+    @field_validator("every_ms")
+    @classmethod
+    def _one_cadence(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # Checked on `every_ms` (after `cron`), so that the refusal names a field.
+        if "cron" in info.data and (info.data["cron"] is None) == (value is None):
             raise ValueError("give exactly one of cron or every_ms")
-        return self
+        return value
 
     # -- ticks -------------------------------------------------------------------------
 
@@ -190,11 +208,14 @@ class Schedule(errors.ValidatedModel):
         except (CroniterError, ValueError, OverflowError, OSError):
             raise _past_calendar(instant) from None
         step = iterator.get_prev if backwards else iterator.get_next
+        fixed_hours = not self.cron.split()[1].startswith("*")
         while True:
             try:
                 moment: datetime = step(datetime)
             except (CroniterError, ValueError, OverflowError, OSError):
                 raise _past_calendar(instant) from None
+            if fixed_hours and _repeated(moment, zone):
+                continue
             yield int(moment.timestamp() * 1000)
 
     # -- requests ----------------------------------------------------------------------
@@ -209,6 +230,15 @@ class Schedule(errors.ValidatedModel):
     def workload_id_at(self, tick: int) -> str:
         """The id of the workload `tick` admits."""
         return workload_id_for(self.request_for(tick))
+
+
+def _repeated(moment: datetime, zone: ZoneInfo) -> bool:
+    """Is `moment` the second occurrence of its local time (the hour the clocks go back)?"""
+    aware = moment.astimezone(zone)
+    local = aware.replace(tzinfo=None)
+    first = local.replace(tzinfo=zone, fold=0).utcoffset()
+    second = local.replace(tzinfo=zone, fold=1).utcoffset()
+    return first != second and aware.utcoffset() == second
 
 
 def _past_calendar(instant: int) -> errors.WorkloadError:
@@ -233,6 +263,8 @@ def _validated(schedules: Iterable[Any]) -> list[Schedule]:
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise errors.bad_argument("schedules", f"two schedules are named {', '.join(twice)}")
+    if not chosen:
+        raise errors.bad_argument("schedules", "no schedules: a scheduler needs at least one")
     return chosen
 
 
@@ -242,8 +274,9 @@ class PeriodicScheduler:
     Any number of schedulers may run the same schedules against one store:
     each tick is admitted once (see the module docstring). `poll_s` bounds
     how long `run` sleeps between looks (so a stop is seen, and a clock
-    that jumps is followed): a finite number of seconds above 0. A bad
-    argument is `WORKLOAD_INVALID` naming it. Thread-safety: one scheduler
+    that jumps is followed): a number of seconds above 0, at most
+    `runtime.clock.MAX_WAIT_S` (an hour). `schedules` holds at least one,
+    each named once. A bad argument is `WORKLOAD_INVALID` naming it. Thread-safety: one scheduler
     is driven by one thread; `stop()` may be called from any.
     """
 
@@ -259,9 +292,11 @@ class PeriodicScheduler:
             not isinstance(poll_s, (int, float))
             or isinstance(poll_s, bool)
             or not math.isfinite(poll_s)
-            or poll_s <= 0
+            or not 0 < poll_s <= MAX_WAIT_S
         ):
-            raise errors.bad_argument("poll_s", "poll_s must be a finite number of seconds above 0")
+            raise errors.bad_argument(
+                "poll_s", f"poll_s must be a number of seconds above 0, at most {MAX_WAIT_S:g}"
+            )
         self.authority = authority
         self.schedules: tuple[Schedule, ...] = tuple(_validated(schedules))
         self.clock: Clock = clock if clock is not None else WallClock()
@@ -287,13 +322,22 @@ class PeriodicScheduler:
         return [latest]
 
     def _admitted(self, schedule: Schedule, tick: int) -> bool:
+        """Was `tick` admitted: does its workload exist, or did its purge leave a tombstone?"""
+        workload_id = schedule.workload_id_at(tick)
         try:
-            self.authority.get(schedule.workload_id_at(tick))
+            self.authority.get(workload_id)
         except errors.WorkloadError as exc:
-            if exc.code == errors.NOT_FOUND:
-                return False
-            raise
-        return True
+            if exc.code != errors.NOT_FOUND:
+                raise
+        else:
+            return True
+        store = getattr(self.authority, "store", None)
+        if not isinstance(store, Tombstones):
+            return False
+        try:
+            return store.tombstone(workload_id) is not None
+        except StoreError as exc:
+            raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
 
     def run_once(self, now: int | None = None) -> list[AdmitReply | errors.WorkloadError]:
         """Admit every tick due at `now` (the clock's by default), in one batch; the answers.
@@ -306,20 +350,27 @@ class PeriodicScheduler:
         ticks: list[tuple[Schedule, int]] = [
             (schedule, tick) for schedule in self.schedules for tick in self.due(schedule, at)
         ]
-        if not ticks:
-            return []
-        answers = self.authority.admit_many(
-            [schedule.request_for(tick) for schedule, tick in ticks], at
-        )
-        for (schedule, tick), answer in zip(ticks, answers, strict=True):
-            self._record(schedule, tick, answer)
+        answers: list[AdmitReply | errors.WorkloadError] = []
+        # In batches of at most `MAX_BATCH`: a catch-up may find more ticks due than one takes.
+        for start in range(0, len(ticks), MAX_BATCH):
+            part = ticks[start : start + MAX_BATCH]
+            admitted = self.authority.admit_many(
+                [schedule.request_for(tick) for schedule, tick in part], at
+            )
+            for (schedule, tick), answer in zip(part, admitted, strict=True):
+                self._record(schedule, tick, answer)
+            answers.extend(admitted)
         return answers
 
     def _record(self, schedule: Schedule, tick: int, answer: Any) -> None:
         if isinstance(answer, errors.WorkloadError):
             self.counts["refused"] += 1
             _log.info(
-                "schedule_refused schedule=%s tick=%d code=%s", schedule.name, tick, answer.code
+                "schedule_refused schedule=%s tick=%d code=%s message=%s",
+                schedule.name,
+                tick,
+                answer.code,
+                answer.message,
             )
             return
         kind = "admitted" if answer.created else "replayed"

@@ -4,8 +4,11 @@
 imported with the current directory on `sys.path`, as `worker --app` is).
 The process admits each tick once, however many schedulers run the same
 schedules against the store, and logs one line per admitted tick
-(`scheduled schedule=... tick=... workload=... created=...`). `--once`
-admits what is due now and exits. Admissions' grants are verified with
+(`scheduled schedule=... tick=... workload=... created=...`), and one per
+refused tick (`schedule_refused schedule=... tick=... code=... message=...`).
+`--once` admits what is due now and exits: 0 when every due tick was
+admitted (or found admitted), 1 with the first refusal's code when any
+was refused. Admissions' grants are verified with
 `--grant-keys FILE` (JSON `{key id: hex secret}`), or not at all with
 `--no-grant-signatures`. The first SIGTERM or SIGINT stops it after its
 current pass (exit 0).
@@ -21,6 +24,7 @@ from typing import Any
 
 from workwarden.cli import STORE_HELP, opened_store, positive_seconds
 from workwarden.periodic import PeriodicScheduler, Schedule
+from workwarden.runtime.clock import MAX_WAIT_S
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
@@ -55,6 +59,26 @@ def _grants(args: argparse.Namespace) -> GrantVerifier:
     return GrantVerifier(read_keys(args.grant_keys, "--grant-keys"))
 
 
+def _all_admitted(answers: list[Any]) -> None:
+    """Refuse (exit 1) a pass in which a due tick was refused: `--once` must not hide one."""
+    refused = [answer for answer in answers if isinstance(answer, WorkloadError)]
+    if refused:
+        first = refused[0]
+        raise WorkloadError(
+            first.code,
+            f"{len(refused)} of {len(answers)} due ticks refused; the first: {first.message}",
+            first.details,
+        )
+
+
+def _poll_seconds(text: str) -> float:
+    """`--poll-s`: a positive number of seconds, at most `MAX_WAIT_S` (an hour)."""
+    value = positive_seconds(text)
+    if value > MAX_WAIT_S:
+        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_WAIT_S:g} seconds")
+    return value
+
+
 def _scheduler(args: argparse.Namespace) -> int:
     from workwarden.cli.worker import _configure_logging
 
@@ -78,7 +102,7 @@ def _scheduler(args: argparse.Namespace) -> int:
             Authority(store, grants=grants), schedules, poll_s=args.poll_s
         )
         if args.once:
-            scheduler.run_once()
+            _all_admitted(scheduler.run_once())
             return 0
         running.append(scheduler)
         if not stopping.is_set():
@@ -120,10 +144,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--poll-s",
-        type=positive_seconds,
+        type=_poll_seconds,
         default=1.0,
         metavar="S",
-        help="look at least every S seconds (default: 1.0)",
+        help="look at least every S seconds, at most 3600 (default: 1.0)",
     )
     parser.add_argument(
         "--once", action="store_true", help="admit what is due now, then exit (default: run)"
