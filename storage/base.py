@@ -34,6 +34,7 @@ __all__ = [
     "Purges",
     "ScopeListing",
     "Store",
+    "StoreAbsent",
     "StoreConflict",
     "StoreError",
     "StoreFailure",
@@ -91,6 +92,10 @@ class StoreRateLimited(StoreLimited):
 
 class StoreFailure(StoreError):
     """The store could not be read or written."""
+
+
+class StoreAbsent(StoreFailure):
+    """The database holds no store, and the store was opened not to create one."""
 
 
 class StoreOutcomeUnknown(StoreFailure):

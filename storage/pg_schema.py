@@ -18,6 +18,7 @@ from typing import Any, Final
 from workwarden.storage.base import (
     AuditRecord,
     IndexFields,
+    StoreAbsent,
     StoreFailure,
     Write,
     wakes_claimers,
@@ -712,12 +713,17 @@ def _audit(row: TupleRow) -> AuditRecord:
     )
 
 
-def _ensure_schema(conn: psycopg.Connection[TupleRow]) -> None:
-    """Create the tables if missing; refuse a schema newer than this code."""
+def _ensure_schema(conn: psycopg.Connection[TupleRow], *, create: bool = True) -> None:
+    """Create the tables if missing (`StoreAbsent` instead, without `create`); upgrade older
+    ones; refuse a schema newer than this code."""
     try:
         row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
     except psycopg.errors.UndefinedTable:
         row = None
+        if not create:
+            raise StoreAbsent(
+                "the database holds no workwarden store (no workwarden_schema_version table)"
+            ) from None
     if row is None or row[0] is None or row[0] < SCHEMA_VERSION:
         # Several processes may get here at once on a fresh database; the
         # lock makes them create the tables one after the other.

@@ -29,7 +29,9 @@ PostgreSQL URL (which may hold a password):
   SQLite would cut the file name). It is also a `ValueError`, as a URL that
   names no store always was.
 - `WORKLOAD_STORE_NOT_FOUND`: the SQLite file (or, for `"create"`, its
-  directory) does not exist; `details.path` names it.
+  directory) does not exist; `details.path` names it. For PostgreSQL: the
+  database holds no workwarden tables, opened to read or write (`"create"`
+  creates them).
 - `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
   directory, a file that is not a SQLite database or not a workwarden store,
   one written by a newer release, or a read-only file opened to write.
@@ -48,7 +50,7 @@ from urllib.parse import parse_qs, unquote
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
-from workwarden.storage.base import Store, StoreError
+from workwarden.storage.base import Store, StoreAbsent, StoreError
 from workwarden.storage.memory import MemoryStore
 from workwarden.storage.sqlite import SQLiteStore, Synchronous
 
@@ -176,7 +178,7 @@ def _open_sqlite(path: str, query: str, shown: str, mode: Mode) -> SQLiteStore:
         raise StoreURLInvalid(f"{shown}: {exc}") from None
 
 
-def _open_postgres(dsn: str) -> Store:
+def _open_postgres(dsn: str, mode: Mode) -> Store:
     try:
         import psycopg
         from psycopg import conninfo
@@ -192,7 +194,17 @@ def _open_postgres(dsn: str) -> Store:
             ) from None
     module = importlib.import_module("workwarden.storage.postgres")
     try:
-        store: Store = module.PostgresStore(dsn)
+        store: Store = module.PostgresStore(dsn, create=mode == "create")
+    except StoreAbsent:
+        hint = (
+            "reading never creates a store"
+            if mode == "read"
+            else "a store is created only when asked: --create (serve, worker, sweeper,"
+            ' scheduler, import), or open_store(url, mode="create")'
+        )
+        raise WorkloadError(
+            STORE_NOT_FOUND, f"the PostgreSQL database holds no workwarden store; {hint}"
+        ) from None
     except StoreError as exc:
         raise WorkloadError(
             STORAGE_FAILURE, "cannot open the PostgreSQL store: " + _without(str(exc), dsn)
@@ -248,5 +260,5 @@ def open_store(url: str | None = None, *, mode: Mode = "write") -> Store:
             raise StoreURLInvalid(f"{url}: the path is not UTF-8 once decoded") from None
         return _open_sqlite(path, query, url, mode)
     if scheme in ("postgresql", "postgres"):
-        return _open_postgres(url)
+        return _open_postgres(url, mode)
     raise StoreURLInvalid(f"unknown store URL scheme {scheme!r}: use {_URL_FORMS}")

@@ -345,6 +345,9 @@ BATTERY: dict[str, list[Bad]] = {
                 ("--lease-ms", "9223372036854775807"),
                 ("--lease-ms", str(2**53 - 1)),
                 ("--batch-window-ms", "99999999999999999999"),
+                ("--grace-s", "-1"),
+                ("--grace-s", "inf"),
+                ("--grace-s", "nan"),
             ]
         ),
         bad(*WORKER[:4], "../tasks:app", *WORKER[5:], code=INVALID),

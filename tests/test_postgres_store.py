@@ -227,6 +227,52 @@ def test_a_database_with_a_newer_schema_is_refused() -> None:
             PostgresStore(empty)
 
 
+def _tables(dsn: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'workwarden%%' ORDER BY 1"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_a_database_without_a_store_is_not_found_unless_asked_to_create_one() -> None:
+    from workwarden.statemachine.errors import WorkloadError
+    from workwarden.storage import open_store
+    from workwarden.storage.base import StoreAbsent
+
+    with postgres_database(schema=False) as dsn:
+        from urllib.parse import quote
+
+        from psycopg import conninfo
+
+        params = conninfo.conninfo_to_dict(dsn)
+        empty = (
+            f"postgresql:///{params['dbname']}?host={quote(str(params['host']), safe='')}"
+            f"&user={params['user']}"
+        )
+        with pytest.raises(StoreAbsent):
+            PostgresStore(dsn, create=False)
+        for mode in ("read", "write"):
+            with pytest.raises(WorkloadError) as refused:
+                open_store(empty, mode=mode)  # type: ignore[arg-type]
+            assert refused.value.code == "WORKLOAD_STORE_NOT_FOUND"
+            assert empty not in refused.value.message
+        listed = subprocess.run(
+            [sys.executable, "-m", "workwarden", "list", "--store", empty, "t", "app"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 1
+        assert listed.stderr.startswith("WORKLOAD_STORE_NOT_FOUND: ")
+        assert _tables(dsn) == []
+        open_store(empty, mode="create").close()
+        assert "workwarden_documents" in _tables(dsn)
+        open_store(empty, mode="read").close()
+
+
 def everything_read(store: PostgresStore, keys: Sequence[str]) -> dict[str, Any]:
     """Every answer a store gives about what it holds."""
     pages: list[Sequence[StoredDocument]] = []

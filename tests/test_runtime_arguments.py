@@ -15,6 +15,7 @@ import pytest
 from support import CAPS, authority, request, store_snapshot
 from workwarden import App, Fail, Retry, Sweeper, Worker
 from workwarden.runtime import ManualClock
+from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.runtime.testing import InlineExecutor
 from workwarden.runtime.worker import WORKER_ID_MAX
 from workwarden.statemachine import WorkloadError, errors
@@ -58,6 +59,8 @@ def _refused_naming(field: str, build: Any, *args: Any, **options: Any) -> None:
         ({"lease_ms": "1"}, "lease_ms"),
         ({"lease_ms": False}, "lease_ms"),
         ({"lease_ms": 2**53}, "lease_ms"),
+        ({"lease_ms": MAX_LEASE_MS + 1}, "lease_ms"),
+        ({"lease_ms": 2**53 - 1}, "lease_ms"),
         ({"capabilities": "email:send"}, "capabilities"),
         ({"capabilities": [1, 2]}, "capabilities"),
         ({"capabilities": 5}, "capabilities"),

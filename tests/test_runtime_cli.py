@@ -340,6 +340,14 @@ def test_an_out_of_range_worker_option_is_a_usage_error_before_it_starts(
     assert _states(tmp_path / "store.db") == ["READY"]
 
 
+def test_a_grace_of_zero_seconds_is_taken_and_the_work_still_drains(tmp_path: Path) -> None:
+    _admit(tmp_path / "store.db", 2)
+    worker = _worker(tmp_path, "--until-idle", "--grace-s", "0")
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    assert _states(tmp_path / "store.db") == ["SUCCEEDED", "SUCCEEDED"]
+
+
 def test_a_worker_creates_its_store_only_when_asked_and_then_waits_for_work(
     tmp_path: Path,
 ) -> None:

@@ -299,3 +299,80 @@ def test_a_failure_of_a_kind_the_spec_does_not_declare_is_reported_under_the_app
     assert error.startswith("not_declared: refused (WORKLOAD_INVALID)")
     assert "the printer is out of paper" in error
     assert worker.counts["retried"] == 1
+
+
+class _Unspeakable(Exception):
+    """An exception whose text cannot be made: its `__str__` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no words")
+
+
+def test_an_exception_whose_text_cannot_be_made_is_a_failure_and_the_worker_carries_on() -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> dict[str, int]:
+        if job.input["id"] == 1:
+            raise _Unspeakable
+        return {"sent": job.input["id"]}
+
+    auth, worker, [bad, good], _ = _setup(
+        app, {"id": 1}, {"id": 2}, retry_policy=_retrying("worker_failure")
+    )
+    worker.step()
+    worker.step()
+    failed = auth.get(bad)
+    assert failed.state == "READY"
+    assert failed.attempts[-1].error == ("_Unspeakable: (its text could not be made: RuntimeError)")
+    assert auth.get(good).state == "SUCCEEDED"
+    assert worker.counts["retried"] == 1
+    assert worker.counts["completed"] == 1
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        Retry(kind="transient_connection", message="sk-live-0123456789abcdef"),
+        Retry(kind="not_declared", message="sk-live-0123456789abcdef"),
+        Fail(kind="transient_connection", message="sk-live-0123456789abcdef"),
+    ],
+)
+def test_a_failure_text_refused_as_a_secret_is_never_sent_again(
+    raised: BaseException,
+) -> None:
+    app = App(failure_kind="worker_failure")
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise raised
+
+    store = MemoryStore()
+    auth = authority(store)
+    [wid] = [
+        auth.admit(
+            request(
+                idempotency_key="k",
+                input={"id": 1},
+                retry_policy=_retrying("worker_failure", "transient_connection"),
+            ),
+            T0,
+        ).workload.workload_id
+    ]
+    worker = Worker(
+        auth,
+        app,
+        tenant="t",
+        application="app",
+        worker_id="w1",
+        clock=ManualClock(T0),
+        executor=InlineExecutor(),
+        lease_ms=3_000,
+    )
+    for _ in range(4):
+        worker.step()
+    workload = auth.get(wid)
+    assert workload.state == "READY", workload.state
+    assert "sk-" not in store.read(wid).document  # type: ignore[union-attr]
+    assert workload.attempts[-1].error is not None
+    assert "refused as secret material" in workload.attempts[-1].error

@@ -726,6 +726,33 @@ def test_sigterm_lets_in_flight_handlers_finish_and_claims_nothing_new(
             store.close()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_until_idle_stops_gracefully_on_a_signal_too(tmp_path: Path, sig: int) -> None:
+    # `--until-idle` is how batch jobs run: a signal must let the handler finish and
+    # report, exactly as it does for a worker that runs until stopped.
+    with backend("sqlite", tmp_path) as be, fleet(tmp_path, be.store_url, be.downstream.url) as f:
+        store = open_store(be.store_url)
+        try:
+            [wid, *rest] = admit(make_authority(store), ["ok"] * 3, sleep_ms=1_500)
+            proc = f.worker("w", "--grace-s", "20", "--until-idle", concurrency=1)
+            wait_until(
+                lambda: len(be.downstream.rows("SELECT * FROM seen")) == 1,
+                60,
+                "the handler in flight",
+                f,
+            )
+            proc.signal(sig)
+            assert proc.popen.wait(60) == 0, f.logs()
+            assert proc.named("stopping")
+            assert proc.named("stopped")[-1].get("abandoned") == "0"
+            docs = workloads(store)
+            [(ran, *_)] = be.downstream.rows("SELECT * FROM seen")
+            assert docs[ran].state == "SUCCEEDED"
+            assert {docs[other].state for other in {wid, *rest} - {ran}} == {"READY"}
+        finally:
+            store.close()
+
+
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_second_signal_exits_at_once(tmp_path: Path, sig: int, status: int) -> None:
     with backend("sqlite", tmp_path) as be, fleet(tmp_path, be.store_url, be.downstream.url) as f:

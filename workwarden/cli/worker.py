@@ -32,13 +32,15 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
-from workwarden.cli import STORE_HELP, opened_store, port_number, positive_int, positive_seconds
+from workwarden.cli import STORE_HELP, opened_store, port_number, positive_int
 from workwarden.runtime import App, Sweeper, Worker
+from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.runtime.reports import DEFAULT_WINDOW_MS
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
@@ -59,9 +61,6 @@ TOKEN_VARIABLE = "WORKWARDEN_TOKEN"
 _EXTRA = "pip install 'workwarden[service]'"
 
 
-#: The longest `--lease-ms`, a year: far below the latest instant the core takes (2**53 - 1
-#: ms since the epoch) and the longest wait a thread can make (`threading.TIMEOUT_MAX`).
-MAX_LEASE_MS = 365 * 24 * 3_600_000
 #: The longest `--batch-window-ms`, an hour: a report buffered longer would outlive most
 #: leases (a stop or a full buffer still sends it at once).
 MAX_WINDOW_MS = 3_600_000
@@ -85,6 +84,17 @@ def _lease_ms(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{value} ms is longer than the longest lease, a year ({MAX_LEASE_MS:,} ms)"
         )
+    return value
+
+
+def _grace_seconds(text: str) -> float:
+    """`--grace-s`: a finite number of seconds, 0 or more (0: stop at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give a finite number of seconds, 0 or more")
     return value
 
 
@@ -203,11 +213,50 @@ def _serve_metrics(port: int | None, counts: Callable[[], Mapping[str, int]]) ->
         raise _usage(f"--metrics-port {port}: cannot listen: {exc.strerror or exc}") from None
 
 
+@contextlib.contextmanager
+def _stops_early() -> Iterator[list[Any]]:
+    """SIGTERM and SIGINT before the loop runs: the process stops at once, with status 0.
+
+    Yields a list: a worker or sweeper put in it is stopped by a signal that
+    comes before its loop puts in handlers of its own.
+    """
+    running: list[Any] = []
+    stopped = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopped
+        stopped = True
+        for runner in running:
+            runner.stop()
+        if not running:
+            raise _Stopped
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield running
+    except _Stopped:
+        if not stopped:
+            raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Stopped(BaseException):
+    """A signal came while the process was starting: nothing is held, it just ends."""
+
+
 def _worker(args: argparse.Namespace) -> int:
     if (args.tenant is None or args.application is None) and not (
         args.all_scopes and args.tenant is None and args.application is None
     ):
         raise _usage("worker: name --tenant and --application, or serve --all-scopes")
+    with _stops_early() as running:
+        return _work(args, running)
+    return 0  # stopped by a signal while starting
+
+
+def _work(args: argparse.Namespace, running: list[Any]) -> int:
     _configure_logging()
     _remote("worker", args)
     app = load_app(args.app)
@@ -227,6 +276,7 @@ def _worker(args: argparse.Namespace) -> int:
             all_scopes=args.all_scopes,
         )
         _serve_metrics(args.metrics_port, lambda: worker.counts)
+        running.append(worker)
         if args.until_idle:
             worker.run_until_idle()
         else:
@@ -235,10 +285,17 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _sweeper(args: argparse.Namespace) -> int:
+    with _stops_early() as running:
+        return _sweep(args, running)
+    return 0  # stopped by a signal while starting
+
+
+def _sweep(args: argparse.Namespace, running: list[Any]) -> int:
     _configure_logging()
     with _opened_authority("sweeper", args) as authority:
         sweeper = Sweeper(authority, tenant=args.tenant, application=args.application)
         _serve_metrics(args.metrics_port, lambda: sweeper.counts)
+        running.append(sweeper)
         if args.until_idle:
             sweeper.run_until_idle()
         else:
@@ -333,9 +390,9 @@ def register(subparsers: Any) -> None:
     )
     worker.add_argument(
         "--grace-s",
-        type=positive_seconds,
+        type=_grace_seconds,
         default=30.0,
-        help="how long running handlers may finish after a stop signal, in seconds",
+        help="how long running handlers may finish after a stop signal, in seconds (0 or more)",
     )
     worker.add_argument(
         "--until-idle",

@@ -16,7 +16,13 @@ from typing import Any
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.models import MAX_INSTANT
 
-__all__ = ["calls", "flag", "name", "names", "seconds", "whole"]
+__all__ = ["MAX_LEASE_MS", "calls", "flag", "name", "names", "seconds", "whole"]
+
+
+#: The longest lease a worker asks for, a year: far below the latest instant the core takes
+#: (2**53 - 1 ms since the epoch), so that every claim's lease ends within it, and below the
+#: longest wait a thread can make (`threading.TIMEOUT_MAX`).
+MAX_LEASE_MS = 365 * 24 * 3_600_000
 
 
 def whole(value: Any, field: str, low: int, high: int = MAX_INSTANT) -> int:

@@ -152,9 +152,9 @@ class Sweeper:
         """Sweep until `stop()` (or, on the main thread, SIGTERM or SIGINT; a second one exits)."""
         self._loop(until_idle=False, handle_signals=handle_signals)
 
-    def run_until_idle(self) -> None:
-        """Sweep until nothing falls due within `idle_horizon_ms`."""
-        self._loop(until_idle=True, handle_signals=False)
+    def run_until_idle(self, *, handle_signals: bool = True) -> None:
+        """Sweep until nothing falls due within `idle_horizon_ms` (signals as `run`)."""
+        self._loop(until_idle=True, handle_signals=handle_signals)
 
     def _loop(self, *, until_idle: bool, handle_signals: bool) -> None:
         restore = _install_signals(self) if handle_signals else None

@@ -118,6 +118,14 @@ def _error_text(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text[:ERROR_TEXT_LIMIT])
 
 
+def _exception_text(exc: BaseException) -> str:
+    """`str(exc)`, or a stand-in when the exception cannot say what it is."""
+    try:
+        return str(exc)
+    except Exception as broken:  # noqa: BLE001 - a handler's exception may be anything
+        return f"(its text could not be made: {type(broken).__name__})"
+
+
 def default_worker_id() -> str:
     """`host-pid-random`: unique among the workers of a fleet."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -208,7 +216,7 @@ class Worker:
       claim's request id (`<worker_id>-<12 hex digits>`) is a name too.
     - `concurrency`: how many handlers run at once (default 1).
     - `lease_ms`: the lease each claim and heartbeat asks for (default 30 s),
-      whole ms from 1 to 2**53 - 1.
+      whole ms from 1 to `runtime.arguments.MAX_LEASE_MS` (a year).
     - `heartbeat_fraction`: heartbeat after this fraction of the lease
       (default 1/3: a lease survives two lost heartbeats).
     - `capabilities`: what the worker offers (default: the union of what the
@@ -296,7 +304,7 @@ class Worker:
                     "worker_id", f"worker_id must be at most {WORKER_ID_MAX} characters"
                 )
         arguments.whole(concurrency, "concurrency", 1)
-        arguments.whole(lease_ms, "lease_ms", 1)
+        arguments.whole(lease_ms, "lease_ms", 1, arguments.MAX_LEASE_MS)
         if capabilities is not None:
             capabilities = arguments.names(capabilities, "capabilities")
         if clock is not None:
@@ -898,7 +906,7 @@ class Worker:
         ran_ms = now - held.started_ms
         late = self.app.unknown_after_ms is not None and ran_ms >= self.app.unknown_after_ms
         effect = "unknown" if job._checkpointed or late else "none"
-        text = f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {_exception_text(exc)}"
         return _Report("fail", kind=self.app.failure_kind, error=_error_text(text), effect=effect)
 
     def _cancelling(self, held: _Held) -> bool:
@@ -931,6 +939,11 @@ class Worker:
                 error=f"the authority refused the output: {exc.code}",
                 effect="unknown",
             )
+            return True
+        if report.operation == "fail" and exc.code == errors.SECRET_REJECTED:
+            # The text is never sent again, in any form: only that it was refused.
+            text = f"{report.kind}: the failure's text was refused as secret material; not kept"
+            held.report = _Report("fail", kind=report.kind, error=text, effect=report.effect)
             return True
         if (
             report.operation == "fail"
@@ -1017,9 +1030,14 @@ class Worker:
         """
         self._loop(until_idle=False, handle_signals=handle_signals)
 
-    def run_until_idle(self) -> None:
-        """Run until nothing is claimable, held, or eligible within a lease from now."""
-        self._loop(until_idle=True, handle_signals=False)
+    def run_until_idle(self, *, handle_signals: bool = True) -> None:
+        """Run until nothing is claimable, held, or eligible within a lease from now.
+
+        Signals as `run`: on the main thread, the first SIGTERM or SIGINT
+        stops gracefully (what is held finishes within `grace_s`), a second
+        exits at once.
+        """
+        self._loop(until_idle=True, handle_signals=handle_signals)
 
     def _finished(self, until_idle: bool, now: int) -> bool:
         if self._stopping:
