@@ -143,7 +143,17 @@ BATTERY: dict[str, list[Bad]] = {
     "stats": [
         *_bad_stores("stats"),
         bad("stats", "--store", "{store}", "--now", "soon", status=2, code=USAGE),
+        bad("stats", "--store", "{store}", "--now", "-1", status=2, code=USAGE),
+        bad("stats", "--store", "{store}", "--now", str(2**53), status=2, code=USAGE),
+        bad("stats", "--store", "{store}", "--tenant", "", code=INVALID),
         bad("stats", "--store", "{store}", "--bogus", status=2, code=USAGE),
+    ],
+    "audit": [
+        *_bad_stores("audit"),
+        bad("audit", "--store", "{store}", "--after", "-1", status=2, code=USAGE),
+        bad("audit", "--store", "{store}", "--limit", "0", status=2, code=USAGE),
+        bad("audit", "--store", "{store}", "--workload", "", code=INVALID),
+        bad("audit", "--store", "{store}", "--workload", "a\x01b", code=INVALID),
     ],
     "export": [
         *_bad_stores("export"),

@@ -249,3 +249,33 @@ def test_a_store_file_nobody_may_write_is_still_read(
         subprocess.run(["chattr", "-i", str(copy), str(folder)], check=True)
     assert copy.read_bytes() == before
     assert sorted(p.name for p in folder.iterdir()) == ["store.sqlite3"]
+
+
+def test_audit_prints_every_write_in_commit_order_and_filters_by_workload(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wid = _workload_id()
+    assert main(["audit", "--store", url, "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["sequence"] for r in records] == list(range(1, len(records) + 1))
+    mine = [r for r in records if r["key"] == wid]
+    assert [r["operation"] for r in mine] == [
+        "admit",
+        "claim",
+        "start",
+        "recover_expired",
+        "claim",
+        "start",
+        "checkpoint",
+    ]
+    assert [r["version"] for r in mine] == list(range(1, 8))
+    assert mine[4]["worker"] == "worker-b"
+    assert mine[4]["fencing_token"] == 2
+    assert main(["audit", "--store", url, "--workload", wid, "--after", "3", "--limit", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "audit records, oldest first"
+    assert lines[1].split()[:5] == ["SEQ", "AT", "KEY", "VERSION", "OPERATION"]
+    # The instant takes two columns of text: ISO-8601, then the milliseconds in brackets.
+    assert [line.split()[5] for line in lines[2:]] == ["recover_expired", "claim"]
+    assert main(["audit", "--store", url, "--workload", "workload_none"]) == 0
+    assert capsys.readouterr().out == "no audit records of workload_none\n"

@@ -9,6 +9,11 @@ purged key is admitted again, and the `workwarden purge` command does the same.
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,14 +144,99 @@ def test_an_export_that_cannot_be_written_stops_the_purge_and_keeps_the_workload
         old = _finish(Authority(store, grants=VERIFIER), "old", NOW)
         before = store_snapshot(store)
     now = str(NOW + 45 * DAY)
-    # /dev/full takes the file open, then refuses every write: no space left on the device.
-    assert main(["purge", "--store", str(db), "--export", "/dev/full", "--now", now]) == 1
-    (first, *_) = capsys.readouterr().err.splitlines()
-    assert first.startswith("WORKWARDEN_OUTPUT_UNWRITABLE: --export /dev/full: cannot write")
+    # The export file may grow by 100 bytes at most (the process's file size limit),
+    # so the first workload's line cannot be written: a real write failing mid-purge.
+    out = tmp_path / "purged.jsonl"
+    out.write_bytes(b"\n" * max(256 * 1024, db.stat().st_size * 4))
+    limit = out.stat().st_size + 100
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    argv = ["purge", "--store", str(db), "--export", str(out), "--now", now]
+    purge = subprocess.run(
+        [sys.executable, "-m", "workwarden", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_files,
+    )
+    assert purge.returncode == 1, purge.stderr
+    (first, *_) = purge.stderr.splitlines()
+    assert first.startswith(f"WORKWARDEN_OUTPUT_UNWRITABLE: --export {out}: cannot write")
     assert "the 0 workload(s) written before were purged, this one and the rest are kept" in first
     with SQLiteStore(db) as store:
         assert store.read(old) is not None
         assert store_snapshot(store) == before
+
+
+@pytest.mark.parametrize("target", ["/dev/null", "/dev/full", "fifo", "directory", "missing/x"])
+def test_an_export_to_what_is_not_a_file_is_refused_before_anything_is_purged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        _finish(Authority(store, grants=VERIFIER), "old", NOW)
+        before = store_snapshot(store)
+    path = target if target.startswith("/") else str(tmp_path / target)
+    if target == "fifo":
+        os.mkfifo(path)
+    elif target == "directory":
+        os.mkdir(path)
+    argv = ["purge", "--store", str(db), "--export", path, "--now", str(NOW + 45 * DAY)]
+    assert main(argv) == 1
+    (first, *_) = capsys.readouterr().err.splitlines()
+    assert first.startswith(f"WORKWARDEN_OUTPUT_UNWRITABLE: cannot write --export {path}: ")
+    with SQLiteStore(db) as store:
+        assert store_snapshot(store) == before
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ["--store", "{missing}"],
+        ["--store", "{db}", "--now", "-5"],
+        ["--store", "{db}", "--tenant", ""],
+        ["--store", "{db}", "--actor", "a\x01"],
+    ],
+)
+def test_a_refused_purge_leaves_no_export_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refusal: list[str]
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        _finish(Authority(store, grants=VERIFIER), "old", NOW)
+    out = tmp_path / "purged.jsonl"
+    names = {"{missing}": str(tmp_path / "nosuch.db"), "{db}": str(db)}
+    argv = ["purge", *(names.get(arg, arg) for arg in refusal), "--export", str(out)]
+    assert main(argv) != 0
+    assert capsys.readouterr().err.startswith("WORKLOAD_")
+    assert not out.exists()
+
+
+def test_a_purge_that_purges_nothing_leaves_no_export_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        _finish(Authority(store, grants=VERIFIER), "old", NOW)
+    out = tmp_path / "purged.jsonl"
+    assert main(["purge", "--store", str(db), "--export", str(out), "--now", str(NOW + 1)]) == 0
+    assert "purged 0 workload(s)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["\uff11\uff10d", "10 d 5", "99999999999999999999999d", "-1", "1e3"]
+)
+def test_a_duration_that_is_not_ascii_whole_units_within_range_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    db = tmp_path / "work.db"
+    SQLiteStore(db).close()
+    assert main(["purge", "--store", str(db), "--older-than", text]) == 2
+    assert capsys.readouterr().err.startswith("WORKWARDEN_USAGE: ")
 
 
 def test_a_dry_run_makes_no_export_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

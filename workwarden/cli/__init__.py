@@ -18,8 +18,8 @@ The helpers below give every command the same behaviour at the edges:
 writing or creating), `read_input` and `write_output` (files, with coded
 errors and no partial output), `print_table` (a table on a terminal, plain
 aligned columns elsewhere), `instant` (milliseconds as ISO-8601 UTC beside
-the raw number) and the option types `at_least(n)`, `positive_int`, `port_number`
-and `positive_seconds`.
+the raw number) and the option types `at_least(n)`, `positive_int`, `instant_ms`,
+`port_number` and `positive_seconds`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any, NoReturn, TextIO
 
 from workwarden import __version__
 from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
+from workwarden.statemachine.models import MAX_INSTANT
 from workwarden.storage.base import Store, StoreError
 from workwarden.storage.urls import (
     STORE_NOT_FOUND,
@@ -65,6 +66,7 @@ __all__ = [
     "build_parser",
     "check_output",
     "instant",
+    "instant_ms",
     "main",
     "opened_store",
     "output_directory",
@@ -123,6 +125,7 @@ _MODULES = (
     "workwarden.cli.store",
     "workwarden.cli.inspect",
     "workwarden.cli.stats",
+    "workwarden.cli.audit",
     "workwarden.cli.reference",
     "workwarden.cli.chaos",
     "workwarden.cli.serve",
@@ -202,6 +205,14 @@ def at_least(minimum: int) -> Callable[[str], int]:
 def positive_int(text: str) -> int:
     """An option type: a whole number of at least 1 (else a usage error)."""
     return at_least(1)(text)
+
+
+def instant_ms(text: str) -> int:
+    """An option type: an instant in ms since the epoch, 0 to 2**53 - 1 (else a usage error)."""
+    value = at_least(0)(text)
+    if value > MAX_INSTANT:
+        raise argparse.ArgumentTypeError(f"{value} is past the latest instant, {MAX_INSTANT}")
+    return value
 
 
 def port_number(text: str) -> int:

@@ -9,22 +9,27 @@ state (dead letters, by default), each with an audit record. With
 export line (as `workwarden export` writes them), written and flushed before
 that workload is deleted; a write that fails stops the purge there
 (`WORKWARDEN_OUTPUT_UNWRITABLE`), with the workloads already written purged
-and the rest kept. `--dry-run` lists what would go and writes nothing (not
-even an empty `--export` file).
+and the rest kept. FILE is refused before anything is purged when it is not
+a regular file (a FIFO, a device, a directory) or cannot be written, and it
+is created only when a first workload is exported: a refused purge, or one
+that purges nothing, leaves no file. `--dry-run` lists what would go and
+writes nothing (not even an empty `--export` file).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import sys
 import time
 from typing import Any, TextIO
 
-from workwarden.cli import STORE_HELP, opened_store
+from workwarden.cli import STORE_HELP, check_output, opened_store
 from workwarden.migrate import export_line
 from workwarden.statemachine import Authority, GrantVerifier, errors, load_spec
+from workwarden.statemachine.models import MAX_INSTANT
 from workwarden.storage.base import StoredDocument
 
 __all__ = ["parse_duration", "register"]
@@ -41,13 +46,21 @@ def _unwritable(path: str, exc: OSError, more: str = "") -> errors.WorkloadError
 
 
 def parse_duration(text: str) -> int:
-    """`30d`, `12h`, `90m`, `45s`, `500ms` or a number of milliseconds, as milliseconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", text)
+    """`30d`, `12h`, `90m`, `45s`, `500ms` or a number of milliseconds, as milliseconds.
+
+    ASCII digits only, and at most `MAX_INSTANT` ms (about 285,000 years).
+    """
+    match = re.fullmatch(r"\s*([0-9]{1,20})\s*(ms|s|m|h|d)?\s*", text, re.ASCII)
     if match is None:
         raise argparse.ArgumentTypeError(
             f"not a duration: {text!r} (write 30d, 12h, 90m, 45s, 500ms or milliseconds)"
         )
-    return int(match.group(1)) * _UNITS[match.group(2) or "ms"]
+    value = int(match.group(1)) * _UNITS[match.group(2) or "ms"]
+    if value > MAX_INSTANT:
+        raise argparse.ArgumentTypeError(
+            f"{text.strip()} is longer than any age a workload can have ({MAX_INSTANT:,} ms)"
+        )
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -55,21 +68,25 @@ def _run(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else time.time_ns() // 1_000_000
     out: TextIO | None = None
     exported: list[str] = []
+    # A dry run writes nothing, not even an empty --export file.
+    exporting = args.export is not None and not args.dry_run
+    if exporting:
+        # Refused before the store is opened: a FIFO, a device or a directory, a
+        # missing or read-only directory, a read-only file.
+        check_output(args.export, "--export")
+        if os.path.exists(args.export) and not os.access(args.export, os.W_OK):
+            raise _unwritable(args.export, PermissionError(13, "Permission denied"))
     try:
-        # A dry run writes nothing, not even an empty --export file.
-        if args.export is not None and not args.dry_run:
-            try:
-                out = open(args.export, "a", encoding="ascii")  # noqa: SIM115  # closed below
-            except OSError as exc:
-                raise _unwritable(args.export, exc) from None
-        sink = out
 
         def export(doc: StoredDocument) -> None:
-            if sink is None:
-                return
+            nonlocal out
             try:
-                sink.write(export_line(doc) + "\n")
-                sink.flush()
+                if out is None:
+                    # Opened at the first workload to export: a purge refused, or one
+                    # that purges nothing, leaves no file behind.
+                    out = open(args.export, "a", encoding="ascii")  # noqa: SIM115  # closed below
+                out.write(export_line(doc) + "\n")
+                out.flush()
             except OSError as exc:
                 raise _unwritable(
                     args.export,
@@ -87,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
                 tenant=args.tenant,
                 application=args.application,
                 actor=args.actor,
-                export=export if sink is not None else None,
+                export=export if exporting else None,
                 dry_run=args.dry_run,
             )
     finally:
@@ -123,7 +140,7 @@ def register(subparsers: Any) -> None:
         "--older-than",
         type=parse_duration,
         metavar="DURATION",
-        help="purge what finished longer ago than this: 30d, 12h, 90m, 45s, 500ms "
+        help="purge what finished at least this long ago: 30d, 12h, 90m, 45s, 500ms "
         "(default: the spec's [retention] after_ms)",
     )
     parser.add_argument("--tenant", metavar="T", help="only this tenant (default: every one)")

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workwarden.cli import STORE_HELP, instant, opened_store, print_table
+from workwarden.cli import STORE_HELP, instant, instant_ms, opened_store, print_table
+from workwarden.statemachine import inputs
 from workwarden.statemachine.spec import default_spec
 from workwarden.storage import StoredDocument
 
@@ -119,7 +120,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
     parser.add_argument(
         "--now",
-        type=int,
+        type=instant_ms,
         metavar="MS",
         help="the instant ages are measured at, in ms since the epoch (default: the clock)",
     )
@@ -128,6 +129,8 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else time.time_ns() // 1_000_000
+    tenant, application = inputs.as_scope(args.tenant, args.application)
+    args.tenant, args.application = tenant, application
     with opened_store(args.store, "read") as store:
         if args.tenant is not None and args.application is not None:
             docs: Iterable[StoredDocument] = store.list(args.tenant, args.application)
