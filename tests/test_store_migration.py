@@ -532,3 +532,75 @@ def test_a_version_2_postgres_database_is_brought_to_version_3_with_its_definiti
         with psycopg.connect(dsn) as conn:
             row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
             assert row == (PG_SCHEMA_VERSION,)
+
+
+def _edited(line: str, **changes: Any) -> str:
+    data = json.loads(line)
+    data["document"].update(changes)
+    return json.dumps(data)
+
+
+def _leased_line(source: SQLiteStore) -> str:
+    """The export line of the workload that holds a lease (RUNNING)."""
+    return next(line for line in exported(source).splitlines() if '"state":"RUNNING"' in line)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"state": "BOGUS"}, "not valid under the spec"),
+        ({"state": "CREATED"}, "not valid under the spec"),
+        ({"priority": 2**40}, r"priority is outside -2\*\*31 to 2\*\*31 - 1"),
+        ({"attempt_count": -7}, r"attempt_count is -7, outside 0 to 2\*\*53 - 1"),
+        ({"fencing_token": 2**70}, r"fencing_token is \d+, outside 0 to 2\*\*53 - 1"),
+    ],
+)
+def test_a_document_the_core_could_not_carry_on_with_is_refused_and_nothing_is_imported(
+    source: SQLiteStore, target: Store, changes: dict[str, Any], message: str
+) -> None:
+    lines = exported(source).splitlines()
+    bad = _edited(_leased_line(source), **changes)
+    with pytest.raises(WorkloadError, match=message) as refused:
+        import_workloads(target, [lines[0], bad], now=NOW)
+    assert refused.value.code == "WORKLOAD_INVALID"
+    assert refused.value.details["line"] == 2
+    assert list(target.scan()) == []
+    assert list(target.audit_log()) == []
+
+
+def test_the_callers_own_numbers_are_imported_as_they_are(target: Store) -> None:
+    authority = make_authority(target)
+    wid = authority.admit(
+        request(input={"big": 2**70, "negative": -5}), now=10_000
+    ).workload.workload_id
+    line = next(iter(export_lines(target)))
+    with BACKENDS["memory"]() as elsewhere:
+        report = import_workloads(elsewhere, [line], now=NOW)
+        assert report.imported == (wid,)
+
+
+def test_a_purge_export_imported_back_into_the_purged_store_is_a_conflict_that_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        authority = make_authority(store)
+        wid = authority.admit(request(), now=10_000).workload.workload_id
+        claim = authority.claim(wid, "w", CAPS, now=10_020, lease_ms=1_000)
+        authority.start(wid, claim.fence, now=10_030)
+        authority.complete(wid, claim.fence, "r-1", {"ok": True}, now=10_040)
+    out = tmp_path / "purged.jsonl"
+    argv = [
+        *("purge", "--store", str(db), "--older-than", "0"),
+        *("--export", str(out), "--now", "10050"),
+    ]
+    assert main(argv) == 0
+    capsys.readouterr()
+    with SQLiteStore(db) as store:
+        before = store_snapshot(store)
+    assert main(["import", "--store", str(db), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"WORKLOAD_MIGRATION_CONFLICT: workload {wid} was purged from this store")
+    assert "nothing was imported" in err.splitlines()[0]
+    with SQLiteStore(db) as store:
+        assert store_snapshot(store) == before

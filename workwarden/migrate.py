@@ -7,9 +7,17 @@ order, so the same store always exports the same bytes:
     {"document":{...the workload...},"key":"wl_...","version":4}
 
 `import_workloads` loads such lines into a store, idempotently. It reads and
-checks every line first, then writes: a workload already present with the
+checks every line first, then writes. A line is `WORKLOAD_INVALID` (naming
+it) unless its document is a workload valid under the spec, as
+`validate-history` judges it (a state of the spec, not a transient one, a
+history the table allows), with every number outside the caller's own JSON
+(input, output, checkpoint states) a whole number from 0 to 2**53 - 1 and
+its priority within an admission's: a document the core could not carry on
+with is never stored. A workload already present with the
 same document at the same version is skipped; one present with a different
-document, or the same document at another version, is
+document, or the same document at another version, or one this store
+purged (its tombstone, `storage.base.Tombstones`: a purge export imported
+back into the store it came from), is
 `WORKLOAD_MIGRATION_CONFLICT`, and then nothing of the file is written. A
 new workload is written with its index fields recomputed from the document
 under the spec, and at the version it was exported at: a store's versions
@@ -48,9 +56,17 @@ from pydantic import ValidationError
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import invalid_from_validation, serialise
 from workwarden.statemachine.index import index_fields
-from workwarden.statemachine.models import Workload
+from workwarden.statemachine.models import MAX_INSTANT, Workload
+from workwarden.statemachine.properties.decisions import check_history
 from workwarden.statemachine.spec import Spec, default_spec
-from workwarden.storage.base import AuditRecord, Store, StoreConflict, StoredDocument, StoreError
+from workwarden.storage.base import (
+    AuditRecord,
+    Store,
+    StoreConflict,
+    StoredDocument,
+    StoreError,
+    Tombstones,
+)
 
 __all__ = [
     "MAX_IMPORT_VERSION",
@@ -163,7 +179,47 @@ def _parse(number: int, text: str) -> _Line:
         raise _invalid(number, refusal.message, refusal.details) from None
     if workload.workload_id != key:
         raise _invalid(number, f"key {key} is not the document's workload_id")
+    out_of_range = _out_of_range(document)
+    if out_of_range is not None:
+        raise _invalid(number, out_of_range, {"field": f"document.{out_of_range.split()[0]}"})
     return _Line(number, key, version, workload)
+
+
+#: The parts of a document that hold the caller's own JSON, whose numbers are theirs.
+_CALLERS_JSON = frozenset({"input", "output", "state", "evidence"})
+
+
+def _out_of_range(document: Any, path: str = "") -> str | None:
+    """The first number of `document` (outside the caller's JSON) the core cannot count with.
+
+    Instants, counts, versions and fencing tokens are whole numbers from 0 to
+    `MAX_INSTANT` (2**53 - 1), and `priority` is within an admission's range:
+    a document holding another number would stop every later call on it.
+    """
+    if isinstance(document, dict):
+        for name, value in document.items():
+            if name in _CALLERS_JSON:
+                continue
+            where = f"{path}.{name}" if path else name
+            if name == "priority" and path == "":
+                if isinstance(value, int) and not -(2**31) <= value <= 2**31 - 1:
+                    return f"{where} is outside -2**31 to 2**31 - 1"
+                continue
+            found = _out_of_range(value, where)
+            if found is not None:
+                return found
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            found = _out_of_range(value, f"{path}[{index}]")
+            if found is not None:
+                return found
+    elif (
+        isinstance(document, int)
+        and not isinstance(document, bool)
+        and not 0 <= document <= MAX_INSTANT
+    ):
+        return f"{path} is {document}, outside 0 to 2**53 - 1"
+    return None
 
 
 def _read_lines(lines: Iterable[str]) -> list[_Line]:
@@ -262,6 +318,15 @@ def import_workloads(
         )
     spec = spec if spec is not None else default_spec()
     parsed = _read_lines(lines)
+    for line in parsed:
+        problem = check_history(spec, line.workload.execution_history, line.workload)
+        if problem is not None:
+            raise _invalid(
+                line.number,
+                f"workload {line.key} is not valid under the spec: {problem}",
+                {"workload_id": line.key, "sequence": problem.sequence},
+            )
+    tombstones = store if isinstance(store, Tombstones) else None
     # Each line to write, its document, and the version already present (0: none).
     writes: list[tuple[_Line, str, int]] = []
     skipped: list[str] = []
@@ -279,6 +344,14 @@ def import_workloads(
                     conflicts.append({"workload_id": line.key, "reason": reason})
                 else:
                     writes.append((line, text, present.version))
+                continue
+            buried = tombstones.tombstone(line.key) if tombstones is not None else None
+            if buried is not None:
+                reason = (
+                    f"was purged from this store (its tombstone is version {buried}): a purged"
+                    " workload is not written back under the versions its purge used"
+                )
+                conflicts.append({"workload_id": line.key, "reason": reason})
                 continue
             writes.append((line, text, 0))
             result = line.workload.result
