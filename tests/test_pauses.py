@@ -132,6 +132,15 @@ def test_the_pause_commands_pause_list_and_resume_a_store(
     assert "paused pause/t/app/*" in capsys.readouterr().out
     assert main(["pause", "--store", store_url, *scope]) == 0
     assert "already paused" in capsys.readouterr().out
+    # The same call again, at the same instant by the same operator and request id:
+    # nothing is written, and the command says so.
+    again = [*scope, "--reason", "deploy", "--now", "20000", "--request-id", "r1"]
+    with SQLiteStore(db) as store:
+        records = len(store.audit_log())
+    assert main(["pause", "--store", store_url, *again]) == 0
+    assert "already paused pause/t/app/*" in capsys.readouterr().out
+    with SQLiteStore(db) as store:
+        assert len(store.audit_log()) == records
     assert main(["pauses", "--store", store_url, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(p["scope"], p["actor"], p["reason"]) for p in listed] == [

@@ -38,6 +38,9 @@ def _pause(args: argparse.Namespace) -> int:
     with opened_store(args.store, "write") as store:
         warden = _authority(store)
         now = _now(args)
+        # What was in force before says whether this call wrote (a repeat at the same
+        # instant by the same operator returns the same record, and writes nothing).
+        before = {p.scope.key for p in warden.pauses(args.tenant)} if args.tenant else set()
         record = warden.pause(
             args.actor,
             now,
@@ -48,7 +51,7 @@ def _pause(args: argparse.Namespace) -> int:
             reason=args.reason,
             request_id=args.request_id,
         )
-    if record.since == now and record.actor == args.actor:
+    if record.scope.key not in before:
         print(f"paused {record.scope.key} since {instant(record.since)}")
     else:
         print(
