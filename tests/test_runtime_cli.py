@@ -387,3 +387,26 @@ def test_a_worker_creates_its_store_only_when_asked_and_then_waits_for_work(
     )
     assert sweeper.returncode == 2
     assert "--create goes with --store" in sweeper.stderr
+
+
+def test_the_postgresql_pools_warnings_are_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from workwarden.cli.worker import _configure_logging
+
+    _configure_logging()
+    try:
+        raise OSError("connection refused\nIs the server running?")
+    except OSError:
+        logging.getLogger("psycopg.pool").warning(
+            "error connecting in 'workwarden':\nconnection failed", exc_info=True
+        )
+    logging.getLogger("psycopg.pool").info("not shown")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        'library_log logger=psycopg.pool level=WARNING message="error connecting in'
+        " 'workwarden': | connection failed (OSError: connection refused Is the server"
+        ' running?)"'
+    )

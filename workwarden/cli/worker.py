@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import logging
 import os
 import signal
@@ -98,6 +99,29 @@ def _grace_seconds(text: str) -> float:
     return value
 
 
+class LibraryLines(logging.Formatter):
+    """A library's log record as one `library_log` line, in the runtime's `name key=value` form.
+
+    The PostgreSQL pool logs its reconnections over several lines, with
+    tracebacks: here each is one line (`logger=psycopg.pool level=WARNING
+    message="..."`), so the process's standard error stays one event a line.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = " | ".join(record.getMessage().split("\n"))
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            message += f" ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        return " ".join(
+            (
+                "library_log",
+                f"logger={record.name}",
+                f"level={record.levelname}",
+                f"message={json.dumps(message, ensure_ascii=False)}",
+            )
+        )
+
+
 def _configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -105,6 +129,12 @@ def _configure_logging() -> None:
     runtime.handlers[:] = [handler]
     runtime.setLevel(logging.INFO)
     runtime.propagate = False
+    library = logging.StreamHandler(sys.stderr)
+    library.setFormatter(LibraryLines())
+    pool = logging.getLogger("psycopg")
+    pool.handlers[:] = [library]
+    pool.setLevel(logging.WARNING)
+    pool.propagate = False
 
 
 def import_target(target: str, option: str, example: str) -> tuple[ModuleType, str]:
