@@ -274,6 +274,13 @@ class RetentionSpec(_Strict):
     after_ms: Annotated[int, Field(strict=True, ge=0)] = 30 * 24 * 3_600_000
     keep: list[str] = Field(default_factory=lambda: ["DEAD_LETTER"])
 
+    @model_validator(mode="after")
+    def _each_kept_once(self) -> RetentionSpec:
+        twice = sorted({state for state in self.keep if self.keep.count(state) > 1})
+        if twice:
+            raise ValueError(f"keep names {', '.join(twice)} more than once")
+        return self
+
 
 class FairnessSpec(_Strict):
     """`[fairness]`: the order in which a claimer serving many scopes takes their work.
@@ -305,6 +312,10 @@ class RateSpec(_Strict):
     burst: Annotated[int, Field(strict=True, ge=1, le=100_000)] = 1
 
 
+#: A concurrency key as a workload carries one (`models.Name`): printable, no control character.
+_KEY = r"^[^\x00-\x1f\x7f]*$"
+
+
 class ConcurrencySpec(_Strict):
     """`[concurrency]`: how many workloads of one concurrency key may hold a claim at once.
 
@@ -317,12 +328,12 @@ class ConcurrencySpec(_Strict):
 
     default: Annotated[int, Field(strict=True, ge=1)] | None = None
     limits: dict[
-        Annotated[str, Field(min_length=1, max_length=256)],
+        Annotated[str, Field(min_length=1, max_length=256, pattern=_KEY)],
         Annotated[int, Field(strict=True, ge=1)],
     ] = Field(default_factory=dict)
     default_rate: RateSpec | None = None
-    rates: dict[Annotated[str, Field(min_length=1, max_length=256)], RateSpec] = Field(
-        default_factory=dict
+    rates: dict[Annotated[str, Field(min_length=1, max_length=256, pattern=_KEY)], RateSpec] = (
+        Field(default_factory=dict)
     )
 
 

@@ -529,6 +529,18 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "must not be empty",
     ),
     (
+        "a state kept from purges twice",
+        edited('keep = ["DEAD_LETTER"]', 'keep = ["DEAD_LETTER", "DEAD_LETTER"]'),
+        "retention",
+        "keep names DEAD_LETTER more than once",
+    ),
+    (
+        "a concurrency key no workload can carry (a control character)",
+        edited("[concurrency]\nlimits = {}", '[concurrency]\nlimits = { "a\\tb" = 1 }'),
+        "concurrency.limits.a\tb.[key]",
+        "String should match pattern",
+    ),
+    (
         "TOML nested deeper than the parser goes",
         "a = " + "[" * 100_000 + "]" * 100_000,
         "(toml)",
