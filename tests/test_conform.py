@@ -16,9 +16,12 @@ from xml.etree import ElementTree
 import pytest
 
 from workwarden.cli import main
+from workwarden.statemachine.conformance.conform import ConformanceProgram
 
 HERE = Path(__file__).resolve().parent
 SHIPPED = HERE.parent / "specs" / "vectors" / "workload.jsonl"
+CLAIM_STARTS = HERE.parent / "specs" / "examples" / "claim_starts.toml"
+CLAIM_STARTS_VECTORS = HERE.parent / "specs" / "vectors" / "workload-claim_starts.jsonl"
 ADAPTER = f"{shlex.quote(sys.executable)} -m workwarden.adapter"
 
 
@@ -100,6 +103,60 @@ def test_an_adapter_that_ignores_stale_fences_fails_where_a_stale_worker_calls(
     assert '"ok"' in stale[4]
 
 
+@pytest.mark.parametrize(
+    ("mistake", "failing"),
+    [
+        (
+            "unfenced-checkpoint",
+            ["fencing/a_stale_worker_cannot_checkpoint_or_confirm_a_cancellation"],
+        ),
+        (
+            "unfenced-confirm_cancel",
+            ["fencing/a_stale_worker_cannot_checkpoint_or_confirm_a_cancellation"],
+        ),
+        ("lease-unchecked-start", ["fencing/an_expired_lease_refuses_a_start"]),
+        (
+            "lease-unchecked-checkpoint",
+            ["fencing/an_expired_lease_refuses_every_call_of_its_running_worker"],
+        ),
+        (
+            "lease-unchecked-execution_context",
+            ["fencing/an_expired_lease_refuses_every_call_of_its_running_worker"],
+        ),
+        (
+            "lease-unchecked-fail",
+            ["fencing/an_expired_lease_refuses_every_call_of_its_running_worker"],
+        ),
+        (
+            "lease-unchecked-confirm_cancel",
+            ["fencing/an_expired_lease_refuses_a_cancel_confirmation"],
+        ),
+        (
+            "ignores-request-ids",
+            [
+                "replays/a_repeated_claim_request_answers_its_claim_until_the_attempt_starts",
+                "replays/a_repeated_claim_next_request_answers_its_claim_until_the_attempt_starts",
+                "replays/a_repeated_cancel_request_answers_what_it_did",
+                "replays/repeated_timeout_and_retry_requests_answer_what_they_did",
+                "replays/a_request_id_used_for_another_workload_is_a_conflict",
+            ],
+        ),
+        (
+            "tie-largest-id",
+            ["scheduler/equal_priority_and_age_are_claimed_smallest_workload_id_first"],
+        ),
+    ],
+)
+def test_an_adapter_that_skips_one_fence_lease_request_or_ordering_rule_fails_the_vectors(
+    mistake: str, failing: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["conform", "--cmd", wrong(mistake), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    failed = [line.removeprefix("FAIL ") for line in out.splitlines() if line.startswith("FAIL ")]
+    assert set(failing) <= set(failed), failed
+    assert not [line for line in out.splitlines() if "the program" in line]
+
+
 def test_a_program_that_exits_fails_that_scenario_and_is_started_again_for_the_next(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -122,6 +179,35 @@ def test_a_program_that_does_not_answer_is_stopped_after_the_timeout(
     out = capsys.readouterr().out
     assert f"FAIL {selected}" in out
     assert "at step 3 of 3: no response within 0.5 s to a command request" in out
+
+
+def test_a_stopped_programs_end_of_output_never_reaches_the_program_started_after_it() -> None:
+    # The first program leaves a child holding its stdout for 1 s after it stops; the next
+    # one answers 1.5 s after each request. The first one's end of output, arriving at 1 s,
+    # must not be read as the second one's exit.
+    program = ConformanceProgram(shlex.split(wrong("lingers")), timeout=10)
+    try:
+        assert program.request({"type": "store"}) == {"ok": None}
+        program.close()
+        assert program.request({"type": "store"}) == {"ok": None}
+        assert program.answered == 2
+    finally:
+        program.close()
+
+
+def test_a_program_that_closes_its_output_but_lives_on_is_stopped_and_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
+    status = main(["conform", "--cmd", wrong("closes-stdout"), "-k", selected])
+    assert status == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {selected}" in out
+    assert (
+        "at step 1 of 3: the program closed its standard output instead of answering a "
+        "command request, and did not exit within 5 s; the program was stopped"
+    ) in out
+    assert "0 of 1 scenarios passed" in out
 
 
 def test_a_program_that_cannot_be_started_stops_the_run_with_one_coded_line(
@@ -174,3 +260,86 @@ def test_the_adapter_answers_one_line_per_request_and_refuses_what_is_not_the_pr
     assert "unknown request type 'dance'" in lines[2]
     assert '"code":"WORKLOAD_INVALID"' in lines[3]
     assert lines[4] == '{"ok":[]}'
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "inf", "nan", "1e300", "3601", "soon"])
+def test_a_timeout_that_is_not_positive_finite_and_at_most_an_hour_is_a_usage_error(
+    timeout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["conform", "--cmd", ADAPTER, f"--timeout={timeout}", "-k", "admission/a_zero"])
+    assert status == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("WORKWARDEN_USAGE: workwarden conform: argument --timeout: ")
+
+
+def test_an_hour_is_the_longest_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "--cmd", ADAPTER, "--timeout", "3600", "-k", "admission/a_zero"]) == 0
+    assert "1 of 1 scenarios passed" in capsys.readouterr().out
+
+
+def test_a_junit_report_that_cannot_be_written_is_refused_before_any_scenario_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junit = tmp_path / "missing" / "conformance.xml"
+    assert main(["conform", "--cmd", ADAPTER, "--junit", str(junit)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"WORKWARDEN_OUTPUT_UNWRITABLE: cannot write the JUnit report {junit}")
+    assert not junit.parent.exists()
+
+
+def test_a_program_that_refuses_its_first_reset_stops_the_run_with_one_coded_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["conform", "--cmd", wrong("refuses-reset")]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    first = err.splitlines()[0]
+    assert first.startswith("CONFORMANCE_PROGRAM_UNUSABLE: ")
+    assert "refused its first request (reset)" in first
+    assert "WORKLOAD_STORAGE_FAILURE" in first
+    assert '"scenarios_run": 0' in err
+
+
+def test_a_store_read_back_missing_a_field_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    selected = "admission/a_one_millisecond_timeout_is_accepted"
+    assert main(["conform", "--cmd", wrong("no-input-hash"), "-k", selected]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "at step 1 of 1: the store read-back does not hold workload documents: entry 1 (workload_"
+    ) in out
+    assert "not a workload document: input_hash: Field required" in out
+
+
+def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    program = f"{wrong('doc-field')} {shlex.quote(str(CLAIM_STARTS))}"
+    selected = "lifecycle/a_workload_without_checkpoints_completes_from_running"
+    common = ["conform", "--cmd", program, "--vectors", str(CLAIM_STARTS_VECTORS), "-k", selected]
+    assert main([*common, "--spec", str(CLAIM_STARTS)]) == 1
+    out = capsys.readouterr().out
+    assert "differs in store (version and digest by key)" in out
+    assert "document workload_" in out
+    assert "$.updated_at  11000  |  11001" in out
+    # Replayed under the shipped spec, the reference's documents are not the vectors', so
+    # there is nothing to show field by field.
+    assert main(common) == 1
+    out = capsys.readouterr().out
+    assert "differs in store (version and digest by key)" in out
+    assert "document workload_" not in out
+
+
+def test_the_adapter_refuses_a_spec_it_cannot_read_with_one_coded_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden.adapter", "--spec", str(tmp_path / "none.toml")],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith("WORKLOAD_SPEC_INVALID: cannot read spec ")
+    assert len(done.stderr.splitlines()) == 1

@@ -468,3 +468,45 @@ def test_the_command_writes_the_operator_view(
     written = (tmp_path / "workload-operator.dot").read_text(encoding="utf-8")
     assert written == diagram_dot(default_spec(), view="operator", name="workload-operator")
     assert "operator_purged" in written
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        ([1, 2], "a JSON object was expected, not a list"),
+        (
+            {"edges_never_taken": [1], "never_at_rest": []},
+            'edges_never_taken must be a list of "A -> B"',
+        ),
+        (
+            {"edges_never_taken": ["A"], "never_at_rest": []},
+            'edges_never_taken must be a list of "A -> B"',
+        ),
+        ({"edges_never_taken": [], "never_at_rest": {"a": 1}}, "never_at_rest must be a list"),
+        ({"edges_never_taken": [], "never_at_rest": [], "complete": "yes"}, "complete must be"),
+    ],
+)
+def test_a_report_of_the_wrong_shape_says_which_field_without_python_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], report: Any, why: str
+) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report), encoding="utf-8")
+    status = main(["diagram", "--report", str(path), "--out-dir", str(tmp_path / "out")])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"WORKLOAD_INVALID: --report {path}: not a checker report ({why}")
+    for python in ("indices", "object has no attribute", "not subscriptable", "Traceback"):
+        assert python not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_that_cannot_be_read_is_input_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "check.json"
+    status = main(["diagram", "--report", str(missing), "--out-dir", str(tmp_path / "out")])
+    assert status == 1
+    assert capsys.readouterr().err.startswith(
+        f"WORKWARDEN_INPUT_UNREADABLE: cannot read --report {missing}: "
+    )
+    assert not (tmp_path / "out").exists()

@@ -16,7 +16,9 @@ import pytest
 from referencing import Registry, Resource
 
 from workwarden.cli import main
-from workwarden.statemachine.conformance.schemas import schema_documents
+from workwarden.statemachine.conformance.runner import ReferenceImplementation, command_json
+from workwarden.statemachine.conformance.scenarios import Work, request
+from workwarden.statemachine.conformance.schemas import SCHEMA_BASE, schema_documents
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "specs" / "schema"
@@ -28,9 +30,9 @@ def _schemas() -> dict[str, dict[str, Any]]:
 
 
 def _validator(name: str, schemas: dict[str, dict[str, Any]]) -> jsonschema.Draft202012Validator:
-    registry: Registry[Any] = Registry().with_resources(
-        (file, Resource.from_contents(schema)) for file, schema in schemas.items()
-    )
+    # As docs/conformance.md says to: a registry of the folder, each schema under its `$id`.
+    resources = [Resource.from_contents(schema) for schema in schemas.values()]
+    registry: Registry[Any] = Registry().with_resources((r.id(), r) for r in resources)
     return jsonschema.Draft202012Validator(schemas[name], registry=registry)
 
 
@@ -51,7 +53,7 @@ def test_there_is_a_schema_for_every_command_and_its_reply_the_spec_and_the_erro
     ops = [
         "admit", "claim", "claim_next", "start", "heartbeat", "execution_context", "checkpoint",
         "complete", "fail", "cancel", "confirm_cancel", "timeout", "retry", "recover_expired",
-        "enforce_deadlines",
+        "enforce_deadlines", "operator",
     ]  # fmt: skip
     for op in ops:
         assert f"command-{op}.schema.json" in names
@@ -106,7 +108,10 @@ def test_what_the_reference_sends_and_answers_in_the_vectors_satisfies_the_schem
                 check(f"reply-{op}.schema.json", answer["ok"])
             else:
                 error.validate(answer["error"])
-    assert refused_commands == 2
+    # Malformed on purpose: a missing tenant, an unknown effect, and three the schemas encode
+    # since they carry those rules: a zero timeout, a blank key, a definition without its
+    # application.
+    assert refused_commands == 5
 
 
 def test_the_workload_schema_refuses_a_document_with_an_unknown_field() -> None:
@@ -133,3 +138,128 @@ def test_the_schema_command_lists_the_names_and_refuses_an_unknown_one(
     assert "workload" in capsys.readouterr().out.split()
     assert main(["schema", "no-such"]) == 1
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: no schema 'no-such'")
+
+
+def test_every_schema_has_an_id_its_relative_refs_resolve_against() -> None:
+    schemas = _schemas()
+    for name, schema in schemas.items():
+        assert schema["$id"] == SCHEMA_BASE + name
+    line = VECTORS.read_text("ascii").splitlines()[0]
+    scenario = json.loads(line)
+    validator = _validator("conformance-request.schema.json", schemas)
+    step = scenario["steps"][0]
+    assert validator.is_valid({"type": "command", "command": step["command"], "now": step["now"]})
+    reset = {"type": "reset", "store": [], "grant_keys": {}}
+    assert validator.is_valid(reset)
+    bad = {"type": "reset", "grant_keys": {}, "store": [{"key": "k", "document": {"state": 7}}]}
+    assert not validator.is_valid(bad)
+
+
+def _refused(command: dict[str, Any]) -> str | None:
+    reference = ReferenceImplementation()
+    reference.handle({"type": "reset", "store": [], "grant_keys": {}})
+    answer = reference.handle({"type": "command", "command": command, "now": 10_000})
+    error = answer.get("error")
+    return error.get("code") if isinstance(error, dict) else None
+
+
+def test_the_schemas_refuse_what_the_reference_refuses_as_invalid() -> None:
+    schemas = _schemas()
+    work = Work(request())
+    admit = command_json(work.admit(10_000)[0])
+    claim = command_json(work.claim("w", 11_000)[0])
+    many = [f"c{i}" for i in range(257)]
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("command-claim.schema.json", {**claim, "capabilities": many}),
+        (
+            "command-claim_next.schema.json",
+            {
+                "op": "claim_next",
+                "tenant_id": "t",
+                "application_id": "app",
+                "worker_id": "w",
+                "lease_ms": 1_000,
+                "capabilities": many,
+            },
+        ),
+        (
+            "command-admit.schema.json",
+            {**admit, "request": {**admit["request"], "capability_snapshot": many}},
+        ),
+        (
+            "command-admit.schema.json",
+            {**admit, "request": {**admit["request"], "connection_scopes": many}},
+        ),
+        (
+            "command-admit.schema.json",
+            {**admit, "request": {**admit["request"], "timeouts": {"queue_ms": 0}}},
+        ),
+        (
+            "command-admit.schema.json",
+            {**admit, "request": {**admit["request"], "idempotency_key": " \u00a0 "}},
+        ),
+        (
+            "command-pause.schema.json",
+            {"op": "pause", "tenant": "t", "definition": "d", "actor": "o"},
+        ),
+        (
+            "command-resume.schema.json",
+            {"op": "resume", "tenant": "t", "definition": "d", "actor": "o"},
+        ),
+    ]
+    for name, command in cases:
+        assert not _validator(name, schemas).is_valid(command), (name, command)
+        assert not _validator("command.schema.json", schemas).is_valid(command) or name in {
+            "command-claim_next.schema.json",
+            "command-pause.schema.json",
+            "command-resume.schema.json",
+        }
+        assert _refused(command) == "WORKLOAD_INVALID", (name, command)
+    # What is within the rules still passes.
+    assert _validator("command-admit.schema.json", schemas).is_valid(
+        {**admit, "request": {**admit["request"], "timeouts": {"queue_ms": 1}}}
+    )
+    assert _validator("command-claim.schema.json", schemas).is_valid(
+        {**claim, "capabilities": many[:256]}
+    )
+    assert _validator("command-pause.schema.json", schemas).is_valid(
+        {"op": "pause", "tenant": "t", "application": "a", "definition": "d", "actor": "o"}
+    )
+
+
+def test_an_operator_move_has_its_command_and_reply_schemas() -> None:
+    schemas = _schemas()
+    command = {
+        "op": "operator", "operation": "approve", "workload_id": "w", "actor": "o",
+        "request_id": "r1",
+    }  # fmt: skip
+    assert _validator("command-operator.schema.json", schemas).is_valid(command)
+    assert _validator("command.schema.json", schemas).is_valid(command)
+    assert not _validator("command-operator.schema.json", schemas).is_valid(
+        {k: v for k, v in command.items() if k != "operation"}
+    )
+    reply = _validator("reply-operator.schema.json", schemas)
+    assert reply.is_valid({"workload_id": "w", "state": "READY"})
+    assert not reply.is_valid({"workload_id": "w"})
+
+
+def test_the_schema_directory_is_made_only_when_its_parent_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["schema", "--out", str(tmp_path / "new")]) == 0
+    assert (tmp_path / "new" / "workload.schema.json").is_file()
+    capsys.readouterr()
+    deeper = tmp_path / "nope" / "deeper"
+    assert main(["schema", "--out", str(deeper)]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"WORKWARDEN_OUTPUT_UNWRITABLE: cannot create schema directory {deeper}: its parent"
+    )
+    assert not (tmp_path / "nope").exists()
+
+
+def test_a_schema_name_with_out_is_a_usage_error_not_a_silent_drop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["schema", "workload", "--out", str(tmp_path / "s")]) == 2
+    assert capsys.readouterr().err.startswith("WORKWARDEN_USAGE: schema: give NAME")
+    assert not (tmp_path / "s").exists()

@@ -183,3 +183,25 @@ def test_a_file_that_is_not_a_history_is_refused_with_a_code(
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: ")
     assert main(["validate-history", str(tmp_path / "missing.json")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_file_or_a_store_without_histories_says_so(
+    tmp_path: Path, sqlite_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("\n\n", encoding="utf-8")
+    assert main(["validate-history", str(empty)]) == 0
+    assert capsys.readouterr().out == f"no histories: {empty} holds none\n"
+    SQLiteStore(sqlite_path).close()
+    assert main(["validate-history", "--store", str(sqlite_path)]) == 0
+    assert capsys.readouterr().out == "no histories: the store holds no workload\n"
+
+
+def test_a_history_file_that_cannot_be_read_is_input_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.json"
+    assert main(["validate-history", str(missing)]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"WORKWARDEN_INPUT_UNREADABLE: cannot read the history file {missing}: "
+    )

@@ -255,3 +255,39 @@ def test_a_purged_workload_reads_as_absent_and_its_key_never_reuses_a_version(
     assert isinstance(readmitted, dict)
     assert readmitted["created"] is True
     assert again.steps[-1].expect.state == "SUCCEEDED"
+
+
+def test_the_vectors_exercise_request_ids_and_a_call_dated_before_the_last_change(
+    vectors: list[VectorScenario],
+) -> None:
+    sent: set[str] = set()
+    refused_with_request_id: list[str] = []
+    conflicts: list[dict[str, Any]] = []
+    evidence: set[str] = set()
+    for vector in vectors:
+        for step in vector.steps:
+            if isinstance(step.command.get("request_id"), str):
+                sent.add(str(step.command["op"]))
+            error = step.expect.response.get("error")
+            if isinstance(error, dict):
+                details = error.get("details")
+                assert details is None or isinstance(details, dict)
+                if error["code"] == "WORKLOAD_NOT_READY" and details and "request_id" in details:
+                    refused_with_request_id.append(str(step.command["op"]))
+                if error["code"] == "WORKLOAD_CONFLICT":
+                    conflicts.append(dict(details or {}))
+            for events in step.expect.events.values():
+                for event in events:
+                    found = event.get("evidence")
+                    if isinstance(found, dict) and "request_id" in found:
+                        evidence.add(str(step.command["op"]))
+    assert sent >= {"claim", "claim_next", "cancel", "timeout", "retry"}
+    assert sorted(set(refused_with_request_id)) == ["claim", "claim_next"]
+    assert evidence >= {"claim", "claim_next", "cancel", "timeout", "retry"}
+    # Reused for another workload, for another operation, by another operator; a checkpoint
+    # sequence recorded with another state; a call dated before the workload's last change.
+    assert any(set(c) == {"request_id", "workload_id"} for c in conflicts)
+    assert any(c.get("operation") == "timeout" for c in conflicts)
+    assert any(c.get("operation") == "cancel" for c in conflicts)
+    assert any("sequence" in c for c in conflicts)
+    assert any(c.get("updated_at", 0) > c.get("now", 0) for c in conflicts)

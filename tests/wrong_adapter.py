@@ -8,20 +8,39 @@
 - `stale-fence`: it ignores stale fences, deciding every fenced call as if
   the current claim's holder had made it;
 - `crash`: it exits at its fourth command;
-- `hang`: it never answers a `fail` command.
+- `hang`: it never answers a `fail` command;
+- `lingers`: it answers every request 1.5 s late, and when its input ends it
+  leaves a child behind holding its standard output for a second;
+- `closes-stdout`: at its first command it closes its standard output and
+  lives on without answering;
+- `unfenced-OP`: for operation OP only, it checks that a claim is held but not
+  that the fence (claim id, worker, token) is the current claim's;
+- `lease-unchecked-OP`: for operation OP only, it checks the fence but not
+  whether the lease has expired;
+- `ignores-request-ids`: it drops the `request_id` of every command;
+- `doc-field SPEC`: under the spec file SPEC, its store read-back says a
+  running workload was updated 1 ms later than it was;
+- `no-input-hash`: its store read-back leaves out every document's `input_hash`;
+- `refuses-reset`: it refuses every request with `WORKLOAD_STORAGE_FAILURE`;
+- `tie-largest-id`: `claim_next` breaks a tie of priority and age by the
+  largest workload id instead of the smallest.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from typing import Any
 
 from workwarden.adapter import serve
+from workwarden.statemachine import core, errors
 from workwarden.statemachine.conformance.vectors import ReferenceImplementation
-from workwarden.statemachine.models import Workload
-from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
+from workwarden.statemachine.models import Claim, Fence, Workload
+from workwarden.statemachine.spec import load_spec, load_spec_text, shipped_spec_text
+from workwarden.storage import memory
 
 BUDGET_RULE = (
     '  { when = ["budget_exhausted"], decision = "attempt_budget_exhausted", '
@@ -68,8 +87,108 @@ class Hangs(ReferenceImplementation):
         return super().handle(request)
 
 
-def main(mistake: str) -> int:
+class ClosesStdout(ReferenceImplementation):
+    """Closes its standard output at its first command and sleeps on."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        if isinstance(request, dict) and request.get("type") == "command":
+            sys.stdout.flush()
+            os.close(1)
+            time.sleep(3600)
+        return super().handle(request)
+
+
+class SkipsAFenceCheck(ReferenceImplementation):
+    """Skips one part of the fence check (`part`: "fence" or "lease") for one operation."""
+
+    def __init__(self, part: str, op: str) -> None:
+        super().__init__()
+        real = core._fence
+        current: list[Any] = [None]
+        self.current = current
+
+        def fence(workload: Workload, given: Fence, now: int) -> Claim:
+            if current[0] != op:
+                return real(workload, given, now)
+            if part == "lease":
+                return real(workload, given, -1)
+            claim = workload.current_claim
+            if claim is None:
+                raise errors.WorkloadError(errors.CLAIM_INVALID, "no active claim")
+            return claim
+
+        core._fence = fence
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        command = request.get("command") if isinstance(request, dict) else None
+        self.current[0] = command.get("op") if isinstance(command, dict) else None
+        return super().handle(request)
+
+
+class IgnoresRequestIds(ReferenceImplementation):
+    """Drops every command's `request_id`, so no repeat is recognised by it."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        command = request.get("command") if isinstance(request, dict) else None
+        if isinstance(command, dict) and "request_id" in command:
+            request = {**request, "command": {**command, "request_id": None}}
+        return super().handle(request)
+
+
+class LateUpdates(ReferenceImplementation):
+    """Reads back every RUNNING workload with `updated_at` 1 ms later than stored."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("type") == "store" and "ok" in response:
+            for entry in response["ok"]:
+                if entry["document"].get("state") == "RUNNING":
+                    entry["document"]["updated_at"] += 1
+        return response
+
+
+class NoInputHash(ReferenceImplementation):
+    """Reads back every document without its `input_hash`."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("type") == "store" and "ok" in response:
+            for entry in response["ok"]:
+                entry["document"].pop("input_hash", None)
+        return response
+
+
+class RefusesAll(ReferenceImplementation):
+    """Refuses every request, as an adapter whose backend cannot be reached does."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        return {"error": {"code": "WORKLOAD_STORAGE_FAILURE", "message": "nothing listens"}}
+
+
+class _Larger(str):
+    """A workload id that sorts in reverse."""
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
+
+    def __gt__(self, other: str) -> bool:
+        return str.__lt__(self, other)
+
+
+def lingers() -> int:
+    """Answer each request 1.5 s late; at the end of input leave a child on stdout for 1 s."""
+    for line in sys.stdin:
+        if line.strip():
+            time.sleep(1.5)
+            print('{"ok":null}', flush=True)
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    return 0
+
+
+def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
+    if mistake == "lingers":
+        return lingers()
     if mistake == "budget":
         text = shipped_spec_text()
         assert BUDGET_RULE in text, "the failure policy's budget rule is where this expects it"
@@ -80,6 +199,23 @@ def main(mistake: str) -> int:
         reference = Crashes()
     elif mistake == "hang":
         reference = Hangs()
+    elif mistake == "closes-stdout":
+        reference = ClosesStdout()
+    elif mistake.startswith("unfenced-"):
+        reference = SkipsAFenceCheck("fence", mistake.removeprefix("unfenced-"))
+    elif mistake.startswith("lease-unchecked-"):
+        reference = SkipsAFenceCheck("lease", mistake.removeprefix("lease-unchecked-"))
+    elif mistake == "ignores-request-ids":
+        reference = IgnoresRequestIds()
+    elif mistake == "doc-field":
+        reference = LateUpdates(load_spec(spec))
+    elif mistake == "no-input-hash":
+        reference = NoInputHash()
+    elif mistake == "refuses-reset":
+        reference = RefusesAll()
+    elif mistake == "tie-largest-id":
+        memory._order = lambda doc: (-doc.index.priority, doc.index.created_at, _Larger(doc.key))
+        reference = ReferenceImplementation()
     else:
         print(json.dumps({"error": f"unknown mistake {mistake!r}"}), file=sys.stderr)
         return 2
@@ -88,4 +224,4 @@ def main(mistake: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main(*sys.argv[1:3]))

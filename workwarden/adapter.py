@@ -6,6 +6,8 @@ standard output, flushed after each, until its input ends. Behind it is an
 `Authority` over a `MemoryStore`, under the shipped spec or `--spec FILE`.
 This is the program `workwarden conform` holds other implementations' adapters
 beside: it passes every vector, because the vectors were generated with it.
+A spec it cannot load is one coded line on standard error (`WORKLOAD_SPEC_INVALID:
+...`) and exit status 1, before any request is read.
 
     workwarden conform --cmd 'python -m workwarden.adapter'
 """
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from workwarden.statemachine.conformance.runner import ReferenceImplementation
+from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.spec import load_spec
 
 __all__ = ["main", "serve"]
@@ -47,7 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--spec", metavar="FILE", help="a spec file (the shipped spec by default)")
     args = parser.parse_args(argv)
-    serve(ReferenceImplementation(load_spec(args.spec)), sys.stdin, sys.stdout)
+    try:
+        spec = load_spec(args.spec)
+    except WorkloadError as exc:
+        print(f"{exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    serve(ReferenceImplementation(spec), sys.stdin, sys.stdout)
     return 0
 
 

@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import json
 import queue
+import re
 import shlex
 import subprocess
 import threading
@@ -56,6 +57,7 @@ __all__ = [
     "compare_step",
     "junit_xml",
     "run_conformance",
+    "shown_argv",
 ]
 
 
@@ -105,26 +107,33 @@ class ConformanceProgram:
             )
         except OSError as exc:
             raise ProgramUnusable(
-                f"cannot start {shlex.join(self.argv)}: {exc.strerror or exc}"
+                f"cannot start {shlex.join(shown_argv(self.argv))}: {exc.strerror or exc}"
             ) from None
+        # Each start has its own queue and stderr tail, handed to its own threads: a
+        # program that exited may hold its stdout open a while longer (a child it left
+        # behind), and its end marker must never reach the program started after it.
         self._lines = queue.Queue()
         self._stderr = deque(maxlen=20)
-        threading.Thread(target=self._pump, args=(process,), daemon=True).start()
-        threading.Thread(target=self._drain, args=(process,), daemon=True).start()
+        threading.Thread(target=self._pump, args=(process, self._lines), daemon=True).start()
+        threading.Thread(target=self._drain, args=(process, self._stderr), daemon=True).start()
         self._process = process
         self._starting = True
         return process
 
-    def _pump(self, process: subprocess.Popen[str]) -> None:
+    @staticmethod
+    def _pump(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
         assert process.stdout is not None
-        for line in process.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
+        with contextlib.suppress(OSError, ValueError):
+            for line in process.stdout:
+                lines.put(line)
+        lines.put(None)
 
-    def _drain(self, process: subprocess.Popen[str]) -> None:
+    @staticmethod
+    def _drain(process: subprocess.Popen[str], tail: deque[str]) -> None:
         assert process.stderr is not None
-        for line in process.stderr:
-            self._stderr.append(line.rstrip("\n"))
+        with contextlib.suppress(OSError, ValueError):
+            for line in process.stderr:
+                tail.append(line.rstrip("\n"))
 
     def _stderr_tail(self) -> str:
         time.sleep(0.05)  # let the last lines of a dying program arrive
@@ -156,7 +165,16 @@ class ConformanceProgram:
                 "the program was stopped"
             ) from None
         if line is None:
-            status = process.wait(timeout=5)
+            try:
+                status = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                # It closed its standard output but lives on: stop it, and say so.
+                self.close(kill=True)
+                raise ProgramError(
+                    f"the program closed its standard output instead of answering a "
+                    f"{message.get('type')} request, and did not exit within 5 s; "
+                    "the program was stopped" + self._stderr_tail()
+                ) from None
             self._process = None
             raise ProgramError(
                 f"the program exited (status {status}) instead of answering a "
@@ -406,6 +424,14 @@ def _run_one(
             }
         )
         if "ok" not in reset:
+            if program.answered == 1:
+                # The very first request of the run was refused (a service it cannot reach,
+                # a token it is refused): every scenario would be refused the same way.
+                program.close(kill=True)
+                raise ProgramUnusable(
+                    f"{shlex.join(shown_argv(program.argv))} refused its first request (reset): "
+                    f"{_compact(reset, 300)}"
+                )
             raise ProgramError(f"reset was refused: {_compact(reset, 300)}")
         before = _actual_snapshot(program.request({"type": "store"}))
         references: Iterator[Snapshot] | None = None
@@ -432,7 +458,7 @@ def _run_one(
             # Not one request was ever answered: every scenario would fail the same way.
             program.close(kill=True)
             raise ProgramUnusable(
-                f"{shlex.join(program.argv)} failed its first request: {exc}"
+                f"{shlex.join(shown_argv(program.argv))} failed its first request: {exc}"
             ) from None
         where = f"at step {step_number} of {len(vector.steps)}" if step_number else "at reset"
         result.error = f"{where}: {exc}"
@@ -456,8 +482,8 @@ def run_conformance(
     a differing document field by field.
 
     A program that cannot be started, or that fails the first request it is
-    ever sent (exits, does not answer, answers outside the protocol), would
-    fail every scenario the same way: the run stops at once with
+    ever sent (exits, does not answer, answers outside the protocol, refuses
+    it with an error), would fail every scenario the same way: the run stops at once with
     `WorkloadError` `CONFORMANCE_PROGRAM_UNUSABLE`, saying what happened.
     """
     program = ConformanceProgram(argv, timeout)
@@ -470,7 +496,7 @@ def run_conformance(
                 raise WorkloadError(
                     PROGRAM_UNUSABLE,
                     f"{exc}; no scenario can run, so none was",
-                    {"program": list(argv), "scenarios_run": len(results)},
+                    {"program": shown_argv(argv), "scenarios_run": len(results)},
                 ) from None
             if result.error is not None:
                 program.close()
@@ -480,6 +506,27 @@ def run_conformance(
     finally:
         program.close()
     return results
+
+
+#: Options whose value is a secret: never printed back.
+_SECRET_OPTIONS = ("--token", "--password", "--secret", "--api-key")
+_SECRET_PATTERN = re.compile(r"^wwt1\.|://[^/@\s]*:[^/@\s]*@")
+
+
+def shown_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` as it may be printed: the value of a secret option, a token or a URL's
+    password replaced by `<redacted>` (a report lands in CI logs)."""
+    shown: list[str] = []
+    for index, arg in enumerate(argv):
+        previous = argv[index - 1] if index else ""
+        name, equals, _ = arg.partition("=")
+        if previous in _SECRET_OPTIONS or _SECRET_PATTERN.search(arg):
+            shown.append("<redacted>")
+        elif equals and name in _SECRET_OPTIONS:
+            shown.append(f"{name}=<redacted>")
+        else:
+            shown.append(arg)
+    return shown
 
 
 def junit_xml(results: Sequence[ScenarioResult], suite: str = "workwarden conformance") -> str:

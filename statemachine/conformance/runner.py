@@ -171,12 +171,15 @@ class VectorScenario(_Strict):
 def normalise_document(document: Any) -> dict[str, Any]:
     """A workload document with every field present, as the workload schema defines it.
 
-    Raises `ValueError` when it is not a workload document.
+    Raises `ValueError` when it is not a workload document, naming the first
+    field at fault (`input_hash: Field required`).
     """
     try:
         workload = Workload.model_validate(document)
     except ValidationError as exc:
-        raise ValueError(f"not a workload document: {exc.errors()[0]['msg']}") from None
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(the document)"
+        raise ValueError(f"not a workload document: {where}: {first['msg']}") from None
     return workload.model_dump(mode="json", by_alias=True)
 
 
@@ -348,11 +351,25 @@ class ReferenceImplementation:
 
 
 def snapshot(entries: Iterable[Mapping[str, Any]]) -> Snapshot:
-    """A store read back (`{"key", "version", "document"}` entries), normalised."""
-    return {
-        str(entry["key"]): (int(entry["version"]), normalise_document(entry["document"]))
-        for entry in entries
-    }
+    """A store read back (`{"key", "version", "document"}` entries), normalised.
+
+    Raises `ValueError` naming the entry and the field at fault.
+    """
+    out: Snapshot = {}
+    for number, entry in enumerate(entries, start=1):
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"entry {number} is not an object")
+        missing = [field for field in ("key", "version", "document") if field not in entry]
+        if missing:
+            raise ValueError(f"entry {number} has no {', '.join(missing)}")
+        key, version = entry["key"], entry["version"]
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ValueError(f"entry {number} ({key}): version {version!r} is not a whole number")
+        try:
+            out[str(key)] = (version, normalise_document(entry["document"]))
+        except ValueError as exc:
+            raise ValueError(f"entry {number} ({key}): {exc}") from None
+    return out
 
 
 # -- recording a scenario -------------------------------------------------------------

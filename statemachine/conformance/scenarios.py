@@ -140,9 +140,21 @@ class Work:
     def fence(self, worker: str, token: int) -> Fence:
         return Fence(claim_id=claim_id_for(self.id, token, worker), worker_id=worker, token=token)
 
-    def claim(self, worker: str, now: int, *, lease: int = LEASE, caps: Any = CAPS) -> Step:
+    def claim(
+        self,
+        worker: str,
+        now: int,
+        *,
+        lease: int = LEASE,
+        caps: Any = CAPS,
+        request_id: str | None = None,
+    ) -> Step:
         command = ClaimCommand(
-            workload_id=self.id, worker_id=worker, capabilities=caps, lease_ms=lease
+            workload_id=self.id,
+            worker_id=worker,
+            capabilities=caps,
+            lease_ms=lease,
+            request_id=request_id,
         )
         return command, now
 
@@ -190,14 +202,23 @@ class Work:
     def confirm_cancel(self, worker: str, token: int, now: int) -> Step:
         return ConfirmCancelCommand(workload_id=self.id, fence=self.fence(worker, token)), now
 
-    def cancel(self, now: int, actor: str = "operator-1") -> Step:
-        return CancelCommand(workload_id=self.id, actor=actor), now
+    def cancel(self, now: int, actor: str = "operator-1", request_id: str | None = None) -> Step:
+        return CancelCommand(workload_id=self.id, actor=actor, request_id=request_id), now
 
-    def timeout(self, now: int, actor: str = "operator-1") -> Step:
-        return TimeoutCommand(workload_id=self.id, actor=actor), now
+    def timeout(self, now: int, actor: str = "operator-1", request_id: str | None = None) -> Step:
+        return TimeoutCommand(workload_id=self.id, actor=actor, request_id=request_id), now
 
-    def retry(self, now: int, reason: str | None = None, actor: str = "operator-1") -> Step:
-        return RetryCommand(workload_id=self.id, actor=actor, reason=reason), now
+    def retry(
+        self,
+        now: int,
+        reason: str | None = None,
+        actor: str = "operator-1",
+        request_id: str | None = None,
+    ) -> Step:
+        command = RetryCommand(
+            workload_id=self.id, actor=actor, reason=reason, request_id=request_id
+        )
+        return command, now
 
     def recover(self, now: int) -> Step:
         return RecoverCommand(workload_id=self.id), now
@@ -207,7 +228,13 @@ class Work:
 
 
 def claim_next(
-    worker: str, now: int, *, tenant: str = "t", application: str = "app", caps: Any = CAPS
+    worker: str,
+    now: int,
+    *,
+    tenant: str = "t",
+    application: str = "app",
+    caps: Any = CAPS,
+    request_id: str | None = None,
 ) -> Step:
     """The scheduler's claim for `worker` in one tenant and application."""
     command = ClaimNextCommand(
@@ -216,6 +243,7 @@ def claim_next(
         worker_id=worker,
         capabilities=caps,
         lease_ms=LEASE,
+        request_id=request_id,
     )
     return command, now
 
@@ -417,6 +445,16 @@ def _lifecycle() -> list[Scenario]:
             ends="READY",
         ),
         _s(
+            "lifecycle/a_call_at_an_instant_before_the_last_change_writes_nothing",
+            w.admit(10_000),
+            w.claim("w", 11_000),
+            w.start("w", 1, 10_999),
+            w.start("w", 1, 11_000),
+            w.start("w", 1, 10_500),
+            w.checkpoint("w", 1, 10_999),
+            ends=errors.CONFLICT,
+        ),
+        _s(
             "lifecycle/a_workload_that_does_not_exist_is_not_found",
             w.start("w", 1, 10_000),
             w.cancel(10_000),
@@ -474,6 +512,42 @@ def _fencing() -> list[Scenario]:
                 12_000,
             ),
             ends=errors.STALE_FENCE,
+        ),
+        _s(
+            "fencing/a_stale_worker_cannot_checkpoint_or_confirm_a_cancellation",
+            *lost_and_reclaimed,
+            w.start("b", 2, 13_000),
+            w.checkpoint("a", 1, 13_500),
+            w.cancel(14_000),
+            w.confirm_cancel("a", 1, 14_500),
+            w.checkpoint("a", 1, 14_600),
+            ends=errors.STALE_FENCE,
+        ),
+        _s(
+            "fencing/an_expired_lease_refuses_a_start",
+            w.admit(10_000),
+            w.claim("w", 11_000, lease=5_000),
+            w.start("w", 1, 16_000),
+            ends=errors.LEASE_EXPIRED,
+        ),
+        _s(
+            "fencing/an_expired_lease_refuses_every_call_of_its_running_worker",
+            w.admit(10_000),
+            w.claim("w", 11_000, lease=5_000),
+            w.start("w", 1, 12_000),
+            w.checkpoint("w", 1, 16_000),
+            w.context("w", 1, 16_000),
+            w.fail("w", 1, 16_000, "timeout", "slow"),
+            ends=errors.LEASE_EXPIRED,
+        ),
+        _s(
+            "fencing/an_expired_lease_refuses_a_cancel_confirmation",
+            w.admit(10_000),
+            w.claim("w", 11_000, lease=5_000),
+            w.start("w", 1, 12_000),
+            w.cancel(13_000),
+            w.confirm_cancel("w", 1, 16_000),
+            ends=errors.LEASE_EXPIRED,
         ),
         _s(
             "fencing/an_expired_lease_refuses_its_own_worker",
@@ -1239,6 +1313,8 @@ def _scheduler() -> list[Scenario]:
     exhausted = request("exhausted", priority=9)
     plain = Work(request("plain"))
     queued = Work(request("queued", priority=9, timeouts=Timeouts(queue_ms=500)))
+    # Equal priority, admitted at the same instant: ids 0616..., 33d8..., 34be..., 910e...
+    ties = [Work(request(f"tie-{key}")) for key in "cadb"]
     return [
         _s(
             "scheduler/the_highest_priority_is_claimed_first_then_the_oldest",
@@ -1250,6 +1326,15 @@ def _scheduler() -> list[Scenario]:
             claim_next("w3", 11_000),
             claim_next("w4", 11_000),
             ends=None,
+        ),
+        _s(
+            "scheduler/equal_priority_and_age_are_claimed_smallest_workload_id_first",
+            *(tie.admit(10_000) for tie in ties),
+            claim_next("w1", 11_000),
+            claim_next("w2", 11_000),
+            claim_next("w3", 11_000),
+            claim_next("w4", 11_000),
+            ends="CLAIMED",
         ),
         _s(
             "scheduler/the_scheduler_skips_work_that_is_not_yet_eligible",
@@ -1337,7 +1422,61 @@ def _scheduler() -> list[Scenario]:
 
 def _replays() -> list[Scenario]:
     w = Work(request())
+    other = Work(request("two"))
+    one = Work(request(retry_policy=RetryPolicy(max_attempts=1, retry_on=DEFAULT_RETRY_ON)))
     return [
+        _s(
+            "replays/a_repeated_claim_request_answers_its_claim_until_the_attempt_starts",
+            w.admit(10_000),
+            w.claim("a", 11_000, request_id="claim-1"),
+            w.claim("a", 11_500, request_id="claim-1"),
+            w.claim("a", 11_600, request_id="claim-2"),
+            w.start("a", 1, 12_000),
+            w.claim("a", 12_500, request_id="claim-1"),
+            ends=errors.NOT_READY,
+        ),
+        _s(
+            "replays/a_repeated_claim_next_request_answers_its_claim_until_the_attempt_starts",
+            w.admit(10_000),
+            claim_next("a", 11_000, request_id="next-1"),
+            claim_next("a", 11_500, request_id="next-1"),
+            w.start("a", 1, 12_000),
+            claim_next("a", 12_500, request_id="next-1"),
+            ends=errors.NOT_READY,
+        ),
+        _s(
+            "replays/a_repeated_cancel_request_answers_what_it_did",
+            w.admit(10_000),
+            w.claim("a", 11_000),
+            w.start("a", 1, 12_000),
+            w.cancel(12_500, request_id="op-1"),
+            w.cancel(12_600, request_id="op-1"),
+            w.confirm_cancel("a", 1, 13_000),
+            w.cancel(13_500, request_id="op-1"),
+            w.cancel(13_600, actor="operator-2", request_id="op-1"),
+            ends=errors.CONFLICT,
+        ),
+        _s(
+            "replays/repeated_timeout_and_retry_requests_answer_what_they_did",
+            one.admit(10_000),
+            one.claim("a", 11_000),
+            one.start("a", 1, 12_000),
+            one.timeout(12_500, request_id="op-1"),
+            one.timeout(12_600, request_id="op-1"),
+            one.retry(13_000, request_id="op-1"),
+            one.retry(13_100, request_id="op-2"),
+            one.retry(13_200, request_id="op-2"),
+            one.claim("b", 14_000),
+            ends="CLAIMED",
+        ),
+        _s(
+            "replays/a_request_id_used_for_another_workload_is_a_conflict",
+            w.admit(10_000),
+            other.admit(10_000),
+            w.cancel(11_000, request_id="op-1"),
+            other.cancel(11_500, request_id="op-1"),
+            ends=errors.CONFLICT,
+        ),
         _s(
             "replays/a_repeated_claim_by_the_holding_worker_answers_its_claim",
             w.admit(10_000),

@@ -7,6 +7,14 @@ request and response lines and one line of the vector file.
 `schema_documents()` returns them by file name; `write_schemas(DIR)` writes
 them as stable JSON (sorted keys, indent 2, a trailing newline), so the copy
 kept in `specs/schema/` diffs cleanly and a test can say when it is stale.
+
+Each schema has an `$id`, `SCHEMA_BASE` and its file name, so the relative
+`$ref`s between them (`"workload.schema.json"`) resolve against it: load the
+folder into a registry (`docs/conformance.md`, "The schemas"). A few rules the
+models check in code are written into the schemas here as well: the length
+limits of arrays are `maxItems`, a timeout is at least 1 ms, an idempotency
+key is not blank, and a pause or resume naming a definition names its
+application.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from workwarden.statemachine.commands import (
     ExecutionContextCommand,
     FailCommand,
     HeartbeatCommand,
+    OperatorCommand,
     RecoverCommand,
     RetryCommand,
     StartCommand,
@@ -59,6 +68,7 @@ __all__ = [
     "COMMAND_MODELS",
     "DRAFT",
     "REPLY_MODELS",
+    "SCHEMA_BASE",
     # Defined in `commands` beside the other commands; still importable from here.
     "ClaimNextCommand",
     "ErrorObject",
@@ -69,6 +79,14 @@ __all__ = [
 
 #: The JSON Schema dialect of every schema written here.
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+#: The base of every schema's `$id` (`SCHEMA_BASE + file name`). An identifier, not an
+#: address: nothing is served there (`.invalid` never resolves); the schemas are
+#: found by their `$id` in a registry loaded from the folder.
+SCHEMA_BASE = "https://workwarden.invalid/schema/"
+
+#: A name (no control character) holding at least one character that is not a space.
+_NOT_BLANK = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 
 
 class ErrorObject(BaseModel):
@@ -107,6 +125,7 @@ COMMAND_MODELS: dict[str, type[BaseModel]] = {
     "retry": RetryCommand,
     "recover_expired": RecoverCommand,
     "enforce_deadlines": EnforceDeadlineCommand,
+    "operator": OperatorCommand,
     **SCOPE_COMMAND_MODELS,
 }
 
@@ -127,6 +146,7 @@ REPLY_MODELS: dict[str, type[BaseModel]] = {
     "retry": StateReply,
     "recover_expired": SweepReply,
     "enforce_deadlines": SweepReply,
+    "operator": StateReply,
     **SCOPE_REPLY_MODELS,
 }
 
@@ -151,6 +171,50 @@ def _require_op(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _model(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema(by_alias=True)
+
+
+def _nodes(node: Any) -> Any:
+    """Every object in a schema, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _nodes(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _nodes(value)
+
+
+def _checked_rules(schema: dict[str, Any]) -> dict[str, Any]:
+    """Write in the rules the models check in code (see the module's docstring)."""
+    for node in _nodes(schema):
+        if node.get("type") == "array":
+            # A length limit on a list is a number of items.
+            for length, items in (("maxLength", "maxItems"), ("minLength", "minItems")):
+                if length in node:
+                    node[items] = node.pop(length)
+    defs = schema.get("$defs", {})
+    for timeouts in (defs.get("Timeouts"),):
+        for field in (timeouts or {}).get("properties", {}).values():
+            for branch in field.get("anyOf", [field]):
+                if branch.get("type") == "integer":
+                    branch["minimum"] = 1
+    request = defs.get("CreateWorkload")
+    if request is not None:
+        request["properties"]["idempotency_key"]["pattern"] = _NOT_BLANK
+    return schema
+
+
+def _scope_rule(schema: dict[str, Any]) -> dict[str, Any]:
+    """A scope naming a definition names its application."""
+    schema["if"] = {
+        "required": ["definition"],
+        "properties": {"definition": {"type": "string"}},
+    }
+    schema["then"] = {
+        "required": ["application"],
+        "properties": {"application": {"type": "string"}},
+    }
+    return schema
 
 
 def _error_schema(spec: Spec) -> dict[str, Any]:
@@ -254,9 +318,10 @@ def schema_documents(spec: Spec | None = None) -> dict[str, dict[str, Any]]:
         ),
     }
     for op, model in COMMAND_MODELS.items():
-        out[f"command-{op}.schema.json"] = _titled(
-            _require_op(_model(model)), f"workwarden command {op}"
-        )
+        schema = _require_op(_model(model))
+        if op in ("pause", "resume"):
+            schema = _scope_rule(schema)
+        out[f"command-{op}.schema.json"] = _titled(schema, f"workwarden command {op}")
     for op, model in REPLY_MODELS.items():
         schema = _model(model)
         if op == "claim_next":
@@ -266,6 +331,9 @@ def schema_documents(spec: Spec | None = None) -> dict[str, dict[str, Any]]:
                 del schema["$defs"]
         out[f"reply-{op}.schema.json"] = _titled(schema, f"workwarden reply to {op}")
     out.update(_protocol_schemas())
+    for name, schema in out.items():
+        _checked_rules(schema)
+        schema["$id"] = SCHEMA_BASE + name
     return dict(sorted(out.items()))
 
 

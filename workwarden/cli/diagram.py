@@ -22,11 +22,11 @@ import inspect
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from workwarden.cli import read_input
 from workwarden.cli.check import spec_argument
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import FORMATS, VIEWS, DiagramError, write_diagrams
@@ -165,27 +165,44 @@ class Report(NamedTuple):
 def read_report(path: str) -> Report:
     """The unreached edges, the states never at rest and the completeness of a checker report.
 
-    A file that is not a report written by `workwarden check --json` is
-    `WORKLOAD_INVALID`.
+    A file that cannot be read is `WORKWARDEN_INPUT_UNREADABLE`; one that is
+    not a report written by `workwarden check --json` is `WORKLOAD_INVALID`,
+    saying which field is wrong.
     """
+    text = read_input(path, "--report")
+
+    def refuse(why: str) -> errors.WorkloadError:
+        return errors.WorkloadError(
+            errors.INVALID, f"--report {path}: not a checker report ({why})", {"field": "report"}
+        )
+
     try:
-        report = json.loads(Path(path).read_text(encoding="utf-8"))
-        edges = [tuple(edge.split(" -> ")) for edge in report["edges_never_taken"]]
-        states = [str(state) for state in report["never_at_rest"]]
-        complete = report.get("complete", True)
-        if any(len(edge) != 2 for edge in edges) or not isinstance(complete, bool):
-            raise ValueError("edges_never_taken or complete is malformed")
+        report = json.loads(text)
     except RecursionError:
-        raise errors.WorkloadError(
-            errors.INVALID,
-            f"--report {path}: not a checker report (JSON nested too deeply to read)",
-            {"field": "report"},
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise errors.WorkloadError(
-            errors.INVALID, f"--report {path}: not a checker report ({exc})", {"field": "report"}
-        ) from None
-    return Report([(a, b) for a, b in edges], states, complete)
+        raise refuse("JSON nested too deeply to read") from None
+    except ValueError as exc:
+        message = exc.msg if isinstance(exc, json.JSONDecodeError) else "not JSON"
+        raise refuse(f"not JSON: {message}") from None
+    if not isinstance(report, dict):
+        raise refuse(f"a JSON object was expected, not {_json_kind(report)}")
+    edges_taken = report.get("edges_never_taken")
+    states = report.get("never_at_rest")
+    complete = report.get("complete", True)
+    if not isinstance(edges_taken, list) or not all(
+        isinstance(edge, str) and len(edge.split(" -> ")) == 2 for edge in edges_taken
+    ):
+        raise refuse('edges_never_taken must be a list of "A -> B" strings')
+    if not isinstance(states, list) or not all(isinstance(state, str) for state in states):
+        raise refuse("never_at_rest must be a list of state names")
+    if not isinstance(complete, bool):
+        raise refuse("complete must be true or false")
+    edges = [edge.split(" -> ") for edge in edges_taken]
+    return Report([(a, b) for a, b in edges], list(states), complete)
+
+
+def _json_kind(value: Any) -> str:
+    kinds = ((list, "a list"), (str, "a string"), (bool, "a boolean"), (int, "a number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null or a number")
 
 
 def _formats(text: str) -> list[str]:

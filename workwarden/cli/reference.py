@@ -12,9 +12,11 @@
   gets the shipped scenarios that behave the same under it plus the model
   checker's witnesses for the rest (`extended_vectors`); an `--out` that is a
   directory receives `<spec name>.jsonl`.
-- `conform --cmd 'PROGRAM ARGS' [--vectors FILE] [--junit FILE]`: runs the
-  vectors against a program speaking the conformance protocol
-  (`docs/conformance.md`); exit status 1 if any scenario fails.
+- `conform --cmd 'PROGRAM ARGS' [--vectors FILE] [--spec FILE] [--junit FILE]`:
+  runs the vectors against a program speaking the conformance protocol
+  (`docs/conformance.md`); exit status 1 if any scenario fails. `--spec` is
+  the spec the vectors were generated from, used to show a differing document
+  field by field.
 - `validate-history FILE | --store URL [--workload ID]`: checks recorded
   histories against the spec; exit status 1 if any is invalid.
 """
@@ -32,7 +34,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workwarden.cli import USAGE, check_output, output_directory, write_output
+from workwarden.cli import (
+    OUTPUT_UNWRITABLE,
+    USAGE,
+    check_output,
+    output_directory,
+    read_input,
+    write_output,
+)
 from workwarden.statemachine import errors
 from workwarden.statemachine.conformance.conform import ScenarioResult, junit_xml, run_conformance
 from workwarden.statemachine.conformance.runner import read_vectors, render_vectors
@@ -54,6 +63,22 @@ from workwarden.storage import StoreError
 from workwarden.storage.urls import open_store
 
 __all__ = ["load_history_file", "register", "shipped_vectors_text"]
+
+#: The longest `conform --timeout`, in seconds (an hour for one response).
+_MAX_TIMEOUT = 3600.0
+
+
+def _response_seconds(text: str) -> float:
+    """An option type: seconds to wait for a response, above 0 and at most `_MAX_TIMEOUT`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= _MAX_TIMEOUT:  # NaN and infinities fail this too
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds above 0 and at most {_MAX_TIMEOUT:g}"
+        )
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -108,11 +133,18 @@ def register(subparsers: Any) -> None:
     )
     conform.add_argument("--junit", metavar="FILE", help="also write the results as JUnit XML")
     conform.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="the spec the vectors were generated from, to show a differing document field by"
+        " field (the shipped spec by default)",
+    )
+    conform.add_argument(
         "--timeout",
-        type=float,
+        type=_response_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="how long to wait for each response (default 10)",
+        help=f"how long to wait for each response, more than 0 and at most {_MAX_TIMEOUT:g}"
+        " (default 10)",
     )
     conform.add_argument(
         "-k", dest="select", metavar="TEXT", help="run only the scenarios whose name has TEXT"
@@ -145,8 +177,31 @@ def register(subparsers: Any) -> None:
 # -- schema and vectors ----------------------------------------------------------------------
 
 
+def _new_directory(path: str, what: str) -> None:
+    """Refuse directory `path` unless it exists, or its parent does (it is then made alone).
+
+    Missing parents are never made: a mistyped path is refused
+    (`WORKWARDEN_OUTPUT_UNWRITABLE`) instead of growing a tree of directories.
+    """
+    directory = Path(path)
+    if directory.exists():
+        return
+    parent = directory.absolute().parent
+    if not parent.is_dir():
+        raise errors.WorkloadError(
+            OUTPUT_UNWRITABLE,
+            f"cannot create {what} {path}: its parent directory does not exist",
+            {"path": path},
+        )
+
+
 def _schema(args: argparse.Namespace) -> int:
+    if args.out is not None and args.name is not None:
+        raise errors.WorkloadError(
+            USAGE, "schema: give NAME (print one schema) or --out DIR (write them all), not both"
+        )
     if args.out is not None:
+        _new_directory(args.out, "schema directory")
         output_directory(args.out, "schema directory")
         for path in write_schemas(args.out):
             print(path)
@@ -176,13 +231,20 @@ def _vectors(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     target = _vectors_path(args.out, spec) if args.out is not None else None
     if target is not None:
-        output_directory(str(target.parent), "--out directory")
-        check_output(str(target), "--out")
+        if target.parent.is_dir():
+            check_output(str(target), "--out")
+        elif args.out.endswith(("/", "\\")):
+            # A directory named with a trailing / is made (after generating) if absent, and
+            # only when its parent exists; a file's directory must exist.
+            _new_directory(str(target.parent), "--out directory")
+        else:
+            check_output(str(target), "--out")
     if args.spec is not None and extends_the_table(spec):
         vectors = extended_vectors(spec)
     else:
         vectors = generate_vectors(spec, check_ends=args.spec is None)
     if target is not None:
+        output_directory(str(target.parent), "--out directory")
         write_output(str(target), render_vectors(vectors), "--out")
         print(f"wrote {len(vectors)} scenarios to {target}", file=sys.stderr)
     elif not args.coverage:
@@ -210,17 +272,17 @@ def _conform(args: argparse.Namespace) -> int:
         ) from None
     if not argv:
         raise errors.WorkloadError(errors.INVALID, "--cmd names no program")
+    if args.junit is not None:
+        # Refused before any scenario runs, not after the whole run.
+        check_output(args.junit, "the JUnit report")
+    spec = load_spec(args.spec)
+    text = (
+        read_input(args.vectors, "the vector file")
+        if args.vectors is not None
+        else shipped_vectors_text()
+    )
     try:
-        text = (
-            Path(args.vectors).read_text(encoding="utf-8")
-            if args.vectors is not None
-            else shipped_vectors_text()
-        )
         vectors = read_vectors(text)
-    except OSError as exc:
-        raise errors.WorkloadError(
-            errors.INVALID, f"cannot read the vectors: {exc.strerror or exc}"
-        ) from None
     except ValueError as exc:
         raise errors.WorkloadError(errors.INVALID, f"not a vector file: {exc}") from None
     if args.select:
@@ -239,7 +301,7 @@ def _conform(args: argparse.Namespace) -> int:
             return
         print("\n".join(result.render()), flush=True)
 
-    results = run_conformance(argv, vectors, timeout=args.timeout, progress=show)
+    results = run_conformance(argv, vectors, timeout=args.timeout, spec=spec, progress=show)
     failed = [r for r in results if not r.passed]
     if args.junit is not None:
         write_output(args.junit, junit_xml(results), "the JUnit report")
@@ -327,19 +389,22 @@ def _validate_history(args: argparse.Namespace) -> int:
             _store_histories(args.store, args.workload)
         )
     else:
+        text = read_input(args.file, "the history file")
         try:
-            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
             histories = load_history_file(text, args.file)
-        except OSError as exc:
-            raise errors.WorkloadError(
-                errors.INVALID, f"cannot read {args.file}: {exc.strerror or exc}"
-            ) from None
         except ValueError as exc:
             raise errors.WorkloadError(errors.INVALID, f"{args.file}: {exc}") from None
         except RecursionError:
             raise errors.WorkloadError(
                 errors.INVALID, f"{args.file}: JSON nested too deeply to read"
             ) from None
+    if not histories:
+        # Nothing checked is said, not left silent: an empty file, an empty store.
+        where = (
+            "the store holds no workload" if args.store is not None else f"{args.file} holds none"
+        )
+        print(f"no histories: {where}")
+        return 0
     return _report(spec, histories)
 
 

@@ -13,6 +13,11 @@ So `workwarden conform --cmd 'python -m workwarden.service.adapter --url URL
 --token W --token O'` holds the running service to every vector. Give a
 worker's and an operator's token, both with the subject `*` (the vectors act
 as several workers and operators).
+
+Before reading any request it refuses, with one coded line on standard error,
+a `--url` that is not an `http://` or `https://` URL with a host
+(`WORKWARDEN_USAGE`, exit status 2) and a `--token` that is not a token
+(`WORKWARDEN_UNAUTHENTICATED`, exit status 1).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from workwarden.service.client import HttpAuthority
 from workwarden.statemachine import errors
@@ -137,7 +143,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a bearer token (give a worker's and an operator's; repeat the option)",
     )
     args = parser.parse_args(argv)
-    with HttpAuthority(args.url, args.token) as client:
+    try:
+        parts = urlsplit(args.url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port that is not a number is refused here too
+    except ValueError:
+        usable = False
+    if not usable:
+        print(
+            f"WORKWARDEN_USAGE: {parser.prog}: --url {args.url!r} is not an http:// or "
+            "https:// URL with a host (e.g. http://127.0.0.1:8080)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        client = HttpAuthority(args.url, args.token)
+    except errors.WorkloadError as exc:
+        print(f"{exc.code}: {parser.prog}: {exc.message}", file=sys.stderr)
+        return 1
+    with client:
         serve(Forwarder(client), sys.stdin, sys.stdout)
     return 0
 
