@@ -300,7 +300,10 @@ def test_a_bad_trace_file_is_one_coded_line(
     kind: str, bad_traces: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["replay", str(bad_traces[kind])]) == 1
-    line = one_line_error(capsys, "WORKLOAD_INVALID")
+    unreadable = kind in ("missing", "directory")
+    line = one_line_error(
+        capsys, "WORKWARDEN_INPUT_UNREADABLE" if unreadable else "WORKLOAD_INVALID"
+    )
     assert str(bad_traces[kind]) in line
     if kind == "json lines":
         assert "JSON Lines" in line

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workwarden.cli import at_least, check_output, write_output
+from workwarden.cli import at_least, check_output, read_input, write_output
 from workwarden.statemachine import errors
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
@@ -275,6 +275,9 @@ def _run_check(args: argparse.Namespace) -> int:
         )
     _check_processes(args)
     json_path = _writable_file(args.json, "--json") if args.json else None
+    from workwarden.cli.check_scheduling import check_trace_dir
+
+    check_trace_dir(args.trace_dir)
     spec = load_spec(spec_file)
     universe = _universe(args, spec)
     # The compiled engine asks its model only where a table lacks an entry.
@@ -389,12 +392,7 @@ def _read_trace(path: str) -> dict[str, Any]:
     def bad(message: str) -> errors.WorkloadError:
         return errors.WorkloadError(errors.INVALID, f"trace {path}: {message}", {"field": "TRACE"})
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise bad("not UTF-8 text") from None
-    except OSError as exc:
-        raise bad(f"cannot read the file: {exc.strerror or exc}") from None
+    text = read_input(path, "trace")
     try:
         trace = json.loads(text)
     except RecursionError:

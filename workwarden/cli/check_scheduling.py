@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from workwarden.cli import write_output
+from workwarden.cli import OUTPUT_UNWRITABLE, write_output
 from workwarden.statemachine import errors
 
 T = TypeVar("T")
 
-__all__ = ["pick_mutant", "register_options", "replay_scheduling", "run_scheduling", "trace_dir"]
+__all__ = [
+    "check_trace_dir",
+    "pick_mutant",
+    "register_options",
+    "replay_scheduling",
+    "run_scheduling",
+    "trace_dir",
+]
 
 
 def register_options(parser: argparse.ArgumentParser) -> None:
@@ -91,16 +100,42 @@ def _universe(args: argparse.Namespace) -> Any:
     return SchedulingUniverse(**fields)
 
 
+def check_trace_dir(path: str) -> None:
+    """Refuse, before any exploration and creating nothing, a `--trace-dir` no trace could
+    be written into: `WORKWARDEN_OUTPUT_UNWRITABLE` when it is not a directory, or it (or,
+    when missing, the nearest folder above it that exists) cannot be written."""
+    target = Path(path)
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    reason = None
+    if not existing.is_dir():
+        reason = f"{existing} is not a directory"
+    else:
+        # A real probe (a folder made and removed at once): permissions alone
+        # do not tell, in /proc or on a read-only file system.
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".workwarden-probe-", dir=existing))
+        except OSError as exc:
+            reason = f"{existing} cannot be written ({exc.strerror or exc})"
+    if reason is not None:
+        raise errors.WorkloadError(
+            OUTPUT_UNWRITABLE,
+            f"cannot write traces into --trace-dir {path}: {reason}",
+            {"field": "--trace-dir", "path": path},
+        )
+
+
 def trace_dir(path: str) -> Path:
-    """`--trace-dir`, made if missing (`WORKLOAD_INVALID` when it cannot be)."""
+    """`--trace-dir`, made if missing (`WORKWARDEN_OUTPUT_UNWRITABLE` when it cannot be)."""
     out_dir = Path(path)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise errors.WorkloadError(
-            errors.INVALID,
+            OUTPUT_UNWRITABLE,
             f"--trace-dir {out_dir}: cannot make the directory: {exc.strerror or exc}",
-            {"field": "--trace-dir"},
+            {"field": "--trace-dir", "path": path},
         ) from None
     return out_dir
 
@@ -134,6 +169,7 @@ def run_scheduling(
 
     mutant = _mutant(args.mutant)
     universe = _universe(args)
+    check_trace_dir(args.trace_dir)
     spec = load_spec(spec_file)
     report = check_scheduling(
         spec,
