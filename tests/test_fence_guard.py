@@ -29,6 +29,7 @@ from workwarden.fence import (
     MemoryFenceRecord,
     SqlFenceRecord,
     ensure_fence_table,
+    forget,
     format_fence_header,
     guard,
     parse_fence_header,
@@ -517,3 +518,67 @@ def test_a_worker_whose_lease_was_recovered_cannot_write_downstream(tmp_path: Pa
     error = refused(lambda: fenced_write(db, first.fence, workload, workload=workload))
     assert error.code == "WORKLOAD_STALE_FENCE"
     assert db.rows("notes") == [(workload, second.fencing_token)]
+
+
+# --- connections with row factories, and forgetting a purged workload ----------------
+
+
+def _with_named_rows(db: Database, conn: Any) -> Any:
+    """`conn` set to answer rows by name, as many applications set their connections."""
+    if db.kind == "sqlite":
+        conn.row_factory = sqlite3.Row
+    else:
+        conn.row_factory = psycopg.rows.dict_row
+    return conn
+
+
+def test_the_guard_works_whatever_row_factory_the_connection_has(db: Database) -> None:
+    conn = _with_named_rows(db, db.connect())
+    try:
+        with db.transaction(conn):
+            guard(conn, fence(2), WORKLOAD)  # the table's first use
+            db.write(conn, "n", 2)
+        with db.transaction(conn):
+            guard(conn, fence(2), WORKLOAD)
+        with pytest.raises(WorkloadError) as stale, db.transaction(conn):
+            guard(conn, fence(1), WORKLOAD)
+        assert stale.value.code == "WORKLOAD_STALE_FENCE"
+        assert stale.value.details["highest_token"] == 2
+    finally:
+        conn.close()
+
+
+def test_forget_lets_a_workload_admitted_again_after_its_purge_start_over(db: Database) -> None:
+    fenced_write(db, fence(3), resource="a")
+    fenced_write(db, fence(3), resource="b")
+    fenced_write(db, fence(2, workload="workload_other"), workload="workload_other", note="o")
+    # Token 1 of the workload as a whole: the first write of that record, accepted.
+    fenced_write(db, fence(1))
+    # The purged workload comes back under the same id and claims with token 1.
+    assert refused(lambda: fenced_write(db, fence(1), resource="a")).code == (
+        "WORKLOAD_STALE_FENCE"
+    )
+    conn = _with_named_rows(db, db.connect())
+    try:
+        with db.transaction(conn):
+            assert forget(conn, WORKLOAD) == 3
+    finally:
+        conn.close()
+    fenced_write(db, fence(1), resource="a")
+    assert [row[:3] for row in db.rows("workwarden_fences")] == [
+        (WORKLOAD, "a", 1),
+        ("workload_other", "", 2),
+    ]
+
+
+def test_forget_refuses_a_bad_id_or_connection_and_writes_nothing(db: Database) -> None:
+    fenced_write(db, fence(3))
+    before = db.rows("workwarden_fences")
+    conn = db.connect()
+    try:
+        with db.transaction(conn):
+            assert refused(lambda: forget(conn, "")).code == "WORKLOAD_INVALID"
+    finally:
+        conn.close()
+    assert refused(lambda: forget(object(), WORKLOAD)).code == "WORKLOAD_INVALID"  # type: ignore[arg-type]
+    assert db.rows("workwarden_fences") == before

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import tuple_row
 from pydantic import ValidationError
 
 from workwarden.statemachine import errors
@@ -46,6 +47,7 @@ __all__ = [
     "MemoryFenceRecord",
     "SqlFenceRecord",
     "ensure_fence_table",
+    "forget",
     "format_fence_header",
     "guard",
     "parse_fence_header",
@@ -164,6 +166,42 @@ def _stale(
     )
 
 
+def _tuples(conn: sqlite3.Connection | psycopg.Connection[Any]) -> Any:
+    """A cursor of `conn` whose rows are plain tuples, whatever row factory the caller set
+    on the connection (`dict_row`, `sqlite3.Row`, their own): the guard reads by position."""
+    if isinstance(conn, sqlite3.Connection):
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        return cursor
+    return conn.cursor(row_factory=tuple_row)
+
+
+def forget(
+    conn: sqlite3.Connection | psycopg.Connection[Any],
+    workload_id: str,
+) -> int:
+    """Delete every record `guard` keeps for `workload_id` (all its resources); how many.
+
+    For work that is purged and may be admitted again under the same id: a
+    workload admitted anew starts its fencing tokens from 1 again, which the
+    records of its purged namesake (higher tokens) would refuse as stale.
+    Call it in the caller's own transaction when the workload is purged, for
+    example from `Authority.purge(export=...)`. Nothing else needs it: the
+    records of work that is never admitted again are only rows.
+    `WORKLOAD_INVALID` for a connection of another kind or a bad id.
+    """
+    workload = as_name(workload_id, "workload_id")
+    if isinstance(conn, sqlite3.Connection):
+        ensure_fence_table(conn)
+        sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = ?"
+        return int(_tuples(conn).execute(sql, (workload,)).rowcount)
+    if isinstance(conn, psycopg.Connection):
+        ensure_fence_table(conn)
+        sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = %s"
+        return int(_tuples(conn).execute(sql, (workload,)).rowcount)
+    raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
+
+
 def _sqlite_in_transaction(conn: sqlite3.Connection) -> bool:
     # With `isolation_level=None` the module never begins a transaction, so
     # the guard's row would commit alone unless the caller began one.
@@ -188,7 +226,7 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
         conn.execute(_SQLITE_TABLE)
         return
     if isinstance(conn, psycopg.Connection):
-        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (FENCE_TABLE,)).fetchone()
+        row = _tuples(conn).execute("SELECT to_regclass(%s) IS NOT NULL", (FENCE_TABLE,)).fetchone()
         if row is None or not row[0]:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
             conn.execute(_POSTGRES_TABLE)
@@ -234,9 +272,9 @@ def guard(
         if not _sqlite_in_transaction(conn):
             raise _invalid("conn", "no transaction is open: begin one around the fenced write")
         ensure_fence_table(conn)
-        accepted = conn.execute(_ADVANCE.format(p="?"), params).fetchone()
+        accepted = _tuples(conn).execute(_ADVANCE.format(p="?"), params).fetchone()
         if accepted is None:
-            seen = conn.execute(_SEEN.format(p="?"), (workload, key)).fetchone()
+            seen = _tuples(conn).execute(_SEEN.format(p="?"), (workload, key)).fetchone()
             raise _stale(workload, key, checked, seen)
         return
     if isinstance(conn, psycopg.Connection):
@@ -245,9 +283,9 @@ def guard(
                 "conn", "no transaction is open: use conn.transaction() around the write"
             )
         ensure_fence_table(conn)
-        accepted = conn.execute(_ADVANCE.format(p="%s"), params).fetchone()
+        accepted = _tuples(conn).execute(_ADVANCE.format(p="%s"), params).fetchone()
         if accepted is None:
-            seen = conn.execute(_SEEN.format(p="%s"), (workload, key)).fetchone()
+            seen = _tuples(conn).execute(_SEEN.format(p="%s"), (workload, key)).fetchone()
             raise _stale(workload, key, checked, seen)
         return
     raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
