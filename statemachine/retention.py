@@ -67,8 +67,10 @@ def purge(
     inputs.check_now(now)
     retention = authority.spec.data.retention
     age = retention.after_ms if older_than_ms is None else older_than_ms
-    if isinstance(age, bool) or not isinstance(age, int) or age < 0:
-        raise errors.bad_argument("older_than_ms", "older_than_ms must be a whole number of ms")
+    if isinstance(age, bool) or not isinstance(age, int) or not 0 <= age <= 2**53 - 1:
+        raise errors.bad_argument(
+            "older_than_ms", "older_than_ms must be a whole number of ms, 0 to 2**53 - 1"
+        )
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise errors.bad_argument("limit", "limit must be a whole number above 0")
     if not isinstance(dry_run, bool):

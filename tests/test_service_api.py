@@ -311,6 +311,47 @@ def test_the_client_answers_and_refuses_exactly_as_the_library(fresh: RunningSer
         assert _script(client) == _script(library)
 
 
+def _bad_calls(warden: Any) -> list[tuple[str, Any]]:
+    """Calls with bad arguments, each answered by the refusal's code (or "ok" and the answer)."""
+    admitted = warden.admit(request(idempotency_key="base"), 20_000).workload.workload_id
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("admit now None", lambda: warden.admit(request(idempotency_key="n1"), None)),
+        ("admit now text", lambda: warden.admit(request(idempotency_key="n2"), "1")),
+        ("admit input nan", lambda: warden.admit(request(input={"x": float("nan")}), 20_000)),
+        ("admit input inf", lambda: warden.admit(request(input={"x": float("inf")}), 20_000)),
+        ("admit input surrogate", lambda: warden.admit(request(input={"x": "\udc80"}), 20_000)),
+        ("recover now None", lambda: warden.recover_expired(None)),
+        ("recover tenant bytes", lambda: warden.recover_expired(20_000, tenant=b"t")),
+        ("get tenant empty", lambda: warden.get(admitted, tenant="")),
+        ("get tenant number", lambda: warden.get(admitted, tenant=5)),
+        ("get tenant surrogate", lambda: warden.get(admitted, tenant="a\udc80")),
+        ("get tenant huge", lambda: warden.get(admitted, tenant="x" * 1_100_000)),
+        ("list application bytes", lambda: warden.list("t", b"app")),
+        ("purge older than 2**63", lambda: warden.purge(20_000, older_than_ms=2**63)),
+    ]
+    answers: list[tuple[str, Any]] = []
+    for name, call in calls:
+        try:
+            call()
+        except WorkloadError as exc:
+            answers.append((name, exc.code))
+        else:
+            answers.append((name, "ok"))
+    return answers
+
+
+def test_the_client_refuses_bad_arguments_as_the_library_does_and_sends_nothing(
+    fresh: RunningService,
+) -> None:
+    library = Authority(MemoryStore(), grants=GrantVerifier({KEY_ID: SECRET}))
+    with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as client:
+        over_http = _bad_calls(client)
+    assert over_http == _bad_calls(library)
+    assert {code for _, code in over_http} == {"WORKLOAD_INVALID"}
+    # Only the base admission was written: no bad call reached the store.
+    assert len(_store(fresh)) == 1
+
+
 def test_the_openapi_document_names_every_operation_and_its_models(fresh: RunningService) -> None:
     document = httpx.get(fresh.url + "/openapi.json").json()
     operations = {

@@ -193,9 +193,12 @@ class HttpAuthority:
         """
         headers = {"Authorization": f"Bearer {self._token(operation, actor_class)}"}
         if now is not None:
+            inputs.check_now(now)
             headers[NOW_HEADER] = str(now)
         tracing.inject(headers)
-        sent: dict[str, Any] = {"json": body}
+        if raw is None and body is not None:
+            raw = _json_body(body)
+        sent: dict[str, Any] = {}
         if raw is not None:
             headers["Content-Type"] = "application/json"
             sent = {"content": raw}
@@ -224,7 +227,7 @@ class HttpAuthority:
         under it, and the answers are joined. The batch calls answer each
         slot on its own, so this changes only the number of round trips.
         """
-        texts = [json.dumps(item) for item in items]
+        texts = [_json_body(item).decode("utf-8") for item in items]
         budget = MIN_BODY_BYTES - len(key) - 16
         answers: builtins.list[Any] = []
         start = 0
@@ -241,6 +244,7 @@ class HttpAuthority:
             start = end
 
     def _post(self, operation: str, command: BaseModel, now: int, reply: type[_T]) -> _T:
+        inputs.check_now(now)
         data = self.request(
             "POST",
             f"/v1/{operation}",
@@ -674,6 +678,7 @@ class HttpAuthority:
         return purge_report(PurgeReply.model_validate(data))
 
     def _operator(self, method: str, operation: str, body: Any, now: int) -> Any:
+        inputs.check_now(now)
         return self.request(
             method, f"/v1/{operation}", operation, body=body, now=now, actor_class="operator"
         )
@@ -683,6 +688,8 @@ class HttpAuthority:
     def _sweep(
         self, operation: str, now: int, tenant: str | None, application: str | None
     ) -> builtins.list[str]:
+        inputs.check_now(now)
+        tenant, application = inputs.as_scope(tenant, application)
         body = {"tenant": tenant, "application": application}
         return _IDS.validate_python(
             self.request("POST", f"/v1/{operation}", operation, body=body, now=now)
@@ -704,17 +711,34 @@ class HttpAuthority:
         self, workload_id: str, *, tenant: str | None = None, application: str | None = None
     ) -> Workload:
         """`Authority.get` over HTTP."""
-        params = {k: v for k, v in (("tenant", tenant), ("application", application)) if v}
         key = inputs.as_name(workload_id, "workload_id")
+        tenant, application = inputs.as_scope(tenant, application)
+        params = {
+            k: v for k, v in (("tenant", tenant), ("application", application)) if v is not None
+        }
         data = self.request("GET", f"/v1/workloads/{quote(key, safe='')}", "get", params=params)
         return Workload.model_validate(data)
 
     def list(self, tenant: str, application: str) -> builtins.list[Workload]:
         """`Authority.list` over HTTP."""
+        tenant, application = inputs.as_full_scope(tenant, application)
         data = self.request(
             "GET", "/v1/workloads", "list", params={"tenant": tenant, "application": application}
         )
         return _WORKLOADS.validate_python(data)
+
+
+def _json_body(value: Any) -> bytes:
+    """`value` as the UTF-8 JSON text of a call's body, or `WORKLOAD_INVALID`, as `Authority`
+    refuses the same arguments: a number that is not finite, text that is not Unicode
+    (a lone surrogate), bytes or another object JSON does not hold, nesting too deep."""
+    try:
+        return json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"the call's arguments are not JSON the service can take ({type(exc).__name__})",
+        ) from None
 
 
 def _batch(items: Any, what: str) -> builtins.list[Any]:
