@@ -294,3 +294,53 @@ def test_a_pause_form_that_is_not_utf8_is_refused_and_pauses_nothing(
     with service.client() as client:
         [record] = client.pauses()
     assert (record.scope.key, record.reason) == ("pause/acme/*/*", "café")
+
+
+_ATTACK = """<!doctype html><html><body>
+<form id="f" method="post" action="{target}">
+<input name="tenant" value="victim"><input name="reason" value="cross-origin form">
+</form><script>document.getElementById("f").submit()</script></body></html>"""
+
+
+def test_a_form_posted_by_a_page_of_another_origin_acts_as_no_one(
+    browser: Browser, quiet_console: RunningService, tmp_path: Path
+) -> None:
+    # The attacking page is on the same host, another port: the same site, so the
+    # browser sends the SameSite=Strict sign-in cookie with its form.
+    service = quiet_console
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(
+        _ATTACK.format(target=service.url + "/console/pauses"), encoding="utf-8"
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0", "-d", str(site)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
+        port = int(re.search(r"port (\d+)", line).group(1))  # type: ignore[union-attr]
+        page = browser.new_page()
+        page.goto(service.url + "/console/login?next=/console/pauses")
+        page.fill("#token", service.token("operator", "alice"))
+        page.click("#sign-in")
+        page.wait_for_url("**/console/pauses")
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_load_state("networkidle")
+        assert "another origin" in page.content()
+        with service.client() as client:
+            assert client.pauses() == []
+        # The console's own form still works for the operator signed in.
+        page.goto(service.url + "/console/pauses")
+        page.fill("#pause-tenant", "victim")
+        page.click("#pause")
+        page.wait_for_url(_MESSAGE)
+        with service.client() as client:
+            assert [p.scope.key for p in client.pauses()] == ["pause/victim/*/*"]
+        page.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

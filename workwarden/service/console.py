@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, Request
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -98,9 +98,17 @@ class _Pages:
         self.env.filters["url"] = lambda text: quote(str(text), safe="")
 
     def operator(self, request: Request) -> Caller | None:
-        """The operator signed in (cookie or header), or None when read-only."""
+        """The operator signed in (cookie or header), or None when read-only.
+
+        A form posted with the sign-in cookie counts only when it comes from the
+        console's own pages (`same_origin`): another origin's page, even one of the
+        same site (another port, a sibling subdomain) to which the browser still
+        sends a `SameSite=Strict` cookie, acts as no one.
+        """
         token = request.headers.get("authorization")
         if token is None and request.cookies.get(COOKIE):
+            if request.method not in ("GET", "HEAD") and not same_origin(request):
+                return None
             token = "Bearer " + request.cookies[COOKIE]
         if token is None:
             return None
@@ -126,13 +134,13 @@ class _Pages:
 
     def sign_in_first(self, request: Request, action: str, back: str) -> Response:
         """The sign-in form, refusing an action without an operator's token (403)."""
-        return self.page(
-            request,
-            "login.html",
-            status=403,
-            message=f"{action} needs an operator's token: sign in first.",
-            next=back,
-        )
+        message = f"{action} needs an operator's token: sign in first."
+        if request.cookies.get(COOKIE) and not same_origin(request):
+            message = (
+                f"{action} was posted from a page of another origin, not from this console:"
+                " refused, nothing changed."
+            )
+        return self.page(request, "login.html", status=403, message=message, next=back)
 
 
 def _actor(caller: Caller) -> str:
@@ -150,6 +158,22 @@ def _pause_marks(pauses: list[PauseRecord], tenant: str, application: str) -> li
         narrowed = [part for part in (scope.definition, scope.concurrency_key) if part]
         marks.append(f"paused: {' '.join(narrowed)}" if narrowed else "paused")
     return marks
+
+
+def same_origin(request: Request) -> bool:
+    """Was this request sent by a page of this service: its `Origin` (or, without one, its
+    `Referer`) names the host and port the request was sent to?
+
+    Browsers send `Origin` with every form they post; a request with neither header,
+    or with the opaque origin `null`, is not taken for one of the console's own.
+    """
+    origin = request.headers.get("origin")
+    if origin is None:
+        origin = request.headers.get("referer")
+    if not origin or origin == "null":
+        return False
+    host = request.headers.get("host")
+    return host is not None and urlsplit(origin).netloc.lower() == host.lower()
 
 
 def _optional(form: Mapping[str, str], name: str) -> str | None:
@@ -384,6 +408,10 @@ def console_router(service: Service) -> APIRouter:
         target = form.get("next") or "/console/"
         if not target.startswith("/console/"):
             target = "/console/"
+        if not same_origin(request):
+            # A page elsewhere must not sign the browser in under a token of its choosing.
+            message = "The sign-in form was posted from a page of another origin: refused."
+            return pages.page(request, "login.html", status=403, message=message, next=target)
         try:
             caller = service.caller("Bearer " + token)
         except errors.WorkloadError as exc:
@@ -401,7 +429,15 @@ def console_router(service: Service) -> APIRouter:
         return response
 
     @router.post("/logout")
-    async def logout() -> Response:
+    async def logout(request: Request) -> Response:
+        if not same_origin(request):
+            return pages.page(
+                request,
+                "login.html",
+                status=403,
+                message="Signing out was posted from a page of another origin: refused.",
+                next="/console/",
+            )
         response = RedirectResponse("/console/", status_code=303)
         response.delete_cookie(COOKIE)
         return response
