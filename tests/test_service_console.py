@@ -51,7 +51,7 @@ def shots(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _request(key: str, tenant: str, application: str) -> object:
+def _request(key: str, tenant: str, application: str, **changes: object) -> object:
     grant = Grant(
         id="g",
         issuer=Subject(kind="human", id="h"),
@@ -67,6 +67,7 @@ def _request(key: str, tenant: str, application: str) -> object:
         tenant_id=tenant,
         application_id=application,
         authorization_snapshot=SIGNER.sign(grant),
+        **changes,
     )
 
 
@@ -344,3 +345,31 @@ def test_a_form_posted_by_a_page_of_another_origin_acts_as_no_one(
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_the_overview_counts_a_deadline_found_at_a_worker_call_and_resume_names_a_spaced_scope(
+    browser: Browser, quiet_console: RunningService
+) -> None:
+    service = quiet_console
+    now = wall_clock_ms()
+    timed = _request("timed", "acme", "mail", timeouts={"claim_ms": 1})
+    with service.client(service.token("worker", "w1"), service.token("operator", "alice")) as c:
+        wid = c.admit(timed, now).workload.workload_id  # type: ignore[arg-type]
+        claim = c.claim(wid, "w1", CAPS, now, 60_000)
+        # The claim deadline has passed by the start: the start writes the timeout.
+        with pytest.raises(Exception, match="WORKLOAD_TIMED_OUT"):
+            c.start(wid, claim.fence, now + 5)
+        c.pause("alice", now, tenant=" spaced ")
+    page = browser.new_page()
+    page.goto(service.url + "/console/")
+    assert page.locator("#timeouts").inner_text().strip() == "1"
+    page.goto(service.url + "/console/login?next=/console/pauses")
+    page.fill("#token", service.token("operator", "alice"))
+    page.click("#sign-in")
+    page.wait_for_url("**/console/pauses")
+    page.locator('#pauses tr[data-scope="pause/%20spaced%20/*/*"] button').click()
+    page.wait_for_url(_MESSAGE)
+    assert "resumed by alice" in page.locator("#message").inner_text()
+    with service.client() as client:
+        assert client.pauses() == []
+    page.close()

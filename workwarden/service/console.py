@@ -177,7 +177,9 @@ def same_origin(request: Request) -> bool:
 
 
 def _optional(form: Mapping[str, str], name: str) -> str | None:
-    value = form.get(name, "").strip()
+    # As typed: a name may begin or end with a space (the API takes it), and the
+    # Resume button of such a pause must name that very scope.
+    value = form.get(name, "")
     return value or None
 
 
@@ -213,9 +215,13 @@ def console_router(service: Service) -> APIRouter:
             for t, a in scopes
         ]
         since = now - _HOUR_MS
-        hour = Counter(
-            record.operation for record in service.store.audit_log() if record.at >= since
-        )
+        recent = [record for record in service.store.audit_log() if record.at >= since]
+        hour = Counter(record.operation for record in recent)
+        # A deadline's timeout is written by the sweep or at the worker call that found it
+        # (audited as that call: a start, a heartbeat...), always by the deadline's actor.
+        enforce = service.spec.operations.get("enforce_deadlines")
+        deadline_actor = enforce.spec.acting_as if enforce is not None else None
+        by_deadline = sum(1 for record in recent if record.actor == deadline_actor)
         return pages.page(
             request,
             "overview.html",
@@ -223,7 +229,7 @@ def console_router(service: Service) -> APIRouter:
             rows=rows,
             totals=[sum(counts[(t, a, s)] for t, a in scopes) for s in states],
             recoveries=hour["recover_expired"],
-            timeouts=hour["enforce_deadlines"] + hour["timeout"],
+            timeouts=by_deadline + hour["timeout"],
             pause_count=len(pauses),
         )
 
@@ -331,7 +337,7 @@ def console_router(service: Service) -> APIRouter:
             return service.authority.pause(
                 actor,
                 at,
-                tenant=form.get("tenant", "").strip(),
+                tenant=form.get("tenant", ""),
                 application=_optional(form, "application"),
                 definition=_optional(form, "definition"),
                 concurrency_key=_optional(form, "concurrency_key"),
@@ -361,7 +367,7 @@ def console_router(service: Service) -> APIRouter:
             return service.authority.resume(
                 actor,
                 service.wall_now(),
-                tenant=form.get("tenant", "").strip(),
+                tenant=form.get("tenant", ""),
                 application=_optional(form, "application"),
                 definition=_optional(form, "definition"),
                 concurrency_key=_optional(form, "concurrency_key"),
