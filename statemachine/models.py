@@ -100,7 +100,9 @@ StrSet = Annotated[tuple[Name, ...], BeforeValidator(_as_sorted_set)]
 MAX_LIST = 256
 
 #: A request's set of names: at most `MAX_LIST` of them.
-RequestSet = Annotated[StrSet, Field(max_length=MAX_LIST)]
+RequestSet = Annotated[
+    tuple[Name, ...], Field(max_length=MAX_LIST), BeforeValidator(_as_sorted_set)
+]
 
 
 def _is_none(value: Any) -> bool:

@@ -377,6 +377,18 @@ def test_the_openapi_document_names_every_operation_and_its_models(fresh: Runnin
     )
     schemas = document["components"]["schemas"]
     assert {"CreateWorkload", "AdmitReply", "ClaimReply", "Workload", "Problem"} <= set(schemas)
+    # A list's bound is a number of items (validators ignore maxLength on arrays).
+    for model, field in (
+        ("CreateWorkload", "capability_snapshot"),
+        ("CreateWorkload", "connection_scopes"),
+        ("ClaimCommand", "capabilities"),
+    ):
+        bounded = schemas[model]["properties"][field]
+        assert (bounded["type"], bounded.get("maxItems"), "maxLength" in bounded) == (
+            "array",
+            256,
+            False,
+        ), (model, field, bounded)
     assert {"AdmitSlot", "ReportSlot", "AdmitBatch", "ClaimBatch", "ReportBatch"} <= set(schemas)
 
 
