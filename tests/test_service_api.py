@@ -693,3 +693,49 @@ def test_a_body_that_is_not_json_is_refused_naming_the_parse_error_or_content_ty
     assert "text/plain" in plain.json()["detail"]
     assert "application/json" in plain.json()["detail"]
     assert _store(fresh) == before
+
+
+def test_a_call_waiting_on_a_locked_store_holds_up_neither_health_nor_metrics(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+    import threading
+    import time
+
+    from workwarden.storage import SQLiteStore
+
+    db = tmp_path / "work.db"
+    SQLiteStore(db).close()
+    with running_service(
+        store=f"sqlite:///{db}", grant_keys={KEY_ID: SECRET}, allow_reset=False
+    ) as service:
+        lock = sqlite3.connect(db, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")  # another process holds the file: a backup, a CLI
+        answered: dict[str, int] = {}
+        try:
+            admit = threading.Thread(
+                target=lambda: answered.setdefault(
+                    "admit",
+                    httpx.post(
+                        service.url + "/v1/admit",
+                        content=request(idempotency_key="locked").model_dump_json(),
+                        headers={
+                            "Authorization": "Bearer " + service.token("worker", "w1"),
+                            "Content-Type": "application/json",
+                            "X-Workwarden-Now": "20000",
+                        },
+                        timeout=120,
+                    ).status_code,
+                )
+            )
+            admit.start()
+            time.sleep(0.5)  # the admission is waiting on the lock
+            started = time.monotonic()
+            assert httpx.get(service.url + "/healthz", timeout=30).status_code == 200
+            assert httpx.get(service.url + "/metrics", timeout=30).status_code == 200
+            assert time.monotonic() - started < 2.0
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        admit.join(timeout=60)
+        assert answered["admit"] == 200

@@ -77,14 +77,14 @@ def api_router(service: Service) -> APIRouter:
         return service.authority.execute(command, at)
 
     @router.post("/admit", response_model=AdmitReply, summary="Admit a workload")
-    async def admit(body: CreateWorkload, who: Authed, at: Now) -> Response:
+    def admit(body: CreateWorkload, who: Authed, at: Now) -> Response:
         """`Authority.admit`: admit the request, or answer the original admission of its key."""
         reply = service.call("admit", who, lambda: service.authority.admit(body, at))
         tracing.annotate(workload_id=reply.workload.workload_id)
         return json_reply(reply)
 
     @router.post("/claim", response_model=ClaimReply, summary="Claim READY work by id")
-    async def claim(body: ClaimCommand, who: Authed, at: Now) -> Response:
+    def claim(body: ClaimCommand, who: Authed, at: Now) -> Response:
         """`Authority.claim`: a lease until now + lease_ms under a new fencing token.
 
         Refused `WORKLOAD_NOT_READY` (`details.paused`) while the work's scope
@@ -114,7 +114,7 @@ def api_router(service: Service) -> APIRouter:
     @router.post(
         "/claim_next", response_model=ClaimReply | None, summary="Claim the best claimable work"
     )
-    async def claim_next(body: ClaimNextCommand, who: Authed, at: Now) -> Response:
+    def claim_next(body: ClaimNextCommand, who: Authed, at: Now) -> Response:
         """`Authority.claim_next`: the claim, or `null` when nothing is claimable."""
 
         def go() -> ClaimReply | None:
@@ -131,7 +131,7 @@ def api_router(service: Service) -> APIRouter:
         return json_reply(service.call("claim_next", who, go, acting_as=body.worker_id))
 
     def fenced(op: str, reply: type[BaseModel], summary: str, model: type[BaseModel]) -> None:
-        async def endpoint(body: Any, who: Authed, at: Now) -> Response:
+        def endpoint(body: Any, who: Authed, at: Now) -> Response:
             kind = getattr(body, "kind", None)
             return json_reply(
                 service.call(
@@ -163,7 +163,7 @@ def api_router(service: Service) -> APIRouter:
     fenced("confirm_cancel", StateReply, "Confirm a requested cancellation", ConfirmCancelCommand)
 
     def operator(op: str, summary: str, model: type[BaseModel]) -> None:
-        async def endpoint(body: Any, who: Authed, at: Now) -> Response:
+        def endpoint(body: Any, who: Authed, at: Now) -> Response:
             name = body.operation if isinstance(body, OperatorCommand) else op
             return json_reply(
                 service.call(
@@ -186,7 +186,7 @@ def api_router(service: Service) -> APIRouter:
     operator("operate", "Take an operation the spec adds (effect move)", OperatorCommand)
 
     @router.post("/recover_expired", response_model=list[str], summary="Recover expired leases")
-    async def recover_expired(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
+    def recover_expired(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
         """`Authority.recover_expired`: the ids of the workloads recovered."""
         scope = body or SweepRequest()
         return json_reply(
@@ -200,7 +200,7 @@ def api_router(service: Service) -> APIRouter:
         )
 
     @router.post("/enforce_deadlines", response_model=list[str], summary="Enforce fallen deadlines")
-    async def enforce_deadlines(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
+    def enforce_deadlines(who: Authed, at: Now, body: SweepRequest | None = None) -> Response:
         """`Authority.enforce_deadlines`: the ids of the workloads timed out."""
         scope = body or SweepRequest()
         return json_reply(
@@ -214,7 +214,7 @@ def api_router(service: Service) -> APIRouter:
         )
 
     @router.post("/execute", summary="Decide a command of the core, told apart by its op")
-    async def execute(body: dict[str, Any], who: Authed, at: Now) -> Response:
+    def execute(body: dict[str, Any], who: Authed, at: Now) -> Response:
         """`Authority.execute`: a command of the core (the JSON of a command model, with `op`).
 
         The typed endpoints above are the API; this one takes a command as
@@ -245,7 +245,7 @@ def api_router(service: Service) -> APIRouter:
         )
 
     @router.get("/workloads/{workload_id:path}", response_model=Workload, summary="Read one")
-    async def get(
+    def get(
         workload_id: str,
         who: Authed,
         tenant: Annotated[str | None, Query()] = None,
@@ -262,7 +262,7 @@ def api_router(service: Service) -> APIRouter:
         )
 
     @router.get("/workloads", response_model=list[Workload], summary="List a scope's workloads")
-    async def list_(
+    def list_(
         who: Authed,
         tenant: Annotated[str, Query()],
         application: Annotated[str, Query()],
@@ -281,7 +281,7 @@ def api_router(service: Service) -> APIRouter:
 
 def _test_routes(router: APIRouter, service: Service) -> None:
     @router.post("/test/reset", tags=["test"], summary="Empty the store (serve --allow-reset)")
-    async def reset(body: dict[str, Any], who: Authed) -> Response:
+    def reset(body: dict[str, Any], who: Authed) -> Response:
         """Start a fresh memory store holding `store`, verifying grants with `grant_keys`.
 
         The conformance protocol's `reset` request, less its `type`. Served
@@ -298,7 +298,7 @@ def _test_routes(router: APIRouter, service: Service) -> None:
         return json_reply(None)
 
     @router.get("/test/store", tags=["test"], summary="Every document (serve --allow-reset)")
-    async def store(who: Authed) -> Response:
+    def store(who: Authed) -> Response:
         """Every document with its key and version, as the conformance protocol's `store`."""
         _operator(who)
         return json_reply(
@@ -309,7 +309,7 @@ def _test_routes(router: APIRouter, service: Service) -> None:
         )
 
     @router.get("/test/audit", tags=["test"], summary="Every audit record (serve --allow-reset)")
-    async def audit(who: Authed) -> Response:
+    def audit(who: Authed) -> Response:
         """Every audit record, in order, as JSON: what a test compares before and after a call."""
         _operator(who)
         return json_reply([dataclasses.asdict(r) for r in service.store.audit_log()])

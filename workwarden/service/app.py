@@ -186,7 +186,8 @@ def create_app(config: ServiceConfig) -> FastAPI:
     app.include_router(console_router(service))
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    def metrics() -> Response:
+        # On a worker thread: the gauges read the store, which may be slow or locked.
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)

@@ -152,7 +152,7 @@ def batch_routes(router: APIRouter, service: Service) -> None:
     @router.post(
         "/admit_many", response_model=list[AdmitSlot], summary="Admit many workloads at once"
     )
-    async def admit_many(body: AdmitBatch, who: Authed, at: Now) -> Response:
+    def admit_many(body: AdmitBatch, who: Authed, at: Now) -> Response:
         """`Authority.admit_many`: each slot what `POST /v1/admit` answers for its request."""
         outcomes = service.batch(
             "admit_many",
@@ -169,7 +169,7 @@ def batch_routes(router: APIRouter, service: Service) -> None:
     @router.post(
         "/claim_many", response_model=list[ClaimReply], summary="Claim many workloads at once"
     )
-    async def claim_many(body: ClaimBatch, who: Authed, at: Now) -> Response:
+    def claim_many(body: ClaimBatch, who: Authed, at: Now) -> Response:
         """`Authority.claim_many`: up to `limit` claims, each as `claim_next` gives one."""
         claims = service.batch(
             "claim_many",
@@ -192,7 +192,7 @@ def batch_routes(router: APIRouter, service: Service) -> None:
     @router.post(
         "/report_many", response_model=list[ReportSlot], summary="Report for many workloads at once"
     )
-    async def report_many(body: ReportBatch, who: Authed, at: Now) -> Response:
+    def report_many(body: ReportBatch, who: Authed, at: Now) -> Response:
         """`Authority.report_many`: each slot what the report's one-call endpoint answers."""
         reports = body.reports
         kinds = {r.workload_id: r.kind for r in reports if isinstance(r, FailCommand)}

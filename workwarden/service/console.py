@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, Request
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from workwarden.service.auth import ANY_SUBJECT, Caller
@@ -190,7 +191,7 @@ def console_router(service: Service) -> APIRouter:
     states = list(service.spec.data.states)
 
     @router.get("/")
-    async def overview(request: Request) -> Response:
+    def overview(request: Request) -> Response:
         now = service.wall_now()
         counts: Counter[tuple[str, str, str]] = Counter()
         oldest: dict[tuple[str, str], int] = {}
@@ -234,7 +235,7 @@ def console_router(service: Service) -> APIRouter:
         )
 
     @router.get("/workloads")
-    async def workloads(
+    def workloads(
         request: Request,
         tenant: str = "",
         application: str = "",
@@ -257,7 +258,7 @@ def console_router(service: Service) -> APIRouter:
         )
 
     @router.get("/workloads/{workload_id:path}")
-    async def workload(request: Request, workload_id: str) -> Response:
+    def workload(request: Request, workload_id: str) -> Response:
         doc = service.store.read(workload_id)
         if doc is None:
             return pages.page(request, "missing.html", status=404, workload_id=workload_id)
@@ -285,7 +286,7 @@ def console_router(service: Service) -> APIRouter:
         )
 
     @router.get("/dead-letters")
-    async def dead_letters(request: Request) -> Response:
+    def dead_letters(request: Request) -> Response:
         held = set(rearmable_states(service))
         chosen = sorted(
             (w for w in pages.workloads() if w.state in held),
@@ -303,7 +304,8 @@ def console_router(service: Service) -> APIRouter:
         actor = _actor(caller)
         reason = form.get("reason") or None
         try:
-            state = service.call(
+            state = await run_in_threadpool(
+                service.call,
                 "retry",
                 caller,
                 lambda: service.authority.retry(workload_id, actor, service.wall_now(), reason),
@@ -316,7 +318,7 @@ def console_router(service: Service) -> APIRouter:
         return RedirectResponse(target, status_code=303)
 
     @router.get("/pauses")
-    async def pauses(request: Request) -> Response:
+    def pauses(request: Request) -> Response:
         return pages.page(
             request,
             "pauses.html",
@@ -345,7 +347,7 @@ def console_router(service: Service) -> APIRouter:
             )
 
         try:
-            record = service.call("pause", caller, run, acting_as=actor)
+            record = await run_in_threadpool(service.call, "pause", caller, run, acting_as=actor)
             # The library answers with the pause in force, new or not.
             if record.actor == actor and record.since == at:
                 message = f"paused {record.scope.key} by {actor}"
@@ -374,20 +376,20 @@ def console_router(service: Service) -> APIRouter:
             )
 
         try:
-            resumed = service.call("resume", caller, run, acting_as=actor)
+            resumed = await run_in_threadpool(service.call, "resume", caller, run, acting_as=actor)
             message = f"resumed by {actor}" if resumed else "it was not paused; nothing written"
         except errors.WorkloadError as exc:
             message = f"refused: {exc.code}: {exc.message}"
         return RedirectResponse(f"/console/pauses?message={quote(message)}", status_code=303)
 
     @router.get("/audit")
-    async def audit(request: Request) -> Response:
+    def audit(request: Request) -> Response:
         records = list(service.store.audit_log())[-_AUDIT_PAGE:]
         records.reverse()
         return pages.page(request, "audit.html", records=records)
 
     @router.get("/check")
-    async def check(request: Request) -> Response:
+    def check(request: Request) -> Response:
         path = service.config.check_report
         report: Mapping[str, Any] | None = None
         problem = None
@@ -401,7 +403,7 @@ def console_router(service: Service) -> APIRouter:
         return pages.page(request, "check.html", report=report, problem=problem, path=path)
 
     @router.get("/login")
-    async def login_form(request: Request) -> Response:
+    def login_form(request: Request) -> Response:
         target = request.query_params.get("next", "/console/")
         if not target.startswith("/console/"):
             target = "/console/"

@@ -44,7 +44,7 @@ def operator_routes(router: APIRouter, service: Service) -> None:
     """Add the pause, resume, pauses and purge routes to the `/v1` `router`."""
 
     @router.post("/pause", response_model=PauseReply, summary="Pause claiming for a scope")
-    async def pause(body: PauseRequest, who: Authed, at: Now) -> Response:
+    def pause(body: PauseRequest, who: Authed, at: Now) -> Response:
         """`Authority.pause`: the pause in force (the earlier one if the scope was paused).
 
         No claim takes work of the scope until it is resumed; in-flight work
@@ -70,7 +70,7 @@ def operator_routes(router: APIRouter, service: Service) -> None:
         return json_reply(pause_reply(record))
 
     @router.post("/resume", response_model=ResumeReply, summary="Resume claiming for a scope")
-    async def resume(body: ResumeRequest, who: Authed, at: Now) -> Response:
+    def resume(body: ResumeRequest, who: Authed, at: Now) -> Response:
         """`Authority.resume`: `resumed` False when the scope was not paused (nothing written)."""
         authorize_operator(who, "resume", body.actor)
         resumed = service.call(
@@ -90,14 +90,14 @@ def operator_routes(router: APIRouter, service: Service) -> None:
         return json_reply(ResumeReply(resumed=resumed))
 
     @router.get("/pauses", response_model=list[PauseReply], summary="The pauses in force")
-    async def pauses(who: Authed, tenant: Annotated[str | None, Query()] = None) -> Response:
+    def pauses(who: Authed, tenant: Annotated[str | None, Query()] = None) -> Response:
         """`Authority.pauses`: the pauses in force, of `tenant` or of every tenant, by scope key."""
         authorize_operator(who, "pauses")
         records = service.call("pauses", who, lambda: service.authority.pauses(tenant))
         return json_reply([pause_reply(r) for r in records])
 
     @router.post("/purge", response_model=PurgeReply, summary="Purge finished work (retention)")
-    async def purge(who: Authed, at: Now, body: PurgeRequest | None = None) -> Response:
+    def purge(who: Authed, at: Now, body: PurgeRequest | None = None) -> Response:
         """`Authority.purge`: delete terminal work older than the retention age, audited.
 
         Dead letters (the `[retention] keep` states) are kept; `dry_run`

@@ -16,6 +16,7 @@ wrapper that hid them would let a claim by id past a pause.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -213,6 +214,10 @@ class Service:
     #: spec's `[limits] max_json_bytes`, at least `MIN_BODY_BYTES`, so the largest JSON
     #: value the spec takes fits however it is spaced and escaped, and so does a batch.
     max_body_bytes: int = field(init=False)
+    #: Calls run on the server's worker threads, so that a slow one (a store lock, a
+    #: long page) never holds up `/healthz` or `/metrics`; they are still decided one at
+    #: a time, each with its own record of what it wrote.
+    _serial: threading.RLock = field(init=False, default_factory=threading.RLock)
 
     def __post_init__(self) -> None:
         self.spec = self.config.spec if self.config.spec is not None else default_spec()
@@ -226,8 +231,9 @@ class Service:
     def use(self, store: Store, grant_keys: Mapping[str, bytes] | None) -> None:
         """Serve `store` with a new authority verifying grants with `grant_keys`."""
         grants = GrantVerifier(grant_keys) if grant_keys else GrantVerifier.without_signatures()
-        self.store = observed(store)
-        self.authority = Authority(self.store, grants=grants, spec=self.spec)
+        with self._serial:
+            self.store = observed(store)
+            self.authority = Authority(self.store, grants=grants, spec=self.spec)
 
     # -- time -----------------------------------------------------------------
 
@@ -272,14 +278,16 @@ class Service:
         tracing.rename(operation)
         tracing.annotate(actor_class=caller.actor_class, workload_id=workload_id)
         authorize(self.spec, operation, caller, acting_as)
-        self.store.writes.clear()
-        try:
-            reply = run()
-        except errors.WorkloadError as exc:
-            self._refused(exc)
-            raise
-        finally:
-            self._count(self.store.writes, {workload_id: kind} if workload_id and kind else {})
+        with self._serial:
+            self.store.writes.clear()
+            try:
+                reply = run()
+            except errors.WorkloadError as exc:
+                self._refused(exc)
+                raise
+            finally:
+                kinds = {workload_id: kind} if workload_id and kind else {}
+                self._count(self.store.writes, kinds)
         if operation == "recover_expired" and isinstance(reply, Sequence):
             self.metrics.recoveries.inc(len(reply))
         elif operation == "enforce_deadlines" and isinstance(reply, Sequence):
@@ -308,14 +316,15 @@ class Service:
         tracing.annotate(actor_class=caller.actor_class)
         for step, acting_as in steps:
             authorize(self.spec, step, caller, acting_as)
-        self.store.writes.clear()
-        try:
-            outcomes = run()
-        except errors.WorkloadError as exc:
-            self._refused(exc)
-            raise
-        finally:
-            self._count(self.store.writes, kinds or {})
+        with self._serial:
+            self.store.writes.clear()
+            try:
+                outcomes = run()
+            except errors.WorkloadError as exc:
+                self._refused(exc)
+                raise
+            finally:
+                self._count(self.store.writes, kinds or {})
         for outcome in outcomes:
             if isinstance(outcome, errors.WorkloadError):
                 self._refused(outcome)
