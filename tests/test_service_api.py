@@ -695,6 +695,44 @@ def test_a_body_that_is_not_json_is_refused_naming_the_parse_error_or_content_ty
     assert _store(fresh) == before
 
 
+def _loose_bodies() -> list[tuple[str, bytes, str]]:
+    good = json.dumps(request(idempotency_key="loose").model_dump(mode="json"))
+
+    def with_input(extra: str) -> bytes:
+        return good.replace('"input": {', '"input": {' + extra + ", ", 1).encode()
+
+    twice = good.replace('{"tenant_id"', '{"trigger": "x", "tenant_id"', 1).encode()
+    return [
+        ("latin-1", good.replace('"loose"', '"l\u00f6ose"').encode("latin-1"), "not UTF-8"),
+        ("utf-16", good.encode("utf-16"), "not UTF-8"),
+        ("utf-32", good.encode("utf-32"), "not UTF-8"),
+        ("a key twice", twice, "given twice"),
+        ("nested deeply", with_input('"deep": ' + "[" * 1_000 + "]" * 1_000), "nested"),
+        ("a number of 5,000 digits", with_input('"n": ' + "9" * 5_000), "number too long"),
+    ]
+
+
+@pytest.mark.parametrize(("name", "body", "said"), _loose_bodies(), ids=lambda v: str(v)[:20])
+def test_json_a_reader_could_take_two_ways_is_refused_naming_the_body(
+    fresh: RunningService, name: str, body: bytes, said: str
+) -> None:
+    assert body, name
+    before = _store(fresh)
+    reply = httpx.post(
+        fresh.url + "/v1/admit",
+        content=body,
+        headers={
+            "Authorization": "Bearer " + fresh.token("worker", "w1"),
+            "Content-Type": "application/json",
+            "X-Workwarden-Now": "20000",
+        },
+    )
+    [error] = _assert_problem(reply, "WORKLOAD_INVALID")["details"]["errors"]
+    assert error["field"] == "body", error
+    assert said in error["message"], error
+    assert _store(fresh) == before
+
+
 def test_a_call_waiting_on_a_locked_store_holds_up_neither_health_nor_metrics(
     tmp_path: Path,
 ) -> None:

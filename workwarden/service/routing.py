@@ -105,6 +105,69 @@ def _limited(receive: Receive, limit: int) -> Receive:
     return counted
 
 
+def _body_problem(message: str) -> errors.WorkloadError:
+    return errors.WorkloadError(
+        errors.INVALID,
+        f"body: not JSON: {message}",
+        {"errors": [{"field": "body", "message": f"not JSON: {message}"}]},
+    )
+
+
+def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _body_problem(f"the key {json.dumps(key)} is given twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _depth(value: Any) -> int:
+    depth, level = 0, [value]
+    while level:
+        depth += 1
+        level = [
+            child
+            for node in level
+            if isinstance(node, (dict, list))
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
+    return depth
+
+
+def _refuse_loose_json(body: bytes, max_depth: int) -> None:
+    """`WORKLOAD_INVALID` (field `body`) for JSON a reader may take one way or another.
+
+    Text that is not UTF-8 (JSON over HTTP is UTF-8; Python's reader would guess
+    UTF-16 or UTF-32), an object giving one key twice (which value counts?), a
+    number too long to read, or nesting deeper than any value the spec takes
+    (`[limits] max_json_depth`, with room for the call's own fields). A body that
+    is not JSON at all is left to the route, which says where its parse stopped.
+    """
+    if not body:
+        return
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _body_problem(f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_no_twice)
+    except json.JSONDecodeError:
+        return
+    except RecursionError:
+        raise _body_problem("nested too deeply to read") from None
+    except ValueError as exc:
+        raise _body_problem(f"a number too long to read ({exc})") from None
+    limit = max_depth + _CALL_LEVELS
+    if _depth(value) > limit:
+        raise _body_problem(f"nested deeper than {limit} levels")
+
+
+#: How many levels a call's own fields add around the JSON values it carries (a batch of
+#: reports: the body, the list, a report, its output).
+_CALL_LEVELS = 8
+
+
 class GuardedRoute(APIRoute):
     """A `/v1` route whose token, query and body are checked before its body is read."""
 
@@ -120,7 +183,12 @@ class GuardedRoute(APIRoute):
             _refuse_unknown_query(request, allowed)
             limit = service.max_body_bytes
             _refuse_body(request, takes_body, limit)
-            return await handler(Request(request.scope, _limited(request.receive, limit)))
+            limited = Request(request.scope, _limited(request.receive, limit))
+            if takes_body:
+                # Read (and kept) here, so that what JSON itself leaves open is refused
+                # before the route parses it: the route's own parse reads the same bytes.
+                _refuse_loose_json(await limited.body(), service.spec.limits.max_json_depth)
+            return await handler(limited)
 
         return guarded
 
