@@ -777,3 +777,14 @@ def test_a_call_waiting_on_a_locked_store_holds_up_neither_health_nor_metrics(
             lock.close()
         admit.join(timeout=60)
         assert answered["admit"] == 200
+
+
+@pytest.mark.parametrize("op", ["claim_next", "purge", "pause", "nothing"])
+def test_execute_refuses_an_op_it_does_not_take_alike_for_every_token(
+    fresh: RunningService, op: str
+) -> None:
+    body = {"op": op, "tenant_id": "t", "application_id": "app", "worker_id": "w1"}
+    for token in (fresh.token("worker", "w1"), fresh.token("operator", "alice")):
+        problem = _assert_problem(_post(fresh, "execute", body, token), "WORKLOAD_INVALID")
+        assert problem["status"] == 400
+    assert _store(fresh) == []

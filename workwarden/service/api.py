@@ -26,7 +26,7 @@ from workwarden.service.batches import batch_routes
 from workwarden.service.operators import operator_routes
 from workwarden.service.routing import Authed, GuardedRoute, Now, json_reply
 from workwarden.service.state import Service
-from workwarden.statemachine import errors
+from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.commands import (
     AdmitReply,
     CancelCommand,
@@ -223,6 +223,9 @@ def api_router(service: Service) -> APIRouter:
         of the core (`claim_next`, which chooses its workload, the batch
         calls, the pauses, `purge`, the reads: each has its own route).
         """
+        # Parsed first: an op that is no command of the core, or a malformed command, is
+        # WORKLOAD_INVALID whoever calls (not WORKWARDEN_FORBIDDEN for one token class).
+        command = inputs.as_command(body)
         op = body.get("op")
         name = op if isinstance(op, str) else "-"
         if isinstance(body.get("operation"), str) and op == "operator":
@@ -238,7 +241,7 @@ def api_router(service: Service) -> APIRouter:
             service.call(
                 name,
                 who,
-                lambda: run(body, at),
+                lambda: run(command, at),
                 acting_as=actor if isinstance(actor, str) else None,
                 workload_id=wid if isinstance(wid, str) else None,
             )
