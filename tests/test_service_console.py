@@ -373,3 +373,37 @@ def test_the_overview_counts_a_deadline_found_at_a_worker_call_and_resume_names_
     with service.client() as client:
         assert client.pauses() == []
     page.close()
+
+
+def test_the_workload_list_comes_in_pages_of_200_keeping_its_filters(
+    quiet_console: RunningService,
+) -> None:
+    service = quiet_console
+    now = wall_clock_ms()
+    with service.client(service.token("worker", "w1")) as client:
+        for batch in range(3):
+            requests = [_request(f"many-{batch}-{n}", "acme", "bulk") for n in range(150)]
+            client.admit_many(requests, now)  # type: ignore[arg-type]
+
+    def listed(query: str) -> str:
+        reply = httpx.get(service.url + "/console/workloads?" + query, timeout=60)
+        assert reply.status_code == 200
+        return reply.text
+
+    first = listed("application=bulk")
+    assert "1&ndash;200 of 450 shown" in first
+    assert (
+        'id="next" href="/console/workloads?tenant=&amp;application=bulk&amp;state=&amp;page=2"'
+        in first
+    )
+    assert 'id="previous"' not in first
+    assert first.count('<tr data-state="READY">') == 200
+    last = listed("application=bulk&page=3")
+    assert "401&ndash;450 of 450 shown" in last
+    assert last.count('<tr data-state="READY">') == 50
+    assert 'id="next"' not in last
+    # A page past the end, or not a number, shows the nearest page.
+    assert "401&ndash;450 of 450 shown" in listed("application=bulk&page=99")
+    assert "1&ndash;200 of 450 shown" in listed("application=bulk&page=x")
+    assert "1&ndash;1 of 1 shown" in listed("tenant=acme&application=mail")
+    assert "0 shown" in listed("tenant=nobody")

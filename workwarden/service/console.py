@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -45,7 +45,7 @@ from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
 from workwarden.statemachine.models import Workload
-from workwarden.storage.base import PauseRecord
+from workwarden.storage.base import PauseRecord, StoredDocument
 
 __all__ = ["COOKIE", "REFRESH_S", "console_router", "rearmable_states"]
 
@@ -161,6 +161,15 @@ def _pause_marks(pauses: list[PauseRecord], tenant: str, application: str) -> li
     return marks
 
 
+def _listed_order(doc: StoredDocument) -> tuple[str, str, int, int]:
+    index = doc.index
+    return (index.tenant, index.application, -index.priority, index.created_at)
+
+
+#: How many workloads one page of `/console/workloads` lists.
+LIST_PAGE_ROWS = 200
+
+
 def same_origin(request: Request) -> bool:
     """Was this request sent by a page of this service: its `Origin` (or, without one, its
     `Referer`) names the host and port the request was sent to?
@@ -240,21 +249,34 @@ def console_router(service: Service) -> APIRouter:
         tenant: str = "",
         application: str = "",
         state: str = "",
+        page: str = "1",
     ) -> Response:
+        # Chosen and ordered by the index fields; only the page's documents are decoded.
         chosen = [
-            w
-            for w in pages.workloads()
-            if (not tenant or w.tenant_id == tenant)
-            and (not application or w.application_id == application)
-            and (not state or w.state == state)
+            doc
+            for doc in service.store.scan()
+            if (not tenant or doc.index.tenant == tenant)
+            and (not application or doc.index.application == application)
+            and (not state or doc.index.state == state)
         ]
-        chosen.sort(key=lambda w: (w.tenant_id, w.application_id, -w.priority, w.created_at))
+        chosen.sort(key=_listed_order)
+        pages_in_all = max(1, -(-len(chosen) // LIST_PAGE_ROWS))
+        number = min(max(int(page) if page.isdigit() else 1, 1), pages_in_all)
+        start = (number - 1) * LIST_PAGE_ROWS
+        shown = chosen[start : start + LIST_PAGE_ROWS]
+        filters = {"tenant": tenant, "application": application, "state": state}
         return pages.page(
             request,
             "workloads.html",
-            workloads=chosen,
+            workloads=[Workload.model_validate_json(doc.document) for doc in shown],
             states=states,
-            filters={"tenant": tenant, "application": application, "state": state},
+            filters=filters,
+            total=len(chosen),
+            first=start + 1 if shown else 0,
+            last=start + len(shown),
+            page=number,
+            pages_in_all=pages_in_all,
+            query=urlencode(filters),
         )
 
     @router.get("/workloads/{workload_id:path}")
