@@ -142,14 +142,10 @@ def _open_sqlite(path: str, query: str, shown: str, mode: Mode) -> SQLiteStore:
     if os.path.isdir(path):
         raise _unusable(path, f"{path} is a directory, not a store file")
     if mode != "create" and not os.path.exists(path):
-        hint = (
-            "reading never creates a store"
-            if mode == "read"
-            else "a store is created only when asked: --create (serve, worker, sweeper,"
-            ' scheduler, import), or open_store(url, mode="create")'
-        )
         raise WorkloadError(
-            STORE_NOT_FOUND, f"no store at {path} (no such file); {hint}", {"path": path}
+            STORE_NOT_FOUND,
+            f"no store at {path} (no such file); {_not_created(mode)}",
+            {"path": path},
         )
     directory = os.path.dirname(os.path.abspath(path))
     if mode == "create" and not os.path.isdir(directory):
@@ -196,20 +192,25 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
     try:
         store: Store = module.PostgresStore(dsn, create=mode == "create")
     except StoreAbsent:
-        hint = (
-            "reading never creates a store"
-            if mode == "read"
-            else "a store is created only when asked: --create (serve, worker, sweeper,"
-            ' scheduler, import), or open_store(url, mode="create")'
-        )
         raise WorkloadError(
-            STORE_NOT_FOUND, f"the PostgreSQL database holds no workwarden store; {hint}"
+            STORE_NOT_FOUND,
+            f"the PostgreSQL database holds no workwarden store; {_not_created(mode)}",
         ) from None
     except StoreError as exc:
         raise WorkloadError(
             STORAGE_FAILURE, "cannot open the PostgreSQL store: " + _without(str(exc), dsn)
         ) from None
     return store
+
+
+def _not_created(mode: Mode) -> str:
+    """Why a missing store was not made, for `mode` (read or write)."""
+    if mode == "read":
+        return "reading never creates a store"
+    return (
+        "a store is created only when asked: --create (serve, worker, sweeper,"
+        ' scheduler, import), or open_store(url, mode="create")'
+    )
 
 
 def _without(message: str, secret: str) -> str:

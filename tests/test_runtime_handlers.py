@@ -347,32 +347,13 @@ def test_a_failure_text_refused_as_a_secret_is_never_sent_again(
     def send(job: Job) -> None:
         raise raised
 
-    store = MemoryStore()
-    auth = authority(store)
-    [wid] = [
-        auth.admit(
-            request(
-                idempotency_key="k",
-                input={"id": 1},
-                retry_policy=_retrying("worker_failure", "transient_connection"),
-            ),
-            T0,
-        ).workload.workload_id
-    ]
-    worker = Worker(
-        auth,
-        app,
-        tenant="t",
-        application="app",
-        worker_id="w1",
-        clock=ManualClock(T0),
-        executor=InlineExecutor(),
-        lease_ms=3_000,
+    auth, worker, [wid], _ = _setup(
+        app, {"id": 1}, retry_policy=_retrying("worker_failure", "transient_connection")
     )
     for _ in range(4):
         worker.step()
     workload = auth.get(wid)
     assert workload.state == "READY", workload.state
-    assert "sk-" not in store.read(wid).document  # type: ignore[union-attr]
+    assert "sk-" not in auth.store.read(wid).document  # type: ignore[union-attr]
     assert workload.attempts[-1].error is not None
     assert "refused as secret material" in workload.attempts[-1].error
