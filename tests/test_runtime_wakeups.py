@@ -14,6 +14,7 @@ import time
 from pg import postgres_database
 from support import CAPS, SIGNER, authority, grant_for, request
 from workwarden import App, Job, Worker
+from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.statemachine import CreateWorkload
 from workwarden.storage import MemoryStore, Store
 from workwarden.storage.postgres import PostgresStore
@@ -91,8 +92,10 @@ def test_an_idle_worker_on_a_memory_store_is_woken_by_an_admission() -> None:
 
 
 def test_a_worker_with_a_lease_of_ages_sleeps_and_wakes_without_overflowing() -> None:
-    # A heartbeat due in centuries once made the loop's wait overflow the thread's
-    # limit: the worker died with its job held. It looks again at least hourly.
+    # A heartbeat due months away (the longest lease, a year, heartbeats after four
+    # months) must not become one wait that long: a lease of ages once overflowed the
+    # thread's limit and the worker died with its job held. It looks again at least
+    # hourly, and wakes at once for a handler that ends.
     store = MemoryStore()
     release = threading.Event()
     done: list[str] = []
@@ -105,7 +108,7 @@ def test_a_worker_with_a_lease_of_ages_sleeps_and_wakes_without_overflowing() ->
         return "sent"
 
     now = int(time.time() * 1000)
-    lease = 2**53 - 1 - now - 10 * 365 * 86_400_000  # ends some three hundred thousand years on
+    lease = MAX_LEASE_MS
     workload_id = authority(store).admit(_request("ages", now), now).workload.workload_id
     worker = Worker(authority(store), app, tenant="t", application="app", lease_ms=lease)
     failures: list[BaseException] = []
