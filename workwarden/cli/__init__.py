@@ -19,7 +19,7 @@ writing or creating), `read_input` and `write_output` (files, with coded
 errors and no partial output), `print_table` (a table on a terminal, plain
 aligned columns elsewhere), `instant` (milliseconds as ISO-8601 UTC beside
 the raw number) and the option types `at_least(n)`, `positive_int`, `instant_ms`,
-`port_number` and `positive_seconds`.
+`port_number`, `seconds(zero=, at_most=)` and `positive_seconds`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import datetime as dt
 import errno
 import importlib
 import json
+import math
 import os
 import secrets
 import stat
@@ -77,6 +78,7 @@ __all__ = [
     "positive_seconds",
     "print_table",
     "read_input",
+    "seconds",
     "write_output",
 ]
 
@@ -223,15 +225,28 @@ def port_number(text: str) -> int:
     return value
 
 
+def seconds(*, zero: bool = False, at_most: float = math.inf) -> Callable[[str], float]:
+    """An option type: a finite number of seconds above 0 (0 or more with `zero`), at most
+    `at_most` (else a usage error)."""
+    wanted = "a finite number of seconds, 0 or more" if zero else "a positive number of seconds"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not {wanted}")
+        if value > at_most:
+            raise argparse.ArgumentTypeError(f"{text} is more than {at_most:g} seconds")
+        return value
+
+    return parse
+
+
 def positive_seconds(text: str) -> float:
     """An option type: a positive, finite number of seconds (else a usage error)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
-    return value
+    return seconds()(text)
 
 
 # -- errors ----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from workwarden.cli import (
     check_output,
     output_directory,
     read_input,
+    seconds,
     write_output,
 )
 from workwarden.statemachine import errors
@@ -66,19 +67,6 @@ __all__ = ["load_history_file", "register", "shipped_vectors_text"]
 
 #: The longest `conform --timeout`, in seconds (an hour for one response).
 _MAX_TIMEOUT = 3600.0
-
-
-def _response_seconds(text: str) -> float:
-    """An option type: seconds to wait for a response, above 0 and at most `_MAX_TIMEOUT`."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= _MAX_TIMEOUT:  # NaN and infinities fail this too
-        raise argparse.ArgumentTypeError(
-            f"{text} is not a number of seconds above 0 and at most {_MAX_TIMEOUT:g}"
-        )
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -140,7 +128,7 @@ def register(subparsers: Any) -> None:
     )
     conform.add_argument(
         "--timeout",
-        type=_response_seconds,
+        type=seconds(at_most=_MAX_TIMEOUT),
         default=10.0,
         metavar="SECONDS",
         help=f"how long to wait for each response, more than 0 and at most {_MAX_TIMEOUT:g}"

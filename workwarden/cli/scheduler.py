@@ -22,7 +22,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from workwarden.cli import STORE_HELP, opened_store, positive_seconds
+from workwarden.cli import STORE_HELP, opened_store, seconds
 from workwarden.periodic import PeriodicScheduler, Schedule
 from workwarden.runtime.clock import MAX_WAIT_S
 from workwarden.statemachine import Authority, GrantVerifier
@@ -69,14 +69,6 @@ def _all_admitted(answers: list[Any]) -> None:
             f"{len(refused)} of {len(answers)} due ticks refused; the first: {first.message}",
             first.details,
         )
-
-
-def _poll_seconds(text: str) -> float:
-    """`--poll-s`: a positive number of seconds, at most `MAX_WAIT_S` (an hour)."""
-    value = positive_seconds(text)
-    if value > MAX_WAIT_S:
-        raise argparse.ArgumentTypeError(f"{text} is more than {MAX_WAIT_S:g} seconds")
-    return value
 
 
 def _scheduler(args: argparse.Namespace) -> int:
@@ -144,7 +136,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--poll-s",
-        type=_poll_seconds,
+        type=seconds(at_most=MAX_WAIT_S),
         default=1.0,
         metavar="S",
         help="look at least every S seconds, at most 3600 (default: 1.0)",

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import FrameType, ModuleType
 from typing import Any
 
-from workwarden.cli import STORE_HELP, opened_store, port_number, positive_int
+from workwarden.cli import STORE_HELP, opened_store, port_number, positive_int, seconds
 from workwarden.runtime import App, Sweeper, Worker
 from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.runtime.reports import DEFAULT_WINDOW_MS
@@ -85,17 +85,6 @@ def _lease_ms(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{value} ms is longer than the longest lease, a year ({MAX_LEASE_MS:,} ms)"
         )
-    return value
-
-
-def _grace_seconds(text: str) -> float:
-    """`--grace-s`: a finite number of seconds, 0 or more (0: stop at once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text}: give a finite number of seconds, 0 or more")
     return value
 
 
@@ -420,7 +409,7 @@ def register(subparsers: Any) -> None:
     )
     worker.add_argument(
         "--grace-s",
-        type=_grace_seconds,
+        type=seconds(zero=True),
         default=30.0,
         help="how long running handlers may finish after a stop signal, in seconds (0 or more)",
     )
