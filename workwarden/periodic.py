@@ -64,7 +64,7 @@ from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.batches import MAX_BATCH
 from workwarden.statemachine.commands import AdmitReply
 from workwarden.statemachine.models import MAX_INSTANT, CreateWorkload, Name
-from workwarden.storage.base import StoreError, Tombstones
+from workwarden.storage.base import Tombstones
 
 __all__ = [
     "SCHEDULE_NAME_MAX",
@@ -331,13 +331,10 @@ class PeriodicScheduler:
                 raise
         else:
             return True
-        store = getattr(self.authority, "store", None)
+        store = self.authority.store
         if not isinstance(store, Tombstones):
             return False
-        try:
-            return store.tombstone(workload_id) is not None
-        except StoreError as exc:
-            raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
+        return self.authority._store_call(store.tombstone, workload_id) is not None
 
     def run_once(self, now: int | None = None) -> list[AdmitReply | errors.WorkloadError]:
         """Admit every tick due at `now` (the clock's by default), in one batch; the answers.

@@ -129,8 +129,7 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     now = args.now if args.now is not None else time.time_ns() // 1_000_000
-    tenant, application = inputs.as_scope(args.tenant, args.application)
-    args.tenant, args.application = tenant, application
+    inputs.as_scope(args.tenant, args.application)  # names, or WORKLOAD_INVALID
     with opened_store(args.store, "read") as store:
         if args.tenant is not None and args.application is not None:
             docs: Iterable[StoredDocument] = store.list(args.tenant, args.application)
