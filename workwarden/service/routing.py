@@ -135,8 +135,27 @@ def _depth(value: Any) -> int:
     return depth
 
 
-def _refuse_loose_json(body: bytes, max_depth: int) -> None:
-    """`WORKLOAD_INVALID` (field `body`) for JSON a reader may take one way or another.
+class _Parsed(Request):
+    """A request whose JSON body was parsed already: the route takes that value, not a
+    second parse of the same bytes."""
+
+    def __init__(self, request: Request, body: bytes, value: Any) -> None:
+        super().__init__(request.scope, request.receive)
+        self._read = body
+        self._value = value
+
+    async def body(self) -> bytes:
+        """The bytes read when the body was checked."""
+        return self._read
+
+    async def json(self) -> Any:
+        """The value parsed when the body was checked."""
+        return self._value
+
+
+def _parsed_json(body: bytes, max_depth: int) -> Any:
+    """The body's JSON value, or `WORKLOAD_INVALID` (field `body`) for JSON a reader may
+    take one way or another; `_NOT_PARSED` for a body that is not JSON at all.
 
     Text that is not UTF-8 (JSON over HTTP is UTF-8; Python's reader would guess
     UTF-16 or UTF-32), an object giving one key twice (which value counts?), a
@@ -145,7 +164,7 @@ def _refuse_loose_json(body: bytes, max_depth: int) -> None:
     is not JSON at all is left to the route, which says where its parse stopped.
     """
     if not body:
-        return
+        return _NOT_PARSED
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -153,7 +172,7 @@ def _refuse_loose_json(body: bytes, max_depth: int) -> None:
     try:
         value = json.loads(text, object_pairs_hook=_no_twice)
     except json.JSONDecodeError:
-        return
+        return _NOT_PARSED
     except RecursionError:
         raise _body_problem("nested too deeply to read") from None
     except ValueError as exc:
@@ -161,6 +180,10 @@ def _refuse_loose_json(body: bytes, max_depth: int) -> None:
     limit = max_depth + _CALL_LEVELS
     if _depth(value) > limit:
         raise _body_problem(f"nested deeper than {limit} levels")
+    return value
+
+
+_NOT_PARSED = object()
 
 
 #: How many levels a call's own fields add around the JSON values it carries (a batch of
@@ -185,9 +208,12 @@ class GuardedRoute(APIRoute):
             _refuse_body(request, takes_body, limit)
             limited = Request(request.scope, _limited(request.receive, limit))
             if takes_body:
-                # Read (and kept) here, so that what JSON itself leaves open is refused
-                # before the route parses it: the route's own parse reads the same bytes.
-                _refuse_loose_json(await limited.body(), service.spec.limits.max_json_depth)
+                # Read and parsed here, so that what JSON itself leaves open is refused
+                # before the route sees it; the route then takes the value parsed here.
+                body = await limited.body()
+                value = _parsed_json(body, service.spec.limits.max_json_depth)
+                if value is not _NOT_PARSED:
+                    return await handler(_Parsed(limited, body, value))
             return await handler(limited)
 
         return guarded
