@@ -278,16 +278,7 @@ class Service:
         tracing.rename(operation)
         tracing.annotate(actor_class=caller.actor_class, workload_id=workload_id)
         authorize(self.spec, operation, caller, acting_as)
-        with self._serial:
-            self.store.writes.clear()
-            try:
-                reply = run()
-            except errors.WorkloadError as exc:
-                self._refused(exc)
-                raise
-            finally:
-                kinds = {workload_id: kind} if workload_id and kind else {}
-                self._count(self.store.writes, kinds)
+        reply = self._counted(run, {workload_id: kind} if workload_id and kind else {})
         if operation == "recover_expired" and isinstance(reply, Sequence):
             self.metrics.recoveries.inc(len(reply))
         elif operation == "enforce_deadlines" and isinstance(reply, Sequence):
@@ -316,19 +307,23 @@ class Service:
         tracing.annotate(actor_class=caller.actor_class)
         for step, acting_as in steps:
             authorize(self.spec, step, caller, acting_as)
-        with self._serial:
-            self.store.writes.clear()
-            try:
-                outcomes = run()
-            except errors.WorkloadError as exc:
-                self._refused(exc)
-                raise
-            finally:
-                self._count(self.store.writes, kinds or {})
+        outcomes = self._counted(run, kinds or {})
         for outcome in outcomes:
             if isinstance(outcome, errors.WorkloadError):
                 self._refused(outcome)
         return outcomes
+
+    def _counted(self, run: Callable[[], _T], kinds: Mapping[str, str]) -> _T:
+        """`run`, alone among the calls, with what it wrote counted (refused or not)."""
+        with self._serial:
+            self.store.writes.clear()
+            try:
+                return run()
+            except errors.WorkloadError as exc:
+                self._refused(exc)
+                raise
+            finally:
+                self._count(self.store.writes, kinds)
 
     def _refused(self, exc: errors.WorkloadError) -> None:
         if exc.code == errors.CONFLICT:
