@@ -181,7 +181,8 @@ def _parse(number: int, text: str) -> _Line:
         raise _invalid(number, f"key {key} is not the document's workload_id")
     out_of_range = _out_of_range(document)
     if out_of_range is not None:
-        raise _invalid(number, out_of_range, {"field": f"document.{out_of_range.split()[0]}"})
+        where, what = out_of_range
+        raise _invalid(number, f"{where} {what}", {"field": f"document.{where}"})
     return _Line(number, key, version, workload)
 
 
@@ -189,8 +190,9 @@ def _parse(number: int, text: str) -> _Line:
 _CALLERS_JSON = frozenset({"input", "output", "state", "evidence"})
 
 
-def _out_of_range(document: Any, path: str = "") -> str | None:
-    """The first number of `document` (outside the caller's JSON) the core cannot count with.
+def _out_of_range(document: Any, path: str = "") -> tuple[str, str] | None:
+    """The first number of `document` (outside the caller's JSON) the core cannot count
+    with: its path, and what is wrong with it.
 
     Instants, counts, versions and fencing tokens are whole numbers from 0 to
     `MAX_INSTANT` (2**53 - 1), and `priority` is within an admission's range:
@@ -203,7 +205,7 @@ def _out_of_range(document: Any, path: str = "") -> str | None:
             where = f"{path}.{name}" if path else name
             if name == "priority" and path == "":
                 if isinstance(value, int) and not -(2**31) <= value <= 2**31 - 1:
-                    return f"{where} is outside -2**31 to 2**31 - 1"
+                    return where, "is outside -2**31 to 2**31 - 1"
                 continue
             found = _out_of_range(value, where)
             if found is not None:
@@ -218,7 +220,7 @@ def _out_of_range(document: Any, path: str = "") -> str | None:
         and not isinstance(document, bool)
         and not 0 <= document <= MAX_INSTANT
     ):
-        return f"{path} is {document}, outside 0 to 2**53 - 1"
+        return path, f"is {document}, outside 0 to 2**53 - 1"
     return None
 
 
