@@ -191,15 +191,10 @@ def forget(
     `WORKLOAD_INVALID` for a connection of another kind or a bad id.
     """
     workload = as_name(workload_id, "workload_id")
-    if isinstance(conn, sqlite3.Connection):
-        ensure_fence_table(conn)
-        sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = ?"
-        return int(_tuples(conn).execute(sql, (workload,)).rowcount)
-    if isinstance(conn, psycopg.Connection):
-        ensure_fence_table(conn)
-        sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = %s"
-        return int(_tuples(conn).execute(sql, (workload,)).rowcount)
-    raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
+    ensure_fence_table(conn)  # refuses a connection of another kind
+    mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = {mark}"
+    return int(_tuples(conn).execute(sql, (workload,)).rowcount)
 
 
 def _sqlite_in_transaction(conn: sqlite3.Connection) -> bool:
