@@ -240,11 +240,8 @@ def _stops_early() -> Iterator[list[Any]]:
     comes before its loop puts in handlers of its own.
     """
     running: list[Any] = []
-    stopped = False
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopped
-        stopped = True
         for runner in running:
             runner.stop()
         if not running:
@@ -254,8 +251,7 @@ def _stops_early() -> Iterator[list[Any]]:
     try:
         yield running
     except _Stopped:
-        if not stopped:
-            raise
+        pass  # nothing was held yet: the process just ends
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
