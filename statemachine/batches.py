@@ -50,6 +50,7 @@ from workwarden.storage.base import (
     StoreConflict,
     StoredDocument,
     StoreError,
+    StoreLimited,
     StoreOutcomeUnknown,
     Write,
     WriteOutcome,
@@ -362,18 +363,35 @@ def claim_many(
         return _claim_walk(authority, seeker, probe, now, limit)
     waiting: list[StoredDocument] = []
     claims: list[ClaimReply] = []
+    full: set[str] = set()
     # A claim that times out or dead-letters its candidate writes that
-    # decision, not a claim: another round claims in its place, as
-    # `claim_next` would pass over it to the next candidate.
+    # decision, not a claim, and one refused for its concurrency key's limit
+    # or rate writes nothing: another round claims in their place, as
+    # `claim_next` would pass over them to the next candidate (and, for the
+    # rest of the call, over every candidate of a key found full).
+    unseen = True
     for _ in range(CLAIM_PAGES):
         wanted = limit - len(claims)
-        got, passed_over = _claim_round(authority, store, seeker, probe, now, wanted, waiting)
+        got, passed_over, offered = _claim_round(
+            authority, store, seeker, probe, now, wanted, waiting, full
+        )
         claims.extend(got)
-        if len(claims) >= limit or not passed_over:
+        if len(claims) >= limit:
+            unseen = False
+            break
+        if not passed_over:
+            # The store offers at most `CLAIM_PAGES` pages of `wanted` rows: a
+            # round offered that many may have left claimable work after them.
+            unseen = offered >= CLAIM_PAGES * wanted
             break
     if len(claims) < limit and waiting:
         unique = list({doc.key: doc for doc in waiting}.values())
         claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), unique))
+    if len(claims) < limit and unseen:
+        # More candidates than the rounds' pages hold were passed over (work
+        # needing a capability the worker lacks, waiting on a dependency, or
+        # of a full concurrency key): walk on past them as `claim_next` does.
+        claims.extend(_claim_walk(authority, seeker, probe, now, limit - len(claims), full))
     return claims
 
 
@@ -385,17 +403,28 @@ def _claim_round(
     now: int,
     limit: int,
     waiting: list[StoredDocument],
-) -> tuple[list[ClaimReply], int]:
-    """One `claim_batch`: the claims it made, and how many candidates it timed out instead."""
+    full: set[str],
+) -> tuple[list[ClaimReply], int, int]:
+    """One `claim_batch`: the claims it made, how many candidates it passed over instead, and
+    how many candidates the store offered.
+
+    Passed over: timed out or dead-lettered by the claim, or refused for a
+    concurrency key at its limit or out of its rate. Such a key is added to
+    `full`, and this call's later rounds skip its candidates untried.
+    """
     chosen: dict[str, Prepared] = {}
+    offered: set[str] = set()
 
     def choose(page: Sequence[StoredDocument]) -> list[Write]:
         # Called again with the same pages when the store starts over: a key
         # decided again replaces its first decision; at most `limit` writes.
         writes: list[Write] = []
+        offered.update(doc.key for doc in page)
         for doc in page:
             if len(chosen) >= limit and doc.key not in chosen:
                 break
+            if doc.index.concurrency_key is not None and doc.index.concurrency_key in full:
+                continue
             item = _decide_claim(authority, seeker, probe, now, doc, waiting)
             if item is not None:
                 chosen[doc.key] = item
@@ -411,13 +440,16 @@ def _claim_round(
         item = chosen[write.key]
         if not isinstance(outcome, int):
             authority._latest.forget(write.key)
+            if isinstance(outcome, StoreLimited) and write.index.concurrency_key is not None:
+                full.add(write.index.concurrency_key)
+                passed_over += 1
             continue
         reply = _written(authority, item, write, outcome)
         if item.decision.refusal is None and isinstance(reply, ClaimReply):
             claims.append(reply)
         else:
             passed_over += 1
-    return claims, passed_over
+    return claims, passed_over, len(offered)
 
 
 def _decide_claim(
@@ -507,9 +539,18 @@ def _try_single_claim(
 
 
 def _claim_walk(
-    authority: Authority, seeker: scheduler.Seeker, probe: ClaimCommand, now: int, limit: int
+    authority: Authority,
+    seeker: scheduler.Seeker,
+    probe: ClaimCommand,
+    now: int,
+    limit: int,
+    full: set[str] | frozenset[str] = frozenset(),
 ) -> list[ClaimReply]:
-    """`claim_many` on a store without batches: candidates walked as `claim_next` walks them."""
+    """`claim_many` on a store without batches: candidates walked as `claim_next` walks them.
+
+    A candidate of a concurrency key in `full` (found at its limit or out of
+    its rate earlier in the call) is passed over untried.
+    """
     claims: list[ClaimReply] = []
     while len(claims) < limit:
         taken = {claim.workload_id for claim in claims}
@@ -526,6 +567,8 @@ def _claim_walk(
             return [doc for doc in page if doc.key not in taken]
 
         def try_claim(doc: StoredDocument, workload: Workload) -> ClaimReply:
+            if doc.index.concurrency_key is not None and doc.index.concurrency_key in full:
+                raise errors.WorkloadError(errors.CONCURRENCY_LIMITED, "its key is full")
             claim = _try_single_claim(authority, probe, now, doc, workload)
             if claim is None:
                 raise errors.WorkloadError(errors.CONFLICT, "passed over")

@@ -39,7 +39,9 @@ from workwarden.statemachine.conformance.conform import run_conformance
 from workwarden.statemachine.conformance.runner import read_vectors, render_vectors
 from workwarden.statemachine.conformance.vectors import generate_vectors
 from workwarden.statemachine.models import ClaimReply, Fence
+from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
 from workwarden.storage import Store
+from workwarden.storage.base import CLAIM_PAGES
 
 NOW = 10_000
 LEASE = 10_000
@@ -180,6 +182,51 @@ def test_claim_many_honours_its_limit_and_refuses_a_bad_one(authority: Authority
         with pytest.raises(WorkloadError) as refused:
             authority.claim_many("t", "app", "w", CAPS, NOW + 1, LEASE, bad)  # type: ignore[arg-type]
         assert refused.value.code == errors.INVALID
+
+
+def _limited_spec() -> Any:
+    """The shipped spec with the concurrency key `reports` limited to one holder."""
+    text = shipped_spec_text()
+    table = "[concurrency]\nlimits = {}"
+    assert table in text
+    return load_spec_text(text.replace(table, "[concurrency]\nlimits = { reports = 1 }"))
+
+
+@pytest.mark.parametrize("blocked_by", ["a full concurrency key", "a capability", "a dependency"])
+@pytest.mark.parametrize("ahead", [1, CLAIM_PAGES + 2])
+def test_claim_many_passes_over_work_it_cannot_claim_to_the_work_behind_it(
+    store: Store, blocked_by: str, ahead: int
+) -> None:
+    # A batched worker asks for its free slots; work it may not take now
+    # stands first in the queue. `claim_next` passes it over, and so must
+    # `claim_many`, however many such candidates there are: else the worker
+    # idles while work it can do waits behind them.
+    authority = Authority(store, grants=VERIFIER, spec=_limited_spec())
+    blocker: dict[str, Any] = {
+        "a full concurrency key": {"concurrency_key": "reports"},
+        "a capability": {"capability_snapshot": ("email:send", "fax:send")},
+        "a dependency": {},
+    }[blocked_by]
+    if blocked_by == "a full concurrency key":
+        held = _admit(authority, "held", now=NOW - 1_000, concurrency_key="reports")
+        claimed = authority.claim_next("t", "app", "holder", CAPS, NOW, LEASE)
+        assert claimed is not None
+        assert claimed.workload_id == held
+    if blocked_by == "a dependency":
+        parent = _admit(authority, "parent", now=NOW - 1_000, not_before=NOW + 60_000)
+        blocker = {"dependencies": (Dependency(workload_id=parent),)}
+    for n in range(ahead):
+        _admit(authority, f"blocked-{n}", now=NOW - 900 + n, **blocker)
+    behind = [_admit(authority, f"free-{n}", now=NOW - 500 + n) for n in range(2)]
+
+    (claim,) = authority.claim_many("t", "app", "w", CAPS, NOW + 1, LEASE, 1)
+    assert claim.workload_id == behind[0]
+    claims = authority.claim_many("t", "app", "w", CAPS, NOW + 2, LEASE, 5)
+    assert [c.workload_id for c in claims] == [behind[1]]
+    assert authority.claim_many("t", "app", "w", CAPS, NOW + 3, LEASE, 5) == []
+    states = {w.workload_id: w.state for w in authority.list("t", "app")}
+    blocked = [key for key, state in states.items() if key not in behind and state == "READY"]
+    assert len(blocked) == ahead + (blocked_by == "a dependency"), "blocked work waits, untouched"
 
 
 def test_claim_many_dead_letters_an_exhausted_candidate_and_claims_the_next(
