@@ -372,7 +372,7 @@ def claim_many(
     unseen = True
     for _ in range(CLAIM_PAGES):
         wanted = limit - len(claims)
-        got, passed_over, offered = _claim_round(
+        got, passed_over, pages = _claim_round(
             authority, store, seeker, probe, now, wanted, waiting, full
         )
         claims.extend(got)
@@ -380,9 +380,9 @@ def claim_many(
             unseen = False
             break
         if not passed_over:
-            # The store offers at most `CLAIM_PAGES` pages of `wanted` rows: a
-            # round offered that many may have left claimable work after them.
-            unseen = offered >= CLAIM_PAGES * wanted
+            # The store offers pages until one comes back short, or
+            # `CLAIM_PAGES` of them: after that many, claimable work may remain.
+            unseen = pages >= CLAIM_PAGES
             break
     if len(claims) < limit and waiting:
         unique = list({doc.key: doc for doc in waiting}.values())
@@ -406,20 +406,21 @@ def _claim_round(
     full: set[str],
 ) -> tuple[list[ClaimReply], int, int]:
     """One `claim_batch`: the claims it made, how many candidates it passed over instead, and
-    how many candidates the store offered.
+    how many pages of candidates the store offered.
 
     Passed over: timed out or dead-lettered by the claim, or refused for a
     concurrency key at its limit or out of its rate. Such a key is added to
     `full`, and this call's later rounds skip its candidates untried.
     """
     chosen: dict[str, Prepared] = {}
-    offered: set[str] = set()
+    pages = 0
 
     def choose(page: Sequence[StoredDocument]) -> list[Write]:
         # Called again with the same pages when the store starts over: a key
         # decided again replaces its first decision; at most `limit` writes.
+        nonlocal pages
+        pages += 1
         writes: list[Write] = []
-        offered.update(doc.key for doc in page)
         for doc in page:
             if len(chosen) >= limit and doc.key not in chosen:
                 break
@@ -449,7 +450,7 @@ def _claim_round(
             claims.append(reply)
         else:
             passed_over += 1
-    return claims, passed_over, len(offered)
+    return claims, passed_over, pages
 
 
 def _decide_claim(

@@ -38,7 +38,7 @@ from workwarden.storage import (
     StoredDocument,
     StoreOutcomeUnknown,
 )
-from workwarden.storage.base import BatchStore, ChooseClaims, Write, WriteOutcome
+from workwarden.storage.base import CLAIM_PAGES, BatchStore, ChooseClaims, Write, WriteOutcome
 from workwarden.storage.forwarding import ForwardingStore
 
 T0 = 10_000
@@ -387,6 +387,30 @@ def test_a_batch_claim_never_takes_a_definition_without_a_handler() -> None:
     _drain(worker, clock)
     assert {auth.get(wid).state for wid in mine} == {"SUCCEEDED"}
     assert {auth.get(wid).state for wid in others} == {"READY"}
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_batching_worker_claims_its_work_behind_more_work_it_cannot_run_than_a_batch_pages(
+    store: Store, concurrency: int
+) -> None:
+    # Another fleet's definitions, and work needing a capability this worker
+    # lacks, stand first: more of them than one `claim_batch` offers. The
+    # worker claims past them, as it does without batching.
+    auth = authority(store)
+    ahead = CLAIM_PAGES * concurrency + 2
+    for i in range(ahead):
+        auth.admit(request(idempotency_key=f"o{i}", definition_id="archive", priority=9), T0)
+        auth.admit(
+            request(idempotency_key=f"c{i}", priority=9, capability_snapshot=("fax:send",)), T0
+        )
+    mine = _admit(auth, 3)
+    clock = ManualClock(T0)
+    worker = _worker(auth, clock, concurrency=concurrency)
+    assert worker.batches is not None
+    _drain(worker, clock)
+    assert {auth.get(wid).state for wid in mine} == {"SUCCEEDED"}
+    assert worker.counts["completed"] == 3
+    assert {w.state for w in auth.list("t", "app") if w.workload_id not in mine} == {"READY"}
 
 
 @pytest.mark.parametrize(
