@@ -209,7 +209,14 @@ def admit_many(
         commands.append((slot, command, key))
     docs: Mapping[str, StoredDocument] = {}
     if authority.remember == 0 and commands:
-        docs = _read_many(authority, [key for _, _, key in commands])
+        try:
+            docs = _read_many(authority, [key for _, _, key in commands])
+        except errors.WorkloadError as exc:
+            # The read of the batch failed: each request it was for gets that
+            # failure in its slot, as a failed write of the batch would give it.
+            for slot, _, _ in commands:
+                slots[slot] = exc
+            commands = []
     pending: list[tuple[int, Command, Prepared]] = []
     for slot, command, key in commands:
         item = authority._unconfirmed(command, now, "admit", key, docs.get(key))

@@ -111,6 +111,30 @@ def test_admit_many_answers_each_request_as_admit_would_and_leaves_the_same_stor
     assert _snapshot(store) == _snapshot(twin)
 
 
+@pytest.mark.parametrize("remember", [256, 0])
+def test_a_store_that_fails_is_each_slots_answer_never_the_batchs(
+    store: Store, remember: int
+) -> None:
+    # Whether the authority reads first (remember=0) or decides on absence,
+    # a failing store is the answer of each request that reached it; a
+    # request refused on its own keeps its own answer.
+    authority = Authority(store, grants=VERIFIER, remember=remember)
+    store.close()
+    requests: list[Any] = [
+        request(idempotency_key="a"),
+        {"tenant_id": "t"},
+        request(idempotency_key="b"),
+        request(idempotency_key="a"),
+    ]
+    answers = authority.admit_many(requests, NOW)
+    assert [a.code if isinstance(a, WorkloadError) else a for a in answers] == [
+        errors.STORAGE_FAILURE,
+        errors.INVALID,
+        errors.STORAGE_FAILURE,
+        errors.STORAGE_FAILURE,
+    ]
+
+
 def test_a_batch_that_is_not_a_list_or_too_long_is_refused_and_writes_nothing(
     authority: Authority, store: Store
 ) -> None:
