@@ -262,9 +262,12 @@ def report_many(
     inputs.check_now(now)
     batch = _batch(reports, "reports")
     slots: list[Outcome] = [None] * len(batch)
-    # Rounds: a key at most once per round, its reports in the order given.
+    # Rounds: a key at most once per round, its reports in the order given. A
+    # completion naming a result id another report of the batch named before
+    # it is decided in a later round than that one: which of them holds the
+    # id is then what the one calls, made in order, would have made it.
     rounds: list[list[tuple[int, Report]]] = []
-    depth: dict[str, int] = {}
+    depth: dict[tuple[str, str], int] = {}
     for slot, report in enumerate(batch):
         try:
             command = inputs.as_command(report)
@@ -278,9 +281,12 @@ def report_many(
                 + ", ".join(model.model_fields["op"].default for model in REPORT_COMMANDS),
             )
             continue
-        key = command.workload_id
-        level = depth.get(key, 0)
-        depth[key] = level + 1
+        keys = [("workload", command.workload_id)]
+        if isinstance(command, CompleteCommand):
+            keys.append(("result", command.result_id))
+        level = max(depth.get(key, 0) for key in keys)
+        for key in keys:
+            depth[key] = level + 1
         if level == len(rounds):
             rounds.append([])
         rounds[level].append((slot, command))

@@ -375,6 +375,47 @@ def test_report_many_answers_each_report_as_its_own_call_would(store: Store, twi
     assert _snapshot(store) == _snapshot(twin)
 
 
+@pytest.mark.parametrize("remembered", ["the first", "the second", "neither"])
+def test_a_result_id_two_completions_of_a_batch_name_goes_to_the_first_as_one_calls_give_it(
+    store: Store, twin: Store, remembered: str
+) -> None:
+    # A result id is one workload's. Named by two completions of one batch, it
+    # is the earlier slot's, as when the same reports are made one call each,
+    # whether the earlier one waits on a start before it, and whichever of the
+    # workloads the authority wrote last itself.
+    batch = Authority(store, grants=VERIFIER)
+    single = Authority(twin, grants=VERIFIER)
+    claims = _claimed(batch, 3)
+    assert [c.workload_id for c in _claimed(single, 3)] == [c.workload_id for c in claims]
+    a, b, c = claims
+    for warden in (batch, single):
+        warden.start(b.workload_id, b.fence, NOW + 2)
+        warden.start(c.workload_id, c.fence, NOW + 2)
+    # The authority decides a workload it did not write last on a fresh read.
+    forgotten = {"the first": [b], "the second": [c], "neither": [b, c]}[remembered]
+    for claim in forgotten:
+        batch._latest.forget(claim.workload_id)
+    reports: list[Any] = [
+        StartCommand(workload_id=a.workload_id, fence=a.fence),
+        CompleteCommand(workload_id=a.workload_id, fence=a.fence, result_id="shared", output=1),
+        CompleteCommand(workload_id=b.workload_id, fence=b.fence, result_id="shared", output=2),
+        CompleteCommand(workload_id=c.workload_id, fence=c.fence, result_id="r-c", output=3),
+        CompleteCommand(workload_id=c.workload_id, fence=c.fence, result_id="shared", output=3),
+    ]
+    answers = batch.report_many(reports, NOW + 10)
+    expected = [_single(lambda r=report: single.execute(r, NOW + 10)) for report in reports]
+    assert _answers(answers) == _answers(expected)
+    assert not isinstance(answers[1], WorkloadError)
+    assert isinstance(answers[2], WorkloadError)
+    assert answers[2].code == errors.RESULT_DUPLICATE
+    assert store.find_result("shared") == a.workload_id
+    # The batch commits in rounds, so the audit log holds the same records in another order.
+    docs, audit = _snapshot(store)
+    twin_docs, twin_audit = _snapshot(twin)
+    assert docs == twin_docs
+    assert sorted(audit) == sorted(twin_audit)
+
+
 def test_a_report_many_repeated_after_its_reply_was_lost_writes_nothing_more(
     authority: Authority, store: Store
 ) -> None:
