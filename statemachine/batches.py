@@ -26,6 +26,7 @@ the same batch is then safe: the replay rules answer what did commit.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -101,7 +102,9 @@ Outcome = Any
 def _batch(items: Iterable[Any], what: str) -> list[Any]:
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise errors.bad_argument(what, f"{what} must be a list")
-    batch = list(items)
+    # One item past the most a batch takes is enough to refuse it: a longer
+    # iterable (a generator that never ends) is not drawn on further.
+    batch = list(itertools.islice(items, MAX_BATCH + 1))
     if len(batch) > MAX_BATCH:
         raise errors.bad_argument(what, f"at most {MAX_BATCH} {what} per batch")
     return batch

@@ -8,6 +8,7 @@ the same calls made one at a time on a second store of the same backend.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -148,6 +149,22 @@ def test_a_batch_that_is_not_a_list_or_too_long_is_refused_and_writes_nothing(
     assert too_long.value.code == errors.INVALID
     with pytest.raises(WorkloadError):
         authority.report_many("start", NOW)  # type: ignore[arg-type]
+    assert store_snapshot(store) == before
+
+
+def test_a_batch_from_a_long_iterable_is_refused_after_one_item_too_many(
+    authority: Authority, store: Store
+) -> None:
+    # A generator may be long, or endless: the batch draws one item past the
+    # most it takes, and refuses, instead of drawing it dry first.
+    before = store_snapshot(store)
+    for call in (authority.admit_many, authority.report_many):
+        drawn = itertools.count()
+        items = ({"n": next(drawn)} for _ in range(MAX_BATCH * 50))
+        with pytest.raises(WorkloadError) as refused:
+            call(items, NOW)
+        assert refused.value.code == errors.INVALID
+        assert next(drawn) == MAX_BATCH + 1, "no more drawn than it takes to tell"
     assert store_snapshot(store) == before
 
 
