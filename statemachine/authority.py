@@ -566,8 +566,9 @@ class Authority:
         key (`replayed`), or its own refusal, given as the `WorkloadError`
         in its slot (nothing of that request is written; the others are).
         At most `batches.MAX_BATCH` (1,000) requests, taken from any iterable
-        (a list, a generator); a longer batch, or `requests` not an iterable
-        of requests (a str, a mapping), is `WORKLOAD_INVALID` and writes nothing.
+        (a list, a generator, read no further than one item past the limit);
+        a longer batch, or `requests` not an iterable of requests (a str, a
+        mapping), is `WORKLOAD_INVALID` and writes nothing.
         The same scoped key twice in one batch: the second is answered
         after the first committed, as a second `admit` call would be. On a
         store that is a `BatchStore` every admission decided on absence is
@@ -599,6 +600,10 @@ class Authority:
         transaction (`BatchStore.claim_batch`): a candidate another claimer
         holds is skipped, never claimed twice. Candidates with dependencies
         are claimed after, one call each, once their dependencies are read.
+        A candidate this worker cannot claim (its concurrency key full or out
+        of rate, a capability it lacks, a dependency unmet) is passed over
+        for the work behind it, as `claim_next` passes it over, so a short
+        batch means the scope has no more work this worker may take.
         `limit` is 1 to `batches.MAX_BATCH`.
 
         `request_id`: every claim of the batch is recorded with it; a repeat
@@ -622,7 +627,9 @@ class Authority:
         `Result`, a `StateReply`), or the `WorkloadError` it would raise, in
         order; one report's refusal never stops the others. Reports of one
         workload are decided in the order given, each after the one before
-        it committed. At most `batches.MAX_BATCH` reports.
+        it committed; a result id named by two completions goes to the
+        earlier slot, as one call at a time would give it. At most
+        `batches.MAX_BATCH` reports, read no further than one past the limit.
         """
         return batches.report_many(self, reports, now)
 
