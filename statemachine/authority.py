@@ -602,8 +602,9 @@ class Authority:
         are claimed after, one call each, once their dependencies are read.
         A candidate this worker cannot claim (its concurrency key full or out
         of rate, a capability it lacks, a dependency unmet) is passed over
-        for the work behind it, as `claim_next` passes it over, so a short
-        batch means the scope has no more work this worker may take.
+        for the work behind it, as `claim_next` passes it over: such
+        candidates never leave a batch short while work this worker may
+        take waits behind them.
         `limit` is 1 to `batches.MAX_BATCH`.
 
         `request_id`: every claim of the batch is recorded with it; a repeat
