@@ -87,6 +87,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
+#: The largest whole number a spec may give a count, a version or a duration: the
+#: largest JSON carries exactly (`models.MAX_INSTANT`). A spec's numbers reach
+#: documents, index fields and the authority's arguments, which refuse more.
+_MAX_WHOLE = 2**53 - 1
+
+
+def _whole(least: int) -> Any:
+    """A count, version or duration of the spec: at least `least`, at most `_MAX_WHOLE`."""
+    return Field(ge=least, le=_MAX_WHOLE)
+
+
 #: What a spec's name may be: not empty, no `/` or `\\`, not starting with `.` (so
 #: neither `..` nor a hidden file).
 _FILE_STEM = r"^[^./\\][^/\\]*$"
@@ -110,7 +121,7 @@ class SpecHeader(_Strict):
         str, AfterValidator(file_stem), Field(json_schema_extra={"pattern": _FILE_STEM})
     ]
     seed_version: str
-    contract_version: Annotated[int, Field(ge=1)]
+    contract_version: Annotated[int, _whole(1)]
 
 
 class StateSpec(_Strict):
@@ -193,7 +204,7 @@ class DeadlineKindSpec(_Strict):
 class DeadlinesSpec(_Strict):
     """`[deadlines]`: the contract version from which they apply, their order, the kinds."""
 
-    contract_version: Annotated[int, Field(ge=1)]
+    contract_version: Annotated[int, _whole(1)]
     order: list[str]
     kinds: dict[str, DeadlineKindSpec]
 
@@ -216,9 +227,9 @@ class SecretsSpec(_Strict):
 class LimitsSpec(_Strict):
     """`[limits]`: bounds on caller-supplied JSON and free text."""
 
-    max_json_bytes: Annotated[int, Field(ge=1)]
+    max_json_bytes: Annotated[int, _whole(1)]
     max_json_depth: Annotated[int, Field(ge=1, le=512)]
-    max_reason_chars: Annotated[int, Field(ge=1)]
+    max_reason_chars: Annotated[int, _whole(1)]
 
 
 ErrorClass = Literal["attempt_over", "conflict_retry_now", "retry_later", "fix_request", "give_up"]
@@ -271,7 +282,7 @@ class FailuresSpec(_Strict):
 class RetentionSpec(_Strict):
     """`[retention]`: how long finished work is kept, and what a purge never removes."""
 
-    after_ms: Annotated[int, Field(strict=True, ge=0)] = 30 * 24 * 3_600_000
+    after_ms: Annotated[int, Field(strict=True), _whole(0)] = 30 * 24 * 3_600_000
     keep: list[str] = Field(default_factory=lambda: ["DEAD_LETTER"])
 
     @model_validator(mode="after")
@@ -326,10 +337,10 @@ class ConcurrencySpec(_Strict):
     enforces both atomically with the claim's write.
     """
 
-    default: Annotated[int, Field(strict=True, ge=1)] | None = None
+    default: Annotated[int, Field(strict=True), _whole(1)] | None = None
     limits: dict[
         Annotated[str, Field(min_length=1, max_length=256, pattern=_KEY)],
-        Annotated[int, Field(strict=True, ge=1)],
+        Annotated[int, Field(strict=True), _whole(1)],
     ] = Field(default_factory=dict)
     default_rate: RateSpec | None = None
     rates: dict[Annotated[str, Field(min_length=1, max_length=256, pattern=_KEY)], RateSpec] = (

@@ -540,6 +540,32 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "concurrency.limits.a\tb.[key]",
         "String should match pattern",
     ),
+    # A number the spec gives reaches documents (an import refuses one above 2**53 - 1),
+    # the store's index (SQLite's integers end at 2**63 - 1) and the authority's
+    # arguments (a purge's age): each is bounded where the spec is read.
+    (
+        "a contract version no document can carry",
+        edited(
+            "at this contract version.\ncontract_version = 2",
+            "at this contract version.\ncontract_version = 9007199254740992",
+        ),
+        "spec.contract_version",
+        "less than or equal to 9007199254740991",
+    ),
+    (
+        "a retention age no purge can take",
+        edited("after_ms = 2592000000", "after_ms = 99999999999999999999"),
+        "retention.after_ms",
+        "less than or equal to 9007199254740991",
+    ),
+    (
+        "a concurrency limit no store index can hold",
+        edited(
+            "[concurrency]\nlimits = {}", "[concurrency]\nlimits = { k = 99999999999999999999 }"
+        ),
+        "concurrency.limits.k",
+        "less than or equal to 9007199254740991",
+    ),
     (
         "TOML nested deeper than the parser goes",
         "a = " + "[" * 100_000 + "]" * 100_000,
