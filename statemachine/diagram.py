@@ -29,6 +29,10 @@ never falling back to another renderer.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -758,8 +762,13 @@ def write_diagrams(
     suffixes are in `FORMATS`: `.dot`, `.svg`, `.png`, `.mmd`) and returned
     in the order of `FORMATS`. Everything is rendered before anything is
     written, so a missing `dot` (`DiagramError`) leaves the directory as it
-    was; a file that cannot be written is `DIAGRAM_WRITE_FAILED`. `view` is
-    `diagram_graph`'s.
+    was. The files are written whole or not at all: each goes to a new file
+    beside its target, and only when every one is written are they moved
+    over the targets (a symlink is followed; a file replaced keeps its mode).
+    A target that cannot be written (a directory or another non-file in the
+    way, a folder that cannot be made or written in) is `DIAGRAM_WRITE_FAILED`
+    naming it, and then no file is replaced and no folder is left made.
+    `view` is `diagram_graph`'s.
     """
     _check_view(view)
     unknown = sorted(set(formats) - set(FORMATS))
@@ -796,15 +805,53 @@ def write_diagrams(
         else:
             outputs[fmt] = render(dot, "svg" if fmt == "svg" else "png")
     directory = Path(out_dir)
-    written = []
+    files = {directory / f"{stem}{FORMATS[fmt]}": data for fmt, data in outputs.items()}
+    _write_whole(directory, files)
+    return list(files)
+
+
+def _write_failed(path: Path, reason: str) -> DiagramError:
+    return DiagramError("DIAGRAM_WRITE_FAILED", f"cannot write {path}: {reason}")
+
+
+def _write_whole(directory: Path, files: Mapping[Path, bytes]) -> None:
+    """Write every file of `files` (all in `directory`, made if absent) whole, or none of them."""
+    made: list[Path] = []
+    scratches: dict[Path, Path] = {}
+    where = directory
     try:
+        if directory.exists() and not directory.is_dir():
+            raise DiagramError(
+                "DIAGRAM_WRITE_FAILED", f"cannot write into {directory}: it is not a directory"
+            )
+        for path in files:
+            where = path
+            if path.exists() and not path.is_file():
+                kind = "a directory" if path.is_dir() else "not a regular file"
+                raise _write_failed(path, f"it is {kind}")
+        where = directory
+        made = [folder for folder in (directory, *directory.parents) if not folder.exists()]
         directory.mkdir(parents=True, exist_ok=True)
-        for fmt, data in outputs.items():
-            path = directory / f"{stem}{FORMATS[fmt]}"
-            path.write_bytes(data)
-            written.append(path)
+        for path, data in files.items():
+            where = path
+            target = Path(os.path.realpath(path))
+            # Short, so that any name a target may have leaves room for it.
+            scratch = target.parent / f".{target.name[:32]}.{secrets.token_hex(4)}"
+            # Created as `open` creates files (0666 less the umask); a replaced file's mode kept.
+            handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            scratches[target] = scratch
+            with os.fdopen(handle, "wb") as out:
+                if target.is_file():
+                    os.fchmod(out.fileno(), stat.S_IMODE(target.stat().st_mode))
+                out.write(data)
     except OSError as exc:
-        raise DiagramError(
-            "DIAGRAM_WRITE_FAILED", f"cannot write into {directory}: {exc.strerror or exc}"
-        ) from None
-    return written
+        # Nothing was replaced yet: take back the new files, then the folders made (deepest first).
+        for scratch in scratches.values():
+            with contextlib.suppress(OSError):
+                scratch.unlink()
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise _write_failed(where, exc.strerror or str(exc)) from None
+    for target, scratch in scratches.items():
+        os.replace(scratch, target)

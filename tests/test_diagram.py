@@ -251,6 +251,64 @@ def test_without_dot_rendering_fails_loudly_and_writes_nothing(
     assert [p.name for p in written] == ["workload.dot", "workload.mmd"]
 
 
+def test_a_file_that_cannot_be_written_leaves_every_file_as_it_was(tmp_path: Path) -> None:
+    # The SVG's name is taken by a folder: the DOT before it in the order is not
+    # written either, and an earlier DOT keeps its text.
+    (tmp_path / "workload.svg").mkdir()
+    (tmp_path / "workload.dot").write_text("an earlier drawing", encoding="utf-8")
+    with pytest.raises(DiagramError) as caught:
+        write_diagrams(default_spec(), tmp_path)
+    assert caught.value.code == "DIAGRAM_WRITE_FAILED"
+    assert caught.value.message == f"cannot write {tmp_path / 'workload.svg'}: it is a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["workload.dot", "workload.svg"]
+    assert (tmp_path / "workload.dot").read_text(encoding="utf-8") == "an earlier drawing"
+
+
+def test_a_name_too_long_for_a_file_leaves_no_file_and_no_folder(tmp_path: Path) -> None:
+    out = tmp_path / "made" / "here"
+    with pytest.raises(DiagramError) as caught:
+        write_diagrams(default_spec(), out, formats=["dot", "mermaid"], name="n" * 300)
+    assert caught.value.code == "DIAGRAM_WRITE_FAILED"
+    assert "File name too long" in caught.value.message
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "there").mkdir()
+    with pytest.raises(DiagramError):
+        write_diagrams(default_spec(), tmp_path / "there", formats=["dot"], name="n" * 300)
+    assert list((tmp_path / "there").iterdir()) == []
+
+
+def test_a_rewritten_diagram_keeps_the_mode_and_the_link_of_the_file_it_replaces(
+    tmp_path: Path,
+) -> None:
+    write_diagrams(default_spec(), tmp_path, formats=["dot", "mermaid"])
+    (tmp_path / "workload.dot").chmod(0o640)
+    (tmp_path / "docs.mmd").symlink_to(tmp_path / "workload.mmd")
+    (tmp_path / "workload.mmd").write_text("stale", encoding="utf-8")
+    write_diagrams(default_spec(), tmp_path, formats=["dot", "mermaid"])
+    write_diagrams(default_spec(), tmp_path, formats=["mermaid"], name="docs")
+    assert (tmp_path / "workload.dot").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "docs.mmd").is_symlink()
+    assert (tmp_path / "workload.mmd").read_text(encoding="utf-8") == diagram_mermaid(
+        default_spec()
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "docs.mmd",
+        "workload.dot",
+        "workload.mmd",
+    ]
+
+
+def test_the_command_refuses_a_file_in_the_way_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "workload.mmd").mkdir()
+    assert main(["diagram", "--out-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("DIAGRAM_WRITE_FAILED: cannot write ")
+    assert "workload.mmd: it is a directory" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["workload.mmd"]
+
+
 def test_the_command_writes_the_default_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
