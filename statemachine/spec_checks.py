@@ -236,6 +236,7 @@ class _Checker:
     def run(self) -> list[Problem]:
         self.states()
         self.transitions()
+        self.entered()
         self.operations()
         self.policies()
         self.backoff()
@@ -260,6 +261,28 @@ class _Checker:
         for name in states:
             if not _STATE_NAME.match(name):
                 self.add(f"states.{name}", "a state name is SCREAMING_SNAKE_CASE")
+
+    def entered(self) -> None:
+        """Every state but the initial one has an edge into it: no workload reaches another."""
+        states, operations = self.parts.states, self.parts.operations
+        if states is None or operations is None or not self.parts.transitions_complete:
+            return
+        if any(op is None for op in operations.values()):
+            return  # which operation admits is not known
+        admits = {
+            name for name, op in operations.items() if op is not None and op.effect == "admit"
+        }
+        entered = {edge.to for edge in self.edges.values()}
+        initial = {edge.from_state for edge in self.edges.values() if admits & set(edge.operations)}
+        if not initial:
+            return  # reported as the admitting operation's problem
+        for name in states:
+            if name not in entered and name not in initial:
+                self.add(
+                    f"states.{name}",
+                    f"no edge enters {name}, so no workload can ever be in it: add an edge into"
+                    " it, or remove the state",
+                )
 
     def transitions(self) -> None:
         first_edge: dict[tuple[str, str], int] = {}

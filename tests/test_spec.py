@@ -389,6 +389,18 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "a state name is SCREAMING_SNAKE_CASE",
     ),
     (
+        "a state no edge enters (a typo in the edge meant to reach it)",
+        with_edges(
+            '{ from = "READY", to = "PAUSD", event = "workload.paused", actors = ["operator"], '
+            'operations = ["cancel"] }',
+            '{ from = "PAUSED", to = "READY", event = "workload.resumed", actors = ["operator"], '
+            'operations = ["retry"] }',
+            text=SHIPPED + '\n[states.PAUSED]\nkind = "held"\nmeaning = "Held."\n',
+        ),
+        "states.PAUSED",
+        "no edge enters PAUSED, so no workload can ever be in it",
+    ),
+    (
         "unknown anchor",
         edited('anchor = "ready_or_eligible"', 'anchor = "enqueued"'),
         "deadlines.kinds.queue.anchor",
