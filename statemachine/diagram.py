@@ -30,6 +30,7 @@ never falling back to another renderer.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import stat
@@ -677,9 +678,11 @@ def diagram_mermaid(
     suffix = " (PARTIAL - from an incomplete check)" if partial else ""
     if operator:
         suffix = " - with the operator's pause and purge" + suffix
+    # Quoted: the front matter is YAML, where a name like `v2: draft #3` means something.
+    title = json.dumps(f"{header.name} - the legal transitions{suffix}", ensure_ascii=False)
     lines = [
         "---",
-        f"title: {header.name} - the legal transitions{suffix}",
+        f"title: {title}",
         "---",
         "stateDiagram-v2",
         f"    %% The legal transitions of the {header.name} spec (seed {header.seed_version}).",

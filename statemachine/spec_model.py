@@ -99,16 +99,18 @@ def _whole(least: int) -> Any:
 
 
 #: What a spec's name may be: not empty, no `/` or `\\`, not starting with `.` (so
-#: neither `..` nor a hidden file).
-_FILE_STEM = r"^[^./\\][^/\\]*$"
+#: neither `..` nor a hidden file), and no control character (a line break would
+#: end the comment and title lines of the DOT and Mermaid drawn from the spec).
+_FILE_STEM = r"^[^./\\\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*$"
 
 
 def file_stem(name: str) -> str:
     """`name` if it can be the stem of a file name in a folder (`_FILE_STEM`), else `ValueError`."""
-    if not re.match(_FILE_STEM, name):
+    if not re.fullmatch(_FILE_STEM, name):
         raise ValueError(
             "the name is the stem of the files made from the spec (diagrams, vectors):"
-            " give one that is not empty, holds no / or \\ and does not start with ."
+            " give one that is not empty, holds no / or \\ and does not start with .,"
+            " with no control character (a line break, a tab)"
         )
     return name
 
@@ -120,7 +122,8 @@ class SpecHeader(_Strict):
     name: Annotated[
         str, AfterValidator(file_stem), Field(json_schema_extra={"pattern": _FILE_STEM})
     ]
-    seed_version: str
+    #: Informational, and printed on one line of the diagrams' comments: no control character.
+    seed_version: Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$")]
     contract_version: Annotated[int, _whole(1)]
 
 

@@ -270,7 +270,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("diagram", "{evil}", "--out-dir", "{dir}/x/dg", code=SPEC_INVALID),
         *(
             bad("diagram", "--name", name, "--out-dir", "{dir}/x/dg", code="DIAGRAM_INPUT_INVALID")
-            for name in ("../../x", "a/b", "", ".hidden")
+            for name in ("../../x", "a/b", "", ".hidden", "two\nlines")
         ),
     ],
     "schema": [

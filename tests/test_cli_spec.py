@@ -121,7 +121,11 @@ def test_spec_validate_reports_a_wrong_type_with_its_field_path(
     assert out == (f"{path}: limits.max_json_depth: Input should be a valid integer (got '64')\n")
 
 
-@pytest.mark.parametrize("name", ["../../evil", "a/b", "a\\\\b", "", ".hidden", ".."])
+@pytest.mark.parametrize(
+    # A line break or a tab would end the comment and title lines of the DOT and Mermaid.
+    "name",
+    ["../../evil", "a/b", "a\\\\b", "", ".hidden", "..", "line\\nbreak", "tab\\there", "end\\n"],
+)
 def test_a_spec_name_that_cannot_be_a_file_name_is_refused_with_how_to_fix_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
 ) -> None:

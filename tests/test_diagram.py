@@ -215,6 +215,19 @@ def test_the_mermaid_text_starts_and_ends_at_the_pseudo_state_and_labels_every_e
     assert text == diagram_mermaid(spec)
 
 
+@pytest.mark.parametrize("name", ["v2: draft #3", 'say "hi"', "- a list?", "工作"])
+def test_the_mermaid_title_is_the_spec_name_whatever_characters_it_holds(name: str) -> None:
+    # The front matter is YAML: unquoted, `v2: draft #3` is a mapping and a comment,
+    # and Mermaid refuses the diagram. A double-quoted JSON string is the same in YAML.
+    text = SHIPPED_SPEC.read_text(encoding="utf-8")
+    spec = load_spec_text(text.replace('name = "workload"', f"name = {json.dumps(name)}", 1))
+    lines = diagram_mermaid(spec).splitlines()
+    assert lines[0] == lines[2] == "---"
+    key, value = lines[1].split(": ", 1)
+    assert key == "title"
+    assert json.loads(value) == f"{name} - the legal transitions"
+
+
 def test_the_mermaid_text_carries_the_overlays(history: list[Event]) -> None:
     text = diagram_mermaid(
         default_spec(),

@@ -401,6 +401,12 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "no edge enters PAUSED, so no workload can ever be in it",
     ),
     (
+        "a seed version over two lines (the diagrams print it on one)",
+        edited('seed_version = "0.15"', 'seed_version = "0.15\\ndraft"'),
+        "spec.seed_version",
+        "String should match pattern",
+    ),
+    (
         "unknown anchor",
         edited('anchor = "ready_or_eligible"', 'anchor = "enqueued"'),
         "deadlines.kinds.queue.anchor",

@@ -87,8 +87,8 @@ def register(subparsers: Any) -> None:
         "--name",
         metavar="NAME",
         help=(
-            "file name stem and graph name: not empty, no / or \\, not starting with ."
-            " (default: the spec's name)"
+            "file name stem and graph name: not empty, no / or \\ or control character, not"
+            " starting with . (default: the spec's name)"
         ),
     )
     parser.add_argument(
