@@ -14,15 +14,22 @@ without it).
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import psycopg
 import pytest
 
+import pg
 from pg import postgres_database
 from support import CAPS, request
 from support import authority as make_authority
@@ -32,6 +39,7 @@ from workwarden.cli import main
 from workwarden.statemachine import Workload, WorkloadError, default_spec
 from workwarden.statemachine.errors import CONFLICT, INVALID
 from workwarden.storage import AuditRecord, MemoryStore, SQLiteStore, Store
+from workwarden.storage.pgserver import PrivateServer, find_bindir
 
 WORKLOADS = 1_200
 KILL_SECONDS = 12.0
@@ -120,6 +128,157 @@ def test_the_chaos_command_refuses_a_store_that_already_holds_work(
     assert capsys.readouterr().err.startswith(
         "WORKLOAD_STORE_UNUSABLE: a chaos run needs an empty store"
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "status"),
+    [
+        (("--batched-workers", "5"), 1),
+        (("--batched-workers", "-1"), 2),
+        (("--workers", "65"), 2),
+        (("--workloads", "1000001"), 2),
+        (("--seconds", "86401"), 2),
+        (("--drain-seconds", "1e300"), 2),
+    ],
+)
+def test_the_chaos_command_refuses_a_run_it_cannot_make_before_it_creates_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: tuple[str, ...], status: int
+) -> None:
+    path = tmp_path / "never.db"
+    assert main(["chaos", "--store", str(path), "--workloads", "5", *option]) == status
+    (first, *_) = capsys.readouterr().err.splitlines()
+    assert first.startswith("WORKLOAD_INVALID: " if status == 1 else "WORKWARDEN_USAGE: "), first
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- no process outlives its run ------------------------------------------------------
+
+
+def _session(sid: int) -> list[int]:
+    """The processes of session `sid` that are still running (not zombies)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _until_gone(sid: int, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := _session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def _chaos_process(tmp_path: Path, url: str, *options: str) -> subprocess.Popen[str]:
+    """`workwarden chaos` in a session of its own, its temporary files under tmp_path/tmp."""
+    (tmp_path / "tmp").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "WORKWARDEN_STORE"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "workwarden", "chaos", "--store", url, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {"TMPDIR": str(tmp_path / "tmp")},
+        start_new_session=True,
+    )
+
+
+def _read_until(stream: IO[str] | None, text: str) -> None:
+    assert stream is not None
+    for line in stream:
+        if text in line:
+            return
+    raise AssertionError(f"the run ended before printing {text!r}")
+
+
+@pytest.fixture
+def chaos_processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """Runs started by a test; whatever is left of their sessions is killed at the end."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        for pid in _session(process.pid):
+            os.kill(pid, signal.SIGKILL)
+        process.kill()
+        process.communicate()
+
+
+@pytest.mark.parametrize(
+    ("how", "status"), [("SIGTERM", 143), ("Ctrl-C", 130), ("SIGKILL", -signal.SIGKILL)]
+)
+def test_a_chaos_run_stopped_in_its_kill_phase_leaves_no_process_running(
+    tmp_path: Path, chaos_processes: list[subprocess.Popen[str]], how: str, status: int
+) -> None:
+    url = f"sqlite://{tmp_path / 'chaos.db'}?synchronous=NORMAL"
+    run = _chaos_process(tmp_path, url, "--workloads", "2000", "--seconds", "60")
+    chaos_processes.append(run)
+    _read_until(run.stdout, "admitted")
+    time.sleep(2.0)
+    assert len(_session(run.pid)) >= 6, "the run, its workers and its sweeper"
+    if how == "Ctrl-C":
+        os.killpg(run.pid, signal.SIGINT)  # as a terminal sends it: to every process
+    else:
+        run.send_signal(getattr(signal, how))
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == status, err
+    assert "Traceback" not in err, err
+    assert _until_gone(run.pid, 15.0) == [], "processes of the run still running"
+    if how != "SIGKILL":  # a killed run cannot remove its folder
+        assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of this test's own, so stopping it disturbs no other test."""
+    bindir = find_bindir()
+    if bindir is None:
+        pg.server()  # skips, or fails under WORKWARDEN_REQUIRE_POSTGRES=1, saying why
+        raise AssertionError("unreachable")
+    server = PrivateServer(bindir, settings={"fsync": "off", "max_connections": "200"})
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("when", ["admitted", "kill phase over"])
+def test_a_chaos_run_whose_postgresql_server_goes_away_says_nothing_was_audited(
+    tmp_path: Path,
+    private_server: PrivateServer,
+    chaos_processes: list[subprocess.Popen[str]],
+    when: str,
+) -> None:
+    with psycopg.connect(private_server.dsn("postgres"), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE chaos")
+    run = _chaos_process(
+        tmp_path,
+        _url(private_server.dsn("chaos")),
+        *("--workloads", "3000", "--seconds", "2", "--drain-seconds", "60"),
+    )
+    chaos_processes.append(run)
+    _read_until(run.stdout, when)
+    # In the kill phase, or while the run drains the store it has opened again.
+    time.sleep(1.0)
+    private_server.stop()
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 1, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if not line.startswith("chaos: ")]
+    assert lines[0].startswith(
+        "WORKLOAD_STORAGE_FAILURE: the store failed while the run drained and audited it,"
+        " so nothing was audited: "
+    ), err
+    assert _until_gone(run.pid, 15.0) == [], "processes of the run still running"
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 # -- the audit is not vacuous --------------------------------------------------------

@@ -24,10 +24,18 @@ their counters and the stop flag, written without locks: a process killed
 while holding a lock would leave it held. Each completion a worker was told
 succeeded is appended to a file of its own, so the audit can check that every
 acknowledged write is in the store.
+
+No process outlives its run: however the run ends (done, refused, a store
+that fails, an exception, Ctrl-C), its processes are stopped before
+`run_chaos` returns or raises, and should the run's own process be killed
+outright, each of them sees the pipe only that process writes to close and
+stops within a few seconds. A store that fails while the run drains or audits
+it is `WORKLOAD_STORAGE_FAILURE`: nothing was audited.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import random
 import tempfile
@@ -58,23 +66,35 @@ from workwarden.statemachine import (
     RetryPolicy,
     Subject,
     Timeouts,
+    WorkloadError,
     default_spec,
     workload_id_for,
 )
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.models import DEFAULT_RETRY_ON
-from workwarden.storage import Store, open_store
+from workwarden.storage import Store, StoreError, open_store
 
 __all__ = [
+    "MAX_SECONDS",
+    "MAX_WORKERS",
+    "MAX_WORKLOADS",
     "ChaosConfig",
     "ChaosReport",
     "PlannedRun",
+    "check_config",
     "plan_workloads",
     "print_report",
     "run_chaos",
 ]
 
 KEY_ID = "chaos-key"
+
+#: The most workloads a run admits (it plans them all in memory first).
+MAX_WORKLOADS = 1_000_000
+#: The most worker processes a run starts (each a process of its own, besides the sweeper).
+MAX_WORKERS = 64
+#: The longest a run kills processes, or drains: a day (the run's grants last one).
+MAX_SECONDS = 86_400.0
 
 # The plan of an attempt, and how often each first plan is drawn. A workload
 # whose first attempt does not complete completes at its second.
@@ -247,6 +267,9 @@ class _Fleet:
         self.stop = self.context.RawValue("b", 0)
         self.generation = [0] * self.slots
         self.processes: list[BaseProcess | None] = [None] * self.slots
+        # Only this process holds the writing end: when it is gone, however it
+        # ended, the processes read the pipe as closed and stop.
+        self.alive, self._alive_writer = self.context.Pipe(duplex=False)
 
     def batched(self, slot: int) -> bool:
         """Is the worker of `slot` batched? (The last of the workers' slots are.)"""
@@ -274,6 +297,7 @@ class _Fleet:
                 self.shared,
                 self.stop,
                 self.log_dir,
+                self.alive,
             )
         else:
             target = worker_main
@@ -286,10 +310,20 @@ class _Fleet:
                 self.stop,
                 self.log_dir,
                 self.batched(slot),
+                self.alive,
             )
         process = self.context.Process(target=target, args=args, name=name, daemon=True)
         process.start()
         self.processes[slot] = process
+
+    def halt(self) -> None:
+        """Kill every process still running and close the pipe that says the run is alive."""
+        for process in self.processes:
+            if process is not None and process.exitcode is None:
+                process.kill()
+                process.join()
+        self.alive.close()
+        self._alive_writer.close()
 
     def kill(self, slot: int) -> None:
         process = self.processes[slot]
@@ -333,16 +367,29 @@ def _non_terminal(store: Store, terminal: frozenset[str]) -> int:
     return sum(1 for doc in store.scan() if doc.index.state not in terminal)
 
 
-def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
-    """Run the chaos test described by `config`; returns the report (also printed to `out`)."""
-    if config.workloads < 1 or config.workers < 1:
+def check_config(config: ChaosConfig) -> None:
+    """Refuse (`WORKLOAD_INVALID`) a run that could not be made, before anything is opened."""
+    if not 1 <= config.workloads <= MAX_WORKLOADS or not 1 <= config.workers <= MAX_WORKERS:
         raise codes.bad_argument(
-            "workloads", "a chaos run needs at least one workload and one worker"
+            "workloads",
+            f"a chaos run needs 1 to {MAX_WORKLOADS:,} workloads and 1 to {MAX_WORKERS} workers",
         )
     if not 0 <= config.batched() <= config.workers:
         raise codes.bad_argument(
             "batched_workers", f"batched_workers must be 0 to the {config.workers} workers"
         )
+    for name in ("seconds", "drain_seconds"):
+        value = getattr(config, name)
+        if not 0 < value <= MAX_SECONDS:
+            raise codes.bad_argument(name, f"{name} must be above 0 and at most {MAX_SECONDS:g}")
+
+
+def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
+    """Run the chaos test described by `config`; returns the report (also printed to `out`).
+
+    Its processes are stopped before it returns or raises, whatever happened.
+    """
+    check_config(config)
     report = ChaosReport(config=config)
     spec = default_spec()
     rng = random.Random(config.seed)
@@ -359,49 +406,79 @@ def run_chaos(config: ChaosConfig, out: TextIO | None = None) -> ChaosReport:
             _admit(store, planned, start_ms)
             report.admitted = len(planned.ids)
             report.admit_seconds = time.perf_counter() - started
+        except StoreError as exc:
+            raise WorkloadError(codes.STORAGE_FAILURE, f"the store failed: {exc}") from None
         finally:
             store.close()
         _progress(out, f"admitted {report.admitted} workloads in {report.admit_seconds:.1f} s")
 
         fleet = _Fleet(config, planned, log_dir)
-        for slot in range(fleet.slots):
-            fleet.start(slot)
-        started = time.perf_counter()
-        low, high = config.kill_every_ms
-        while time.perf_counter() - started < config.seconds:
-            time.sleep(rng.uniform(low, high) / 1000)
-            for slot in fleet.exited():
-                report.unexpected_exits += 1
-                fleet.start(slot)
-            victim = rng.randrange(fleet.slots)
-            fleet.kill(victim)
-            report.kills["sweeper" if victim == fleet.slots - 1 else "worker"] += 1
-            fleet.start(victim)
-        report.kill_seconds = time.perf_counter() - started
-        _progress(out, f"kill phase over: {sum(report.kills.values())} kills")
-
-        started = time.perf_counter()
-        store = open_store(config.url)
         try:
-            while time.perf_counter() - started < config.drain_seconds:
-                for slot in fleet.exited():
-                    report.unexpected_exits += 1
-                    fleet.start(slot)
-                if _non_terminal(store, spec.terminal_states) == 0:
-                    report.drained = True
-                    break
-                time.sleep(0.5)
-            report.drain_seconds = time.perf_counter() - started
-            fleet.stop_all(timeout_s=15.0)
-            report.counters = fleet.counters()
-            figures, violations = audit_store(store, spec, planned.ids, _acknowledgements(log_dir))
+            _kill_phase(config, fleet, rng, report)
+            _progress(out, f"kill phase over: {sum(report.kills.values())} kills")
+            _drain_and_audit(config, fleet, spec, planned, log_dir, report)
         finally:
-            store.close()
-        report.figures = figures
-        report.violations = violations + _crashes(log_dir)
+            fleet.halt()
+        report.violations += _crashes(log_dir)
     if out is not None:
         print_report(report, out)
     return report
+
+
+def _kill_phase(
+    config: ChaosConfig, fleet: _Fleet, rng: random.Random, report: ChaosReport
+) -> None:
+    for slot in range(fleet.slots):
+        fleet.start(slot)
+    started = time.perf_counter()
+    low, high = config.kill_every_ms
+    while time.perf_counter() - started < config.seconds:
+        time.sleep(rng.uniform(low, high) / 1000)
+        for slot in fleet.exited():
+            report.unexpected_exits += 1
+            fleet.start(slot)
+        victim = rng.randrange(fleet.slots)
+        fleet.kill(victim)
+        report.kills["sweeper" if victim == fleet.slots - 1 else "worker"] += 1
+        fleet.start(victim)
+    report.kill_seconds = time.perf_counter() - started
+
+
+def _drain_and_audit(
+    config: ChaosConfig,
+    fleet: _Fleet,
+    spec: Any,
+    planned: PlannedRun,
+    log_dir: str,
+    report: ChaosReport,
+) -> None:
+    """Let the processes drain the store, stop them, and audit the store."""
+    lost = "the store failed while the run drained and audited it, so nothing was audited"
+    started = time.perf_counter()
+    try:
+        store = open_store(config.url)
+    except WorkloadError as exc:
+        raise WorkloadError(exc.code, f"{lost}: {exc.message}", exc.details) from None
+    try:
+        while time.perf_counter() - started < config.drain_seconds:
+            for slot in fleet.exited():
+                report.unexpected_exits += 1
+                fleet.start(slot)
+            if _non_terminal(store, spec.terminal_states) == 0:
+                report.drained = True
+                break
+            time.sleep(0.5)
+        report.drain_seconds = time.perf_counter() - started
+        fleet.stop_all(timeout_s=15.0)
+        report.counters = fleet.counters()
+        figures, violations = audit_store(store, spec, planned.ids, _acknowledgements(log_dir))
+    except StoreError as exc:
+        raise WorkloadError(codes.STORAGE_FAILURE, f"{lost}: {exc}") from None
+    finally:
+        with contextlib.suppress(StoreError):
+            store.close()
+    report.figures = figures
+    report.violations = violations
 
 
 def _acknowledgements(log_dir: str) -> list[tuple[str, int, str]]:
@@ -453,7 +530,11 @@ def print_report(report: ChaosReport, out: TextIO) -> None:
             f" recoveries {figures.recoveries}, deadline timeouts {figures.deadline_timeouts},"
             f" completions {figures.completions}\n"
         )
-        write(f"  acknowledged {figures.acknowledged} completions, every one in the store\n")
+        missing = sum(
+            1 for v in report.violations if v.property == "acknowledged_completions_are_stored"
+        )
+        stored = "every one in the store" if not missing else f"{missing} NOT in the store"
+        write(f"  acknowledged {figures.acknowledged} completions, {stored}\n")
     counters = report.counters
     write(
         f"  batches      {counters['batch_claims']} claims by claim_many,"

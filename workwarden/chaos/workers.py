@@ -19,15 +19,24 @@ satisfy it.
 Both read the wall clock (`wall_ms`) before every call. They count what
 happens in their slot of a block of shared memory, without locks (a process
 killed while holding a lock would leave it held), and stop when the shared
-stop flag is set. Each completion a worker is told succeeded is appended, as
-one line, to a file of its own; a traceback is written beside it if the
-process dies of an exception rather than a kill.
+stop flag is set, or when the run's own process is gone (killed, even with
+SIGKILL: the pipe `alive` then reads as closed), so that no worker outlives
+its run. Each completion a worker is told succeeded is appended, as one line,
+to a file of its own; a traceback is written beside it if the process dies of
+an exception rather than a kill, and it then exits with status 1, printing
+nothing: what the processes would print (a traceback, the database driver's
+warnings) goes to a file of their own in the run's folder, never to the
+terminal of the run. Ctrl-C is the run's to handle (it stops its processes):
+they ignore SIGINT. A store that cannot be opened (a server down) is counted
+as a store failure and opened again, as a worker's call that fails is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -130,7 +139,36 @@ class _Slot:
 
 
 def _record_crash(log_dir: str, name: str) -> None:
-    Path(log_dir, f"{name}.error").write_text(traceback.format_exc(), encoding="utf-8")
+    # The run's folder is gone when the run itself is: nothing to record then.
+    with contextlib.suppress(OSError):
+        Path(log_dir, f"{name}.error").write_text(traceback.format_exc(), encoding="utf-8")
+
+
+def _quiet(log_dir: str, name: str) -> None:
+    """Leave Ctrl-C to the run, and send what this process prints to a file of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd = os.open(Path(log_dir, f"{name}.stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _stopping(stop: Any, alive: Any) -> bool:
+    """Is the run over: the stop flag set, or the run's process gone (its pipe closed)?"""
+    return bool(stop.value) or (alive is not None and alive.poll())
+
+
+def _open(url: str, slot: _Slot, stop: Any, alive: Any) -> Any:
+    """The store, opened again while it cannot be (each failure counted); None if the run
+    ends first."""
+    while not _stopping(stop, alive):
+        try:
+            return open_store(url)
+        except WorkloadError as exc:
+            if exc.code != codes.STORAGE_FAILURE:
+                raise
+            slot.add("store_failures")
+            time.sleep(0.2)
+    return None
 
 
 def _acknowledge(fd: int, claim: Claim, result_id: str) -> None:
@@ -354,21 +392,26 @@ def worker_main(
     stop: Any,
     log_dir: str,
     batched: bool = False,
+    alive: Any = None,
 ) -> None:
     """A worker process: claim, start, read, checkpoint, then follow the attempt's plan.
 
     `batched`: claim up to `BATCH_LIMIT` workloads at once (`claim_many`) and send
-    their reports together (`report_many`).
+    their reports together (`report_many`). `alive`: the read end of a pipe only
+    the run's process writes to; the worker stops when it reads as closed.
     """
     try:
+        _quiet(log_dir, name)
         slot = _Slot(shared, slot_index)
         rng = random.Random(f"{seed}/{name}")
         fd = os.open(Path(log_dir, f"{name}.acks"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        store = open_store(url)
+        store = _open(url, slot, stop, alive)
+        if store is None:
+            return
         authority = Authority(store, grants=GrantVerifier.without_signatures())
         tenants = list(TENANTS)
         calls = 0
-        while not stop.value:
+        while not _stopping(stop, alive):
             rng.shuffle(tenants)
             lease_ms = rng.choice(LEASES_MS)
             if batched:
@@ -398,9 +441,9 @@ def worker_main(
             slot.add("claims")
             _attempt(authority, claim, slot, rng, fd, lease_ms)
         store.close()
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - recorded for the audit; the run reports it
         _record_crash(log_dir, name)
-        raise
+        raise SystemExit(1) from None
 
 
 def _cancel_orphans(
@@ -428,17 +471,23 @@ def sweeper_main(
     shared: Any,
     stop: Any,
     log_dir: str,
+    alive: Any = None,
 ) -> None:
-    """The sweeper process: recover expired leases, enforce deadlines, act as the operator."""
+    """The sweeper process: recover expired leases, enforce deadlines, act as the operator.
+
+    `alive`: as `worker_main`'s."""
     try:
+        _quiet(log_dir, name)
         slot = _Slot(shared, slot_index)
-        store = open_store(url)
+        store = _open(url, slot, stop, alive)
+        if store is None:
+            return
         authority = Authority(store, grants=GrantVerifier.without_signatures())
         terminal = default_spec().terminal_states
         due = list(cancellations)
         pending = dict(dependents)
         last_orphan_pass = 0
-        while not stop.value:
+        while not _stopping(stop, alive):
             try:
                 slot.add("recoveries", len(authority.recover_expired(wall_ms())))
                 slot.add("deadline_timeouts", len(authority.enforce_deadlines(wall_ms())))
@@ -456,6 +505,6 @@ def sweeper_main(
                 slot.refused(exc)
             time.sleep(0.05)
         store.close()
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - recorded for the audit; the run reports it
         _record_crash(log_dir, name)
-        raise
+        raise SystemExit(1) from None

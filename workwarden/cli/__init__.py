@@ -18,8 +18,10 @@ The helpers below give every command the same behaviour at the edges:
 writing or creating), `read_input` and `write_output` (files, with coded
 errors and no partial output), `print_table` (a table on a terminal, plain
 aligned columns elsewhere), `instant` (milliseconds as ISO-8601 UTC beside
-the raw number) and the option types `at_least(n)`, `positive_int`, `instant_ms`,
-`port_number`, `seconds(zero=, at_most=)` and `positive_seconds`.
+the raw number), the option types `at_least(n)`, `between(least, most)`,
+`positive_int`, `instant_ms`, `port_number`, `seconds(zero=, at_most=)` and
+`positive_seconds`, and `stopped_by_sigterm()` (SIGTERM ends a command as
+Ctrl-C does: through its clean-up).
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ import json
 import math
 import os
 import secrets
+import signal
 import stat
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from workwarden import __version__
@@ -64,6 +69,7 @@ __all__ = [
     "USAGE",
     "Parser",
     "at_least",
+    "between",
     "build_parser",
     "check_output",
     "instant",
@@ -79,6 +85,7 @@ __all__ = [
     "print_table",
     "read_input",
     "seconds",
+    "stopped_by_sigterm",
     "write_output",
 ]
 
@@ -204,6 +211,19 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return whole
 
 
+def between(least: int, most: int) -> Callable[[str], int]:
+    """An option type: a whole number from `least` to `most` (else a usage error)."""
+    whole = at_least(least)
+
+    def bounded(text: str) -> int:
+        value = whole(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"{value} is more than {most:,}")
+        return value
+
+    return bounded
+
+
 def positive_int(text: str) -> int:
     """An option type: a whole number of at least 1 (else a usage error)."""
     return at_least(1)(text)
@@ -247,6 +267,27 @@ def seconds(*, zero: bool = False, at_most: float = math.inf) -> Callable[[str],
 def positive_seconds(text: str) -> float:
     """An option type: a positive, finite number of seconds (else a usage error)."""
     return seconds()(text)
+
+
+# -- signals ---------------------------------------------------------------------------
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM ends the command as Ctrl-C does, through its clean-up
+    (`finally` blocks, context managers), with status 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # -- errors ----------------------------------------------------------------------------
