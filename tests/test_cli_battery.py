@@ -206,6 +206,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("chaos", "--store", "{store}", "--workloads", "0", status=2, code=USAGE),
         bad("chaos", "--store", "{store}", "--seconds", "-1", status=2, code=USAGE),
         bad("chaos", "--store", "{store}", "--drain-seconds", "nan", status=2, code=USAGE),
+        bad("chaos", "--store", "{missing}", "--batched-workers", "9", code=INVALID),
+        bad("chaos", "--store", "{missing}", "--workers", "65", status=2, code=USAGE),
+        bad("chaos", "--store", "{missing}", "--seconds", "86401", status=2, code=USAGE),
     ],
     # -- commands whose modules are kept elsewhere: the same contract ----------------------
     "check": [
@@ -251,6 +254,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("demo", "--workloads", "5", "--out-dir", UNDER_A_FILE, code=UNWRITABLE),
         bad("demo", "--workloads", "many", status=2, code=USAGE),
         bad("demo", "--store", "{store}", "--workloads", "5", code=UNUSABLE),
+        bad("demo", "--store", "{store}", "--out-dir", "{dir}/new/deeper", code=UNUSABLE),
     ],
     "diagram": [
         bad("diagram", "{missing}", code=SPEC_INVALID),

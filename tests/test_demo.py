@@ -6,7 +6,13 @@ same code with more workloads.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,3 +92,70 @@ def test_a_demo_on_a_store_that_holds_work_is_refused_and_leaves_no_directory(
     assert list(temporary.iterdir()) == []
     assert main(["demo", "--store", "bogus://x", "--workloads", "5"]) == 1
     assert list(temporary.iterdir()) == []
+
+
+def test_a_refused_demo_leaves_none_of_the_folders_its_out_dir_would_have_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "busy.db"
+    with SQLiteStore(db) as store:
+        run_demo(store=store, seed=3, workloads=5)
+    out_dir = tmp_path / "diagrams" / "observed"
+    capsys.readouterr()  # what the first run logged
+
+    assert main(["demo", "--store", str(db), "--out-dir", str(out_dir)]) == 1
+
+    assert capsys.readouterr().err.startswith("WORKLOAD_STORE_UNUSABLE: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy.db"]
+
+
+def _demo(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "WORKWARDEN_STORE"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "workwarden", "demo", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {"TMPDIR": str(tmp_path / "tmp")},
+    )
+
+
+def _until(condition: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the demo did not get under way"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_demo_stopped_midway_leaves_no_temporary_folder(
+    tmp_path: Path, sig: signal.Signals, status: int
+) -> None:
+    (tmp_path / "tmp").mkdir()
+    demo = _demo(tmp_path, "--workloads", "3000")
+    made = tmp_path / "tmp"
+    _until(lambda: any(made.glob("*/demo.sqlite3")), 60)
+    time.sleep(0.5)
+    demo.send_signal(sig)
+    _, err = demo.communicate(timeout=60)
+    assert demo.returncode == status, err
+    assert "Traceback" not in err
+    assert list(made.iterdir()) == []
+
+
+def test_a_demo_stopped_midway_removes_the_store_it_created_and_runs_again_on_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tmp").mkdir()
+    db = tmp_path / "demo.db"
+    out_dir = tmp_path / "out"
+    demo = _demo(tmp_path, "--workloads", "3000", "--store", str(db), "--out-dir", str(out_dir))
+    _until(db.exists, 60)
+    time.sleep(0.5)
+    demo.send_signal(signal.SIGINT)
+    _, err = demo.communicate(timeout=60)
+    assert demo.returncode == 130, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+
+    assert main(["demo", "--workloads", "5", "--store", str(db), "--out-dir", str(out_dir)]) == 0
+    assert "every history valid against the spec: 5 of 5" in capsys.readouterr().out

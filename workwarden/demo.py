@@ -636,13 +636,17 @@ def main_demo(
     directory (at `synchronous=NORMAL`: it is thrown away), and the diagram is
     written beside it unless `out_dir` says where. A store that already holds
     workloads is refused (`WORKLOAD_STORE_UNUSABLE`): the demo would report
-    them as its own. A refused or stopped demo leaves no temporary directory.
+    them as its own. A refused or stopped demo leaves no temporary directory, and
+    no SQLite file it created: a demo stopped part way can be run again on the
+    same `store_url`.
     """
-    from workwarden.storage.urls import STORE_UNUSABLE, open_store
+    from workwarden.storage import SQLiteStore
+    from workwarden.storage.urls import STORE_NOT_FOUND, STORE_UNUSABLE, open_store
 
     # A temporary directory only for what needs one (the store, the diagram),
     # removed again if the demo is refused or stopped.
     directory = None
+    created: str | None = None
     if store_url is None or out_dir is None:
         directory = Path(tempfile.mkdtemp(prefix="workwarden-demo-"))
     try:
@@ -651,7 +655,14 @@ def main_demo(
             url = f"sqlite://{(directory / 'demo.sqlite3').as_posix()}?synchronous=NORMAL"
         else:
             url = store_url
-        store = open_store(url, mode="create")
+        try:
+            store = open_store(url, mode="write")
+        except WorkloadError as exc:
+            if exc.code != STORE_NOT_FOUND:
+                raise
+            store = open_store(url, mode="create")
+            if isinstance(store, SQLiteStore):
+                created = store.path
         try:
             if next(iter(store.scan()), None) is not None:
                 raise WorkloadError(
@@ -673,5 +684,8 @@ def main_demo(
     except BaseException:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
+        if created is not None:
+            for name in (created, created + "-wal", created + "-shm", created + "-journal"):
+                Path(name).unlink(missing_ok=True)
         raise
     return 1 if report.invalid_histories else 0

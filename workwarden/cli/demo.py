@@ -3,21 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
-from workwarden.cli import positive_int
+from workwarden.cli import positive_int, stopped_by_sigterm
 
 __all__ = ["register"]
 
 
+def _check_out_dir(path: str) -> None:
+    """Refuse (`WORKWARDEN_OUTPUT_UNWRITABLE`), before any work, an `--out-dir` no diagram
+    could be written into: not a folder, or in none that can be written. Nothing is
+    made: the diagram's folders are made when it is written, at the end of the run."""
+    from workwarden.cli import OUTPUT_UNWRITABLE
+    from workwarden.statemachine.errors import WorkloadError
+
+    folder = Path(os.path.abspath(path))
+    existing = next(f for f in (folder, *folder.parents) if f.exists())
+    reason = None
+    if not existing.is_dir():
+        reason = "it is a file" if existing == folder else "a part of the path is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        reason = "permission denied"
+    if reason is not None:
+        raise WorkloadError(
+            OUTPUT_UNWRITABLE,
+            f"cannot write into diagram directory {path}: {reason}",
+            {"path": path},
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
-    from workwarden.cli import output_directory
     from workwarden.demo import main_demo
 
     if args.out_dir is not None:
         # Refused before any work is admitted, not after the run.
-        output_directory(args.out_dir, "diagram directory")
-    return main_demo(args.store, args.seed, args.workloads, args.workers, args.out_dir)
+        _check_out_dir(args.out_dir)
+    with stopped_by_sigterm():
+        return main_demo(args.store, args.seed, args.workloads, args.workers, args.out_dir)
 
 
 def register(subparsers: Any) -> None:
