@@ -77,7 +77,8 @@ class Bad:
     `[`), `{fifo}` (a FIFO), `{evil}` (a spec named `../../evil`),
     `{huge}` (an export line at version 2**63 - 1), `{later}` (the store's
     own export, one workload at a later version), `{many}` (a trace whose
-    universe has `"workers": "many"`), `{empty_trace}` (a trace of no steps).
+    universe has `"workers": "many"`), `{empty_trace}` (a trace of no steps),
+    `{untakeable}` (a trace whose first step is a call by a worker that holds nothing).
     """
 
     argv: tuple[str, ...]
@@ -244,6 +245,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("replay", "{trace}"),
         bad("replay", "{deep}", code=INVALID),
         bad("replay", "{many}", code=INVALID),
+        bad("replay", "{untakeable}", code=INVALID),
         bad("replay", "{empty_trace}", "--store", "{store}", code=UNUSABLE),
         bad("replay", status=2, code=USAGE),
     ],
@@ -575,6 +577,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     many = {"universe": {"workers": "many"}, "steps": []}
     (root / "many.json").write_text(json.dumps(many), encoding="utf-8")
     (root / "empty_trace.json").write_text(json.dumps({"universe": {}, "steps": []}))
+    untakeable = {"universe": {}, "steps": [{"action": "start", "slot": 0, "worker": 0}]}
+    (root / "untakeable.json").write_text(json.dumps(untakeable), encoding="utf-8")
     (root / "empty.jsonl").write_text("", encoding="ascii")
     return {
         "root": str(root),
@@ -594,6 +598,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "later": str(root / "later.jsonl"),
         "many": str(root / "many.json"),
         "empty_trace": str(root / "empty_trace.json"),
+        "untakeable": str(root / "untakeable.json"),
         "empty_file": str(root / "empty.jsonl"),
     }
 

@@ -253,7 +253,11 @@ def replay_trace(
     model: Model | None = None,
     authority_cls: type[Authority] = Authority,
 ) -> ReplayResult:
-    """Replay `trace` (as written by `workwarden check`) on an empty `store`."""
+    """Replay `trace` (as written by `workwarden check`) on an empty `store`.
+
+    A step that cannot be taken where the steps before it leave the universe (a
+    trace edited by hand) is `WORKLOAD_INVALID` naming it, in `details["step"]`.
+    """
     universe = Universe.from_dict(trace["universe"])
     model = model or Model(spec, universe)
     replayer = _Replayer(model, store, authority_cls)
@@ -262,7 +266,18 @@ def replay_trace(
     for number, raw in enumerate(trace["steps"], start=1):
         action = _action(raw)
         before = replayer.state()
-        refusal = replayer.take(action)
+        try:
+            refusal = replayer.take(action)
+        except (AssertionError, LookupError) as exc:
+            # The authority's own failures are recorded above (`_asking`): this is the
+            # step itself, one the steps before it leave no way to take (a worker call
+            # by a worker that holds nothing, a commit with no decision held, ...).
+            raise errors.WorkloadError(
+                errors.INVALID,
+                f"step {number}: {action.label} cannot be taken where the steps before it"
+                f" leave the universe{f' ({exc})' if str(exc) else ''}",
+                {"field": "TRACE", "step": number},
+            ) from None
         after = replayer.state()
         changes = tuple(
             (slot, before.docs[slot], after.docs[slot])

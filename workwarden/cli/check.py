@@ -557,6 +557,12 @@ def _run_replay(args: argparse.Namespace) -> int:
             model=model,
             **({"authority_cls": authority_cls} if authority_cls else {}),
         )
+    except errors.WorkloadError as exc:
+        if exc.code != errors.INVALID or "step" not in (exc.details or {}):
+            raise
+        raise errors.WorkloadError(
+            exc.code, f"trace {args.trace}: {exc.message}", exc.details
+        ) from None
     finally:
         store.close()
     for step in result.steps:
