@@ -13,16 +13,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.commands import AdmitReply
 from workwarden.statemachine.draft import Draft
-from workwarden.statemachine.models import CreateWorkload, Dependency, Workload
+from workwarden.statemachine.models import CreateWorkload, Dependency, Event, Workload
 from workwarden.statemachine.safety import check_json, digest, text_digest
 from workwarden.statemachine.spec import Spec
 
-__all__ = ["admission_scope", "decide_admission", "execution_fields", "workload_id_for"]
+__all__ = [
+    "FENCING_FLOOR",
+    "admission_scope",
+    "decide_admission",
+    "execution_fields",
+    "fencing_floor",
+    "workload_id_for",
+]
 
 #: The execution fields compared on replay, in the order they are reported.
 EXECUTION_FIELDS: tuple[str, ...] = (
@@ -104,6 +112,23 @@ def execution_fields(
         "dependencies": _dependencies(dependencies),
         "not_before": not_before,
     }
+
+
+#: The admission event's evidence naming the tombstone of the key's purged
+#: namesake, when it had one: every token this workload issues is above it.
+FENCING_FLOOR = "fencing_floor"
+
+
+def fencing_floor(events: Sequence[Event]) -> int:
+    """The token a history's first claim must exceed: its admission's `fencing_floor`, or 0.
+
+    A workload admitted under a key purged before continues the purged
+    one's tokens past the purge's tombstone (a version, above every token
+    the purged workload issued, since each claim was one of its writes), so
+    that no fence of the purged workload is issued again.
+    """
+    value = events[0].evidence.get(FENCING_FLOOR) if events else None
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 def admitted_not_before(workload: Workload) -> int | None:
@@ -205,9 +230,17 @@ def _check_request(spec: Spec, request: CreateWorkload, now: int) -> str:
 
 
 def decide_admission(
-    spec: Spec, existing: Workload | None, request: CreateWorkload, now: int
+    spec: Spec,
+    existing: Workload | None,
+    request: CreateWorkload,
+    now: int,
+    tombstone: int | None = None,
 ) -> tuple[Workload | None, AdmitReply, Draft | None]:
-    """Check and admit `request`, or answer the replay of an earlier admission."""
+    """Check and admit `request`, or answer the replay of an earlier admission.
+
+    `tombstone`: the key was purged before, at that version; the new
+    workload's fencing tokens start past it (`fencing_floor`).
+    """
     canonical_input = _check_request(spec, request, now)
     workload_id = workload_id_for(request)
     if existing is not None:
@@ -242,9 +275,12 @@ def decide_admission(
         next_attempt_at=request.not_before,
         dependencies=with_required_states(spec, request.dependencies),
         concurrency_key=request.concurrency_key,
+        fencing_token=tombstone or 0,
     )
     draft = Draft(spec, created, now, "admit", adopt=True)
     evidence = {} if request.not_before is None else {"not_before": str(request.not_before)}
+    if tombstone:
+        evidence[FENCING_FLOOR] = str(tombstone)
     admit = spec.operations[draft.operation]
     # Checked at load: the admitting operation takes one edge, out of the initial state.
     edge = spec.edges_for(created.state, admit.name)[0]

@@ -96,6 +96,7 @@ from workwarden.storage.base import (
     StoreLimited,
     StoreOutcomeUnknown,
     StoreRateLimited,
+    Tombstones,
     Write,
 )
 
@@ -279,10 +280,23 @@ class Authority:
             self._check_result_owner(command, key)
         self._check_request_owner(command, key)
         doc = self._store_call(self.store.read, key)
+        if doc is None and isinstance(command, AdmitCommand):
+            # A key purged before is admitted again after its tombstone, its
+            # fencing tokens continuing past it (`decide`); the create expects it.
+            tombstone = self._tombstone(key)
+            decision = self._decide(None, command, now, tombstone)
+            return self._prepared(command, key, tombstone, decision, now, operation)
         workload = inputs.parse_stored(doc) if doc is not None else None
         decision = self._decide(workload, command, now)
         version = doc.version if doc is not None else None
         return self._prepared(command, key, version, decision, now, operation)
+
+    def _tombstone(self, key: str) -> int | None:
+        """The version the store's last purge of `key` left; None if never purged (or no purges)."""
+        if not isinstance(self.store, Tombstones):
+            return None
+        version = self._store_call(self.store.tombstone, key)
+        return None if version is None else int(version)
 
     def _check_result_owner(self, command: CompleteCommand, key: str) -> None:
         """Refuse a completion naming a result id another workload holds.
@@ -404,9 +418,11 @@ class Authority:
         fresh._private = True
         return fresh.commit()
 
-    def _decide(self, workload: Workload | None, command: Command, now: int) -> Decision:
+    def _decide(
+        self, workload: Workload | None, command: Command, now: int, tombstone: int | None = None
+    ) -> Decision:
         """The core's decision; the one place the shell calls it."""
-        return decide(self.spec, workload, command, now)
+        return decide(self.spec, workload, command, now, tombstone=tombstone)
 
     def execute(self, command: Command | Mapping[str, Any], now: int) -> Any:
         """Prepare and commit `command` in one call."""

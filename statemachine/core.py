@@ -170,8 +170,21 @@ def _gate(spec: Spec, step: Step) -> Decision | None:
     )
 
 
-def decide(spec: Spec, workload: Workload | None, command: Command, now: int) -> Decision:
+def decide(
+    spec: Spec,
+    workload: Workload | None,
+    command: Command,
+    now: int,
+    *,
+    tombstone: int | None = None,
+) -> Decision:
     """Decide `command` on the committed `workload` at `now`.
+
+    `tombstone`, for an admission of a key the store purged before: the
+    version its purge left (`Tombstones.tombstone`). The new workload's
+    fencing tokens start past it, so that a fence of the purged workload
+    is never issued again (its admission event records it as
+    `fencing_floor`).
 
     Raises `WorkloadError` for a refusal that changes nothing. Returns a
     `Decision` otherwise; its `refusal`, when set, is raised by the caller
@@ -184,7 +197,7 @@ def decide(spec: Spec, workload: Workload | None, command: Command, now: int) ->
     a later instant, decides on what was committed.) Answers that write
     nothing (replays, reads, sweeps that find nothing due) are given.
     """
-    decision = _decide(spec, workload, command, now)
+    decision = _decide(spec, workload, command, now, tombstone)
     then = operation_of(spec, command).spec.then if decision.workload is not None else None
     if then is not None and decision.refusal is None:
         decision = _then(spec, decision, now)
@@ -229,10 +242,12 @@ def _then(spec: Spec, first: Decision, now: int) -> Decision:
     )
 
 
-def _decide(spec: Spec, workload: Workload | None, command: Command, now: int) -> Decision:
+def _decide(
+    spec: Spec, workload: Workload | None, command: Command, now: int, tombstone: int | None = None
+) -> Decision:
     operation = operation_of(spec, command)
     if isinstance(command, AdmitCommand):
-        new, reply, draft = decide_admission(spec, workload, command.request, now)
+        new, reply, draft = decide_admission(spec, workload, command.request, now, tombstone)
         events = tuple(draft.events) if draft is not None else ()
         return Decision(
             operation=operation.name,

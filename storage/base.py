@@ -321,6 +321,10 @@ class Store(Protocol):
 
         Atomically appends `audit` (with `version` and `sequence` filled in).
         Returns the new version. Raises `StoreConflict` and changes nothing otherwise.
+        On a store that `Purges`, a key purged before is created again by
+        naming its tombstone as `expected_version` (None is then a conflict),
+        so that a writer that decided on "never written" cannot create it
+        unaware of its purged life (see `Purges`).
         """
         ...
 
@@ -676,7 +680,12 @@ class Purges(Protocol):
 
     A purged key's last version is kept (a tombstone), so a document created
     again under that key continues from the next version: a key's versions
-    still only grow, and a version still names one document.
+    still only grow, and a version still names one document. A write
+    creates such a key only when its `expected_version` is the tombstone's
+    version (the key absent, purged at exactly that version); a create
+    expecting None is a `StoreConflict`, as a write expecting a version the
+    key does not have is. (The authority reads the tombstone before it
+    admits such a key again, and continues its fencing tokens past it.)
     """
 
     def purgeable(

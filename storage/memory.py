@@ -153,12 +153,18 @@ class MemoryStore:
             write.audit,
         )
         current = self._docs.get(key)
+        buried = self._tombstones.get(key)
         if expected_version is None:
             if current is not None:
                 raise StoreConflict(f"{key} already exists")
-        elif current is None or current.version != expected_version:
-            found = None if current is None else current.version
-            raise StoreConflict(f"{key}: expected version {expected_version}, found {found}")
+            if buried is not None:
+                raise StoreConflict(f"{key} was purged at version {buried}; a create names it")
+        elif current is None and buried != expected_version:
+            raise StoreConflict(f"{key}: expected version {expected_version}, found none")
+        elif current is not None and current.version != expected_version:
+            raise StoreConflict(
+                f"{key}: expected version {expected_version}, found {current.version}"
+            )
         if index.result_id is not None:
             owner = self._results.get(index.result_id)
             if owner is not None and owner != key:
@@ -166,7 +172,7 @@ class MemoryStore:
         mark = self._check_limit(key, index, current, audit.at)
         if mark is not None:
             self._rate_marks[str(index.concurrency_key)] = mark
-        version = self._tombstones.get(key, 0) + 1 if current is None else current.version + 1
+        version = (buried or 0) + 1 if current is None else current.version + 1
         if current is not None and current.index.result_id not in (None, index.result_id):
             self._results.pop(current.index.result_id, None)
         if index.result_id is not None:

@@ -233,17 +233,22 @@ _AUDIT_INSERT = """
     RETURNING version, sequence
 """
 
-# A create starts at version 1, or after the tombstone of a key purged before:
-# looked up in the statement itself, so admission costs no extra round trip.
+# A create starts at version 1, and only if the key was never purged: a key
+# purged before is created again by a write expecting its tombstone's version
+# (`_UPDATE`'s `reborn`). Both looked up in the statement itself, so an
+# admission costs no extra round trip.
+# (Typed: in a SELECT, unlike VALUES, a parameter takes no type from its column.)
+_VALUES = """%(document)s::text, %(tenant)s::text, %(application)s::text, %(state)s::text,
+            %(priority)s::bigint, %(created_at)s::bigint, %(eligible_at)s::bigint,
+            %(lease_expires_at)s::bigint, %(next_deadline_at)s::bigint, %(result_id)s::text,
+            %(claim_worker)s::text, %(definition)s::text, %(concurrency_key)s::text,
+            %(concurrency_limit)s::bigint, %(rate_every_ms)s::bigint, %(rate_burst)s::bigint"""
+
 _CREATE = f"""
     WITH changed AS (
         INSERT INTO workwarden_documents ({_COLUMNS})
-        VALUES (%(key)s,
-            COALESCE((SELECT version FROM workwarden_tombstones WHERE key = %(key)s), 0) + 1,
-            %(document)s, %(tenant)s, %(application)s, %(state)s,
-            %(priority)s, %(created_at)s, %(eligible_at)s, %(lease_expires_at)s,
-            %(next_deadline_at)s, %(result_id)s, %(claim_worker)s, %(definition)s,
-            %(concurrency_key)s, %(concurrency_limit)s, %(rate_every_ms)s, %(rate_burst)s)
+        SELECT %(key)s::text, 1, {_VALUES}
+        WHERE NOT EXISTS (SELECT 1 FROM workwarden_tombstones WHERE key = %(key)s)
         ON CONFLICT (key) DO NOTHING
         RETURNING version
     )
@@ -251,7 +256,7 @@ _CREATE = f"""
 """
 
 _UPDATE = f"""
-    WITH changed AS (
+    WITH updated AS (
         UPDATE workwarden_documents SET
             version = version + 1, document = %(document)s, tenant = %(tenant)s,
             application = %(application)s, state = %(state)s, priority = %(priority)s,
@@ -263,6 +268,16 @@ _UPDATE = f"""
             rate_burst = %(rate_burst)s
         WHERE key = %(key)s AND version = %(expected)s
         RETURNING version
+    ), reborn AS (
+        -- Absent and purged at exactly the expected version: created again after it.
+        INSERT INTO workwarden_documents ({_COLUMNS})
+        SELECT %(key)s::text, t.version + 1, {_VALUES}
+        FROM workwarden_tombstones AS t
+        WHERE t.key = %(key)s::text AND t.version = %(expected)s::bigint
+        ON CONFLICT (key) DO NOTHING
+        RETURNING version
+    ), changed AS (
+        SELECT version FROM updated UNION ALL SELECT version FROM reborn
     )
     {_AUDIT_INSERT}
 """
@@ -535,13 +550,26 @@ _WRITE_MANY = f"""
             unnest(%(documents)b::text[])
         ) AS i({", ".join(name for name, _ in _BATCH_FIELDS)}, document)
     ), created AS (
+        -- A create of a key never purged; one purged before is `reborn`.
         INSERT INTO workwarden_documents ({_COLUMNS})
-        SELECT i.key, COALESCE(t.version, 0) + 1, i.document, i.tenant, i.application,
+        SELECT i.key, 1, i.document, i.tenant, i.application,
             i.state, i.priority, i.created_at, i.eligible_at, i.lease_expires_at,
             i.next_deadline_at, i.result_id, i.claim_worker, i.definition,
             i.concurrency_key, i.concurrency_limit, i.rate_every_ms, i.rate_burst
         FROM input AS i LEFT JOIN workwarden_tombstones AS t ON t.key = i.key
-        WHERE i.expected IS NULL ORDER BY i.ord
+        WHERE i.expected IS NULL AND t.key IS NULL ORDER BY i.ord
+        ON CONFLICT (key) DO NOTHING
+        RETURNING key, version
+    ), reborn AS (
+        -- Absent and purged at exactly the expected version: created again after it.
+        INSERT INTO workwarden_documents ({_COLUMNS})
+        SELECT i.key, t.version + 1, i.document, i.tenant, i.application,
+            i.state, i.priority, i.created_at, i.eligible_at, i.lease_expires_at,
+            i.next_deadline_at, i.result_id, i.claim_worker, i.definition,
+            i.concurrency_key, i.concurrency_limit, i.rate_every_ms, i.rate_burst
+        FROM input AS i JOIN workwarden_tombstones AS t
+            ON t.key = i.key AND t.version = i.expected
+        ORDER BY i.ord
         ON CONFLICT (key) DO NOTHING
         RETURNING key, version
     ), updated AS (
@@ -558,6 +586,7 @@ _WRITE_MANY = f"""
         RETURNING d.key, d.version
     ), changed AS (
         SELECT key, version FROM created UNION ALL SELECT key, version FROM updated
+        UNION ALL SELECT key, version FROM reborn
     ), audited AS (
         INSERT INTO workwarden_audit (
             transaction_id, key, version, actor, operation, tenant, application, at, digest,

@@ -16,7 +16,9 @@ several processes may construct stores on one fresh database at once):
   in force, which the claim queries leave out themselves, and each scope's
   count of pauses and resumes; `workwarden_tombstones` (`Purges`): the
   version of each purged key's purge, which a document created again under
-  the key follows (looked up by the create statement itself).
+  the key follows (looked up by the write statements themselves: a create
+  requires none, a write expecting the tombstone's version creates the key
+  again after it).
 
 Every write is one statement in autocommit mode: a data-modifying CTE that
 compare-and-swaps the document (`UPDATE ... WHERE key = ... AND version =
@@ -189,7 +191,7 @@ def _outcome(key: str, expected_version: int | None, row: TupleRow | None) -> Wr
         version: int = row[0]
         return version
     if expected_version is None:
-        return StoreConflict(f"{key} already exists")
+        return StoreConflict(f"{key} already exists or was purged")
     return StoreConflict(f"{key}: expected version {expected_version} does not hold")
 
 

@@ -13,7 +13,8 @@ compare-and-swap whose conflict undoes its own statement and nothing else.
 
 The store keeps pauses (`Pauses`: the claim query leaves paused scopes out
 itself) and purges documents (`Purges`: a purged key's version is kept as a
-tombstone, which a document created again under the key follows).
+tombstone, which a document created again under the key follows; such a
+create expects the tombstone's version).
 
 The file records its schema version (table `schema_version`) so that a later
 release can migrate it; a file from a newer release is refused, an older one
@@ -134,13 +135,13 @@ def _locked(exc: sqlite3.Error) -> bool:
     return str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
 
 
-def _first_version(conn: sqlite3.Connection, key: str) -> int:
-    """The version a create of `key` writes: 1, or its tombstone's version + 1 if it was purged.
+def _tombstone(conn: sqlite3.Connection, key: str) -> int | None:
+    """The version the last purge of `key` wrote, or None if it was never purged.
 
     Read inside the caller's write transaction, so no purge comes between.
     """
     row = conn.execute(_TOMBSTONE, {"key": key}).fetchone()
-    return 1 if row is None else int(row[0]) + 1
+    return None if row is None else int(row[0])
 
 
 def _file_name(path: object) -> str:
@@ -461,17 +462,22 @@ class SQLiteStore:
         The check is the write itself: the insert of a key that exists
         breaks the primary key, the update names the expected version in
         its `WHERE`, and a result id held by another key breaks the unique
-        index; each is a conflict. A key purged before starts again after
-        its tombstone's version.
+        index; each is a conflict. A key purged before is created again
+        only by a write expecting its tombstone's version, at the next one.
         """
         values = _document_params(key, document, index, expected_version)
         with self._transaction(f"write {key}") as conn:
             mark = _check_limit(conn, key, index, audit.at, expected_version)
             if expected_version is None:
-                values["version"] = _first_version(conn, key)
+                buried = _tombstone(conn, key)
+                if buried is not None:
+                    raise StoreConflict(f"{key} was purged at version {buried}; a create names it")
                 conn.execute(_INSERT, values)
             elif conn.execute(_UPDATE, values).rowcount != 1:
-                raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
+                if _tombstone(conn, key) != expected_version:
+                    raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
+                # Absent and purged at exactly that version: created again after it.
+                conn.execute(_INSERT, values)
             _keep_rate_mark(conn, index, mark)
             version: int = values["version"]
             conn.execute(_APPEND_AUDIT, _audit_params(audit, key, version))
@@ -567,10 +573,17 @@ class SQLiteStore:
             return limited
         try:
             if expected_version is None:
-                values["version"] = _first_version(conn, key)
+                buried = _tombstone(conn, key)
+                if buried is not None:
+                    return StoreConflict(f"{key} was purged at version {buried}; a create names it")
                 conn.execute(_INSERT, values)
             elif conn.execute(_UPDATE, values).rowcount != 1:
-                return StoreConflict(f"{key}: expected version {expected_version} does not hold")
+                if _tombstone(conn, key) != expected_version:
+                    return StoreConflict(
+                        f"{key}: expected version {expected_version} does not hold"
+                    )
+                # Absent and purged at exactly that version: created again after it.
+                conn.execute(_INSERT, values)
         except sqlite3.IntegrityError as exc:
             # The failed statement alone is undone; the transaction goes on.
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_PRIMARYKEY":

@@ -254,8 +254,8 @@ _INSERT = (
     " :next_deadline_at, :result_id, :claim_worker, :definition, :concurrency_key,"
     " :concurrency_limit, :rate_every_ms, :rate_burst)"
 )
-#: The version a purged key's next document follows (`_INSERT` of a key purged
-#: before is at this + 1), read under the write lock just before the insert.
+#: The version a purged key's next document follows (a create of a key purged
+#: before expects it and is inserted at this + 1), read under the write lock.
 _TOMBSTONE = "SELECT version FROM tombstones WHERE key = :key"
 _UPDATE = (
     "UPDATE documents SET version = :version, document = :document, tenant = :tenant,"

@@ -39,9 +39,10 @@ never offered one document), pauses (`Pauses`: kept, listed and audited,
 repeats writing nothing; `claim_candidates` and `claim_batch` leave out a
 paused tenant, application or definition until it is resumed; a resume wakes
 the work signal) and purges (`Purges`: `purgeable` paging, the purge's
-compare-and-swap and audit record, a key created again by `write` or
-`write_many` continuing after its tombstone, the result id freed; with
-`Tombstones`, the tombstone each purge leaves).
+compare-and-swap and audit record, the tombstone each purge leaves
+(`Tombstones`, required of a store that purges), a key created again by
+`write` or `write_many` only when the write names its tombstone, and then
+continuing after it, the result id freed).
 
 Every store checks concurrency limits: a write that takes a claim while the
 committed document held none is refused (`StoreLimited`, nothing written)
@@ -201,12 +202,15 @@ class _Writer:
     def put(self, key: str, index: IndexFields, document: str | None = None) -> StoredDocument:
         """Create `key` or overwrite its current version; returns what was committed."""
         current = self.store.read(key)
+        if current is not None:
+            expected: int | None = current.version
+        else:
+            # A key purged before is created again by naming its tombstone.
+            expected = self.store.tombstone(key) if isinstance(self.store, Tombstones) else None
         self._steps += 1
         audit = _audit(key, index, self._steps)
         text = document if document is not None else _text(key, self._steps)
-        version = self.store.write(
-            key, text, index, None if current is None else current.version, audit
-        )
+        version = self.store.write(key, text, index, expected, audit)
         self.committed.append(replace(audit, version=version))
         return StoredDocument(key=key, version=version, document=text, index=index)
 
@@ -1689,26 +1693,40 @@ def _a_key_created_again_after_a_purge_continues_its_versions(store: Store) -> N
     purges = _purges(store)
     if purges is None:
         return
+    _expect(
+        isinstance(store, Tombstones),
+        "a store that purges says each purged key's tombstone (`Tombstones`): a key purged"
+        " before is created again only by a write naming it",
+    )
+    assert isinstance(store, Tombstones)
     writer = _Writer(store)
-    tombstones = store if isinstance(store, Tombstones) else None
     writer.put("k", _index())
     writer.put("k", _index(state="DONE"))
-    if tombstones is not None:
-        _equal(tombstones.tombstone("k"), None, "the tombstone of a key never purged")
+    _equal(store.tombstone("k"), None, "the tombstone of a key never purged")
     _expect(purges.purge("k", 2, _purge_audit("k", 1)), "a purge of k at version 2")
-    if tombstones is not None:
-        _equal(tombstones.tombstone("k"), 3, "the tombstone of a key purged at version 2")
+    _equal(store.tombstone("k"), 3, "the tombstone of a key purged at version 2")
+    before = _snapshot(store, ["k"])
+
+    def create(expected: int | None) -> Callable[[], object]:
+        return lambda: store.write("k", "{}", _index(), expected, _audit("k", _index(), 20))
+
+    for expected in (None, 2, 4):
+        # Unaware of the purge (None), or naming a version it never had.
+        _conflicts(
+            f"a create of a purged key expecting {expected} (its tombstone is 3)", create(expected)
+        )
+    _unchanged(store, before, "creates of a purged key not naming its tombstone", ["k"])
     _equal(writer.put("k", _index(eligible_at=0)).version, 4, "a write creating a purged key")
-    if tombstones is not None:
-        _equal(tombstones.tombstone("k"), 3, "the tombstone of a purged key created again")
+    _equal(store.tombstone("k"), 3, "the tombstone of a purged key created again")
     _expect(purges.purge("k", 4, _purge_audit("k", 2)), "a purge of k at version 4")
-    if tombstones is not None:
-        _equal(tombstones.tombstone("k"), 5, "the tombstone of a key purged twice")
-        _equal(tombstones.tombstone("never"), None, "the tombstone of a key never written")
+    _equal(store.tombstone("k"), 5, "the tombstone of a key purged twice")
+    _equal(store.tombstone("never"), None, "the tombstone of a key never written")
     batch = _batch(store)
     if batch is not None:
+        unaware = batch.write_many([_write_of("k", _index(eligible_at=0), None, 29)])
+        _conflicted(unaware[0], "a batch's create of a purged key expecting None")
         writes = [
-            _write_of("k", _index(eligible_at=0), None, 30),
+            _write_of("k", _index(eligible_at=0), 5, 30),
             _write_of("fresh", _index(), None, 31),
         ]
         _equal(batch.write_many(writes), [6, 1], "a batch creating a purged key and a new one")
@@ -2289,7 +2307,7 @@ class StoreConformance:
         self._check("a_purge_is_a_compare_and_swap_with_its_audit_record")
 
     def test_a_key_created_again_after_a_purge_continues_its_versions(self) -> None:
-        """A key created again after a purge, by `write` or `write_many`, follows its tombstone."""
+        """A purged key is created again, by `write` or `write_many`, only naming its tombstone."""
         self._check("a_key_created_again_after_a_purge_continues_its_versions")
 
     def test_a_purge_frees_the_result_id(self) -> None:

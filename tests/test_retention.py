@@ -20,7 +20,9 @@ import pytest
 
 from support import CAPS, VERIFIER, request, store_snapshot
 from workwarden.cli import main
-from workwarden.statemachine import Authority, RetryPolicy, WorkloadError, errors
+from workwarden.statemachine import Authority, Fence, RetryPolicy, WorkloadError, errors
+from workwarden.statemachine.commands import AdmitCommand, AdmitReply
+from workwarden.statemachine.properties.history import validate_workload
 from workwarden.storage import SQLiteStore, Store, StoredDocument
 
 NOW = 10_000
@@ -110,6 +112,97 @@ def test_a_purged_key_admitted_again_never_reuses_a_version(
     claim = authority.claim(old, "w", CAPS, NOW + 46 * DAY, LEASE)
     authority.start(old, claim.fence, NOW + 46 * DAY)
     authority.complete(old, claim.fence, "result-again", {"ok": 2}, NOW + 46 * DAY + 1)
+
+
+def _purged_then_admitted_again(authority: Authority, worker: str) -> tuple[str, Fence]:
+    """A workload whose first claim went stale, finished by another worker, purged and
+    admitted again under its key; its id, and the first worker's stale fence."""
+    workload_id = authority.admit(request(idempotency_key="again"), NOW).workload.workload_id
+    stale = authority.claim(workload_id, worker, CAPS, NOW, LEASE).fence
+    assert authority.recover_expired(NOW + LEASE) == [workload_id]
+    claim = authority.claim(workload_id, "other", CAPS, NOW + LEASE + 1, LEASE)
+    authority.start(workload_id, claim.fence, NOW + LEASE + 1)
+    authority.complete(workload_id, claim.fence, "result-1", {"ok": 1}, NOW + LEASE + 2)
+    assert authority.purge(NOW + 45 * DAY).purged == [workload_id]
+    again = authority.admit(request(idempotency_key="again"), NOW + 46 * DAY)
+    assert again.created
+    return workload_id, stale
+
+
+@pytest.mark.parametrize("remember", [256, 0])
+def test_a_purged_key_admitted_again_never_issues_a_fence_of_its_purged_namesake(
+    store: Store, remember: int
+) -> None:
+    """A worker whose claim on the purged workload went stale cannot act on the new one.
+
+    Before, the new workload counted its tokens from 1 again, so the first
+    worker's next claim carried the very fence it held on the purged one
+    (claim ids derive from workload, token and worker): its stale handler
+    then started and completed the new work with the old work's result.
+    """
+    authority = Authority(store, grants=VERIFIER, remember=remember)
+    workload_id, stale = _purged_then_admitted_again(authority, "w1")
+    fresh = authority.claim(workload_id, "w1", CAPS, NOW + 46 * DAY + 1, LEASE)
+    assert fresh.fence.token > stale.token
+    assert fresh.fence != stale
+    for call in (
+        lambda: authority.start(workload_id, stale, NOW + 46 * DAY + 2),
+        lambda: authority.heartbeat(workload_id, stale, NOW + 46 * DAY + 2, LEASE),
+        lambda: authority.complete(workload_id, stale, "old", {"stale": 1}, NOW + 46 * DAY + 2),
+    ):
+        with pytest.raises(WorkloadError) as refused:
+            call()
+        assert refused.value.code == errors.STALE_FENCE
+    authority.start(workload_id, fresh.fence, NOW + 46 * DAY + 2)
+    done = authority.complete(workload_id, fresh.fence, "result-2", {"ok": 2}, NOW + 46 * DAY + 3)
+    assert done.output == {"ok": 2}
+    # Its history says where its tokens start, and holds as any other does.
+    workload = authority.get(workload_id)
+    assert workload.execution_history[0].evidence["fencing_floor"] == str(
+        workload.fencing_token - 1
+    )
+    assert validate_workload(authority.spec, workload) is None
+
+
+def test_an_admission_decided_unaware_of_a_purge_creates_nothing(
+    authority: Authority, store: Store
+) -> None:
+    """A create that expects "never written" of a key purged since is a conflict, not a write.
+
+    An admission decided before the key's first life and committed after its
+    purge would otherwise bring the key back with its tokens from 1.
+    """
+    held = authority.prepare(AdmitCommand(request=request(idempotency_key="again")), NOW)
+    workload_id = _finish(authority, "again", NOW)
+    assert authority.purge(NOW + 45 * DAY).purged == [workload_id]
+    before = store_snapshot(store)
+    with pytest.raises(WorkloadError) as refused:
+        held.commit()
+    assert refused.value.code == errors.CONFLICT
+    assert store_snapshot(store) == before
+    # Decided again, now knowing the purge, it is admitted past the purged tokens.
+    again = authority.admit(request(idempotency_key="again"), NOW + 46 * DAY)
+    assert again.created
+    assert again.workload.fencing_token > 1
+
+
+def test_a_purged_key_admitted_again_in_a_batch_continues_its_tokens(
+    authority: Authority, store: Store
+) -> None:
+    old = _finish(authority, "again", NOW)
+    first_token = authority.get(old).fencing_token
+    authority.purge(NOW + 45 * DAY)
+    (again, new) = authority.admit_many(
+        [request(idempotency_key="again"), request(idempotency_key="new")], NOW + 46 * DAY
+    )
+    assert isinstance(again, AdmitReply)
+    assert isinstance(new, AdmitReply)
+    assert again.created
+    assert new.created
+    assert again.workload.fencing_token > first_token
+    assert new.workload.fencing_token == 0
+    claim = authority.claim(old, "w", CAPS, NOW + 46 * DAY, LEASE)
+    assert claim.fence.token == again.workload.fencing_token + 1
 
 
 def test_the_purge_command_exports_then_deletes(

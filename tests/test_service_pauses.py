@@ -22,6 +22,7 @@ from workwarden.service.problems import status_for
 from workwarden.service.testing import RunningService, running_service
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine.errors import WorkloadError
+from workwarden.statemachine.ids import claim_id_for
 from workwarden.storage import MemoryStore
 
 NOW = 10_000
@@ -129,6 +130,24 @@ def test_a_purge_over_http_reports_a_dry_run_then_deletes_finished_work_audited(
     assert gone.value.code == "WORKLOAD_NOT_FOUND"
     assert client.get(dead).state == "DEAD_LETTER"
     assert ("purge", done, "alice") in _audit(fresh), "recorded under the token's subject"
+
+    # Admitted again over HTTP, its fencing tokens continue past the purged one's,
+    # so the first life's fence (token 1, worker w1) is stale for the new claim.
+    again = client.admit(request(idempotency_key="done"), NOW + 20)
+    assert again.created
+    assert again.workload.workload_id == done
+    assert again.workload.fencing_token > 1
+    claim = client.claim(done, "w1", CAPS, NOW + 21, LEASE)
+    assert claim.fence.token == again.workload.fencing_token + 1
+    stale = claim.fence.model_copy(update={"token": 1, "claim_id": _first_claim_id(done)})
+    with pytest.raises(WorkloadError) as refused:
+        client.start(done, stale, NOW + 22)
+    assert refused.value.code == "WORKLOAD_STALE_FENCE"
+
+
+def _first_claim_id(workload_id: str) -> str:
+    """The claim id of worker w1's claim under token 1: its fence in a workload's first life."""
+    return claim_id_for(workload_id, 1, "w1")
 
 
 def _library_script(authority: Any) -> list[Any]:

@@ -358,12 +358,41 @@ class ForgetsTombstonesWithoutSaying(ForgetsTombstones):
     tombstone = None  # type: ignore[assignment]
 
 
-def test_a_store_reusing_a_purged_keys_versions_fails_the_suite() -> None:
+class CreatesOverTombstones(MemoryStore):
+    """Broken on purpose: a create expecting "never written" of a purged key is taken.
+
+    The authority then could not tell it must continue the purged workload's
+    fencing tokens (it learns of the purge from the conflict).
+    """
+
+    def write(
+        self,
+        key: str,
+        document: str,
+        index: IndexFields,
+        expected_version: int | None,
+        audit: AuditRecord,
+    ) -> int:
+        if expected_version is None and self.read(key) is None:
+            expected_version = self.tombstone(key)
+        return super().write(key, document, index, expected_version, audit)
+
+
+def test_a_store_that_purges_but_keeps_no_tombstones_fails_the_suite() -> None:
     assert not isinstance(ForgetsTombstonesWithoutSaying(), Tombstones)
     failures = failures_of(ForgetsTombstonesWithoutSaying)
     assert set(failures) == {"a_key_created_again_after_a_purge_continues_its_versions"}
     assert (
-        "a write creating a purged key: expected 4, got 1"
+        "a store that purges says each purged key's tombstone"
+        in failures["a_key_created_again_after_a_purge_continues_its_versions"]
+    )
+
+
+def test_a_store_creating_a_purged_key_unaware_of_its_purge_fails_the_suite() -> None:
+    failures = failures_of(CreatesOverTombstones)
+    assert set(failures) == {"a_key_created_again_after_a_purge_continues_its_versions"}
+    assert (
+        "a create of a purged key expecting None (its tombstone is 3)"
         in failures["a_key_created_again_after_a_purge_continues_its_versions"]
     )
 

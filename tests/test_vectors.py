@@ -254,7 +254,18 @@ def test_a_purged_workload_reads_as_absent_and_its_key_never_reuses_a_version(
     readmitted = again.steps[5].expect.response["ok"]
     assert isinstance(readmitted, dict)
     assert readmitted["created"] is True
-    assert again.steps[-1].expect.state == "SUCCEEDED"
+    # Its tokens continue past the tombstone: the new claim issues 6, and the first
+    # life's fence (token 1, the same worker) is stale.
+    assert readmitted["workload"]["fencing_token"] == 5
+    assert readmitted["workload"]["execution_history"][0]["evidence"] == {"fencing_floor": "5"}
+    claim = again.steps[7].expect.response["ok"]
+    assert isinstance(claim, dict)
+    assert (claim["fencing_token"], claim["worker_id"]) == (6, "w1")
+    stale = again.steps[-1].expect.response["error"]
+    assert stale == {
+        "code": "WORKLOAD_STALE_FENCE",
+        "details": {"current_token": 6, "presented_token": 1},
+    }
 
 
 def test_the_vectors_exercise_request_ids_and_a_call_dated_before_the_last_change(

@@ -182,12 +182,11 @@ def forget(
 ) -> int:
     """Delete every record `guard` keeps for `workload_id` (all its resources); how many.
 
-    For work that is purged and may be admitted again under the same id: a
-    workload admitted anew starts its fencing tokens from 1 again, which the
-    records of its purged namesake (higher tokens) would refuse as stale.
-    Call it in the caller's own transaction when the workload is purged, for
-    example from `Authority.purge(export=...)`. Nothing else needs it: the
-    records of work that is never admitted again are only rows.
+    To drop the records of work that is gone, in the caller's own
+    transaction, for example from `Authority.purge(export=...)`; or after
+    restoring the authority's store from an older backup, which issues
+    tokens the records have seen. A workload purged and admitted again does
+    not need it: its tokens continue past its purged namesake's.
     `WORKLOAD_INVALID` for a connection of another kind or a bad id.
     """
     workload = as_name(workload_id, "workload_id")

@@ -55,7 +55,16 @@ class Mutant:
             return Authority
 
         class MutantAuthority(Authority):
-            def _decide(self, workload: Workload | None, command: Command, now: int) -> Decision:
+            def _decide(
+                self,
+                workload: Workload | None,
+                command: Command,
+                now: int,
+                tombstone: int | None = None,
+            ) -> Decision:
+                if tombstone is not None:
+                    # An admission of a purged key: no universe purges, no mutant changes it.
+                    return decide(self.spec, workload, command, now, tombstone=tombstone)
                 return decide_fn(self.spec, workload, command, now)
 
         return MutantAuthority

@@ -9,7 +9,8 @@ a paused scope answered with nothing (`claim_next`) or refused
 `WORKLOAD_NOT_READY` with `details.paused` (a claim by id), the same claim
 granted after the resume, in-flight work running on, a deadline falling
 while paused, and a purged workload read as absent, admitted again as new, at
-a version above every one it had.
+a version above every one it had, its fencing tokens continuing past the
+purge's tombstone so that a fence of its first life is stale.
 """
 
 from __future__ import annotations
@@ -232,8 +233,11 @@ def _retention() -> list[Scenario]:
             purge(late),
             again.admit(late + 1_000),
             again.admit(late + 1_500),
-            *_finish(again, late + 2_000),
-            ends="SUCCEEDED",
+            # Its tokens continue past the purge's tombstone, so the claim of the new
+            # life is not the first life's (token 1), whose fence is stale.
+            again.claim("w1", late + 2_000),
+            again.start("w1", 1, late + 2_100),
+            ends=errors.STALE_FENCE,
         ),
     ]
 

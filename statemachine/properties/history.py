@@ -3,8 +3,9 @@
 A history is valid when its events are numbered 1, 2, 3, ... without a gap,
 each event is a legal edge of the table taken by an actor class the edge
 allows, each event starts where the previous one ended, the claims it
-records carry strictly increasing fencing tokens, and the workload's current
-state is where the history ends.
+records carry strictly increasing fencing tokens (above the admission's
+`fencing_floor`, for a workload admitted under a key purged before), and the
+workload's current state is where the history ends.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workwarden.statemachine.admission import fencing_floor
 from workwarden.statemachine.models import Event, Workload
 from workwarden.statemachine.spec import Spec
 
@@ -32,7 +34,8 @@ class HistoryProblem:
 def validate_events(spec: Spec, events: Sequence[Event]) -> HistoryProblem | None:
     """The first problem in `events`, or None when they are a legal path of the table."""
     previous: Event | None = None
-    last_token = 0
+    # A workload admitted under a purged key starts past its namesake's tokens.
+    last_token = fencing_floor(events)
     for index, event in enumerate(events, start=1):
         if event.sequence != index:
             return HistoryProblem(event.sequence, f"expected sequence {index}")
@@ -78,7 +81,8 @@ def validate_workload(spec: Spec, workload: Workload) -> HistoryProblem | None:
         return HistoryProblem(
             history[-1].sequence, f"history ends at {history[-1].to}, workload is {workload.state}"
         )
-    if workload.fencing_token != sum(1 for e in history if e.to in spec.roles.claimed):
+    claims = sum(1 for e in history if e.to in spec.roles.claimed)
+    if workload.fencing_token != fencing_floor(history) + claims:
         return HistoryProblem(
             history[-1].sequence if history else 0, "fencing token does not count the claims"
         )

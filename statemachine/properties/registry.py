@@ -163,7 +163,8 @@ PROPERTIES: dict[str, Property] = _table(
         "the history is a path of legal edges of the table, numbered 1, 2, 3, ... without a "
         "gap, each taken by an actor class the edge allows, never going back in time, ending "
         "at the workload's state, its claims under strictly increasing fencing tokens that "
-        "the workload's fencing_token counts",
+        "the workload's fencing_token counts (from the admission's `fencing_floor`, for a "
+        "key purged before and admitted again)",
     ),
     _always(
         "no_transient_state_at_rest",

@@ -39,6 +39,7 @@ from workwarden.storage.base import (
     Purges,
     Store,
     StoredDocument,
+    Tombstones,
     Write,
     WriteOutcome,
 )
@@ -116,7 +117,11 @@ class _KeepsPauses(ForwardingStore):
 
 
 class _Purges(ForwardingStore):
-    """Forwards the `Purges` methods; mixed in only over a store that purges."""
+    """Forwards the `Purges` and `Tombstones` methods; mixed in only over a store that purges.
+
+    The authority reads a purged key's tombstone before admitting it again
+    (its fencing tokens continue past it), so the two travel together.
+    """
 
     def purgeable(
         self, states: Sequence[str], after: str | None, limit: int
@@ -127,6 +132,11 @@ class _Purges(ForwardingStore):
     def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
         """The wrapped store's `purge`."""
         return cast(Purges, self.inner).purge(key, expected_version, audit)
+
+    def tombstone(self, key: str) -> int | None:
+        """The wrapped store's `tombstone` (`Tombstones`), or None if it keeps none."""
+        inner = self.inner
+        return inner.tombstone(key) if isinstance(inner, Tombstones) else None
 
 
 # `Pauses` and `Purges` are runtime protocols, as `BatchStore` is: each wrapper

@@ -9,7 +9,6 @@ every read-decide-write race is run, without threads or sleeps.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from hypothesis import note
@@ -85,7 +84,9 @@ class HeldCallRules(WorkerRules, AdmissionRules, OperatorRules):
         )
         command = AdmitCommand(request=request)
         label = f"admit {agent}/{key}"
-        extra = ((agent, key), plan, request)
+        # The scope's tombstone as decided on: a purge since makes the commit a conflict.
+        seen = self.shadow.tombstones.get((agent, key)) if self.shadow else None
+        extra = ((agent, key), plan, request, seen)
         return self._prepare(writer, "admit", "", label, command, outcome, None, None, extra)
 
     @precondition(lambda self: self._can_hold() and bool(self._admitted))
@@ -261,14 +262,11 @@ class HeldCallRules(WorkerRules, AdmissionRules, OperatorRules):
         predicted: Outcome | None = None
         if self.shadow is not None and outcome is not None:
             moved = outcome.writes and self.shadow.version(held.key) != held.version
+            if held.op == "admit" and outcome.writes:
+                # Its scope admitted and purged since the decision: the create expects
+                # the tombstone it saw, which no longer holds (its tokens would restart).
+                moved = moved or self.shadow.tombstones.get(held.extra[0]) != held.extra[3]
             predicted = Outcome(held.key, errors.CONFLICT) if moved else outcome
-            if held.op == "admit" and predicted.after is not None:
-                # Its scope admitted and purged since the decision: the document it
-                # creates follows the purge's tombstone, whatever it was decided on.
-                version = self.shadow.tombstones.get(held.extra[0], 0) + 1
-                if predicted.after.version != version:
-                    after = dataclasses.replace(predicted.after, version=version)
-                    predicted = dataclasses.replace(predicted, after=after)
         # A commit may meet what the store checks at the write: another writer
         # first (a conflict), or its key's limit or rate reached meanwhile.
         allowed = frozenset({errors.CONFLICT}) | {
@@ -287,7 +285,7 @@ class HeldCallRules(WorkerRules, AdmissionRules, OperatorRules):
         worker = held.worker
         if held.op == "admit":
             if error is None and isinstance(reply, AdmitReply) and reply.created:
-                scope, plan, request = held.extra
+                scope, plan, request, _ = held.extra
                 return self._admitted_as(held.key, scope, plan, request, predicted)
             return multiple()
         if held.op == "claim":

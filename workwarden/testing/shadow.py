@@ -15,7 +15,7 @@ its token, its lease), the attempt budget and operator re-arms, the failure,
 recovery, deadline, operator-timeout and claim policies, the five deadlines,
 backoff, result and failure replays, cancellation, idempotent admission, and
 retention (a purged workload is gone; its scope admits afresh, at a version
-above its tombstone).
+above its tombstone, its fencing tokens continuing past it).
 It does not model dependencies or secret checks (the suite does not use them).
 
 Every prediction is pure: `ShadowModel.claim(...)` returns an `Outcome` and
@@ -222,12 +222,15 @@ class ShadowModel:
             if existing.plan.request != plan.request:
                 return Outcome(key, KEY_REUSED)
             return Outcome(key, None, None, existing.state)
+        tombstone = self.tombstones.get(scope, 0)
         after = ShadowWorkload(
             plan=plan,
             created_at=now,
             eligible_at=plan.not_before,
             ready_since=now,
-            version=self.tombstones.get(scope, 0) + 1,
+            version=tombstone + 1,
+            # A purged scope's tokens continue past its tombstone.
+            token=tombstone,
         )
         return Outcome(None, None, after, _READY, created=True)
 

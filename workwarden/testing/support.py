@@ -52,6 +52,7 @@ from workwarden.storage.base import (
     Store,
     StoreConflict,
     StoredDocument,
+    Tombstones,
     Write,
     WriteOutcome,
 )
@@ -484,7 +485,7 @@ class RecordingBatchStore(RecordingStore, ForwardingBatchStore):
 
 
 class _ScopeCalls:
-    """The scope-wide calls (`Pauses`, `Purges`) forwarded to the wrapped store.
+    """The scope-wide calls (`Pauses`, `Purges`, `Tombstones`) forwarded to the wrapped store.
 
     Mixed into a recording wrapper only over a store that keeps both, so the
     wrapper offers them exactly when the wrapped store does.
@@ -513,6 +514,11 @@ class _ScopeCalls:
         """The wrapped store's `purge` (the versions it recorded stay: they were committed)."""
         purged: bool = self.inner.purge(key, expected_version, audit)
         return purged
+
+    def tombstone(self, key: str) -> int | None:
+        """The wrapped store's `tombstone` (`Tombstones`), or None if it keeps none."""
+        inner = self.inner
+        return inner.tombstone(key) if isinstance(inner, Tombstones) else None
 
 
 class ScopedRecordingStore(_ScopeCalls, RecordingStore):
