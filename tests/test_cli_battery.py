@@ -696,6 +696,22 @@ def test_a_bad_invocation_of_the_installed_command_prints_one_coded_line(
     assert _fingerprint(files) == before
 
 
+def test_a_postgresql_server_that_cannot_be_reached_is_one_coded_line(
+    files: dict[str, str],
+) -> None:
+    """libpq's reason comes over two lines, its hint indented; the command's line stays one.
+
+    And the pool's own warnings, if it logs any while it tries, are `library_log` lines.
+    """
+    done = _run(["stats", "--store", "postgresql://postgres@127.0.0.1:1/none"], files["root"])
+    assert done.returncode == 1
+    lines = done.stderr.decode("utf-8", "replace").splitlines()
+    coded = [line for line in lines if not line.startswith("library_log ")]
+    assert len(coded) == 1, lines
+    assert coded[0].startswith("WORKLOAD_STORAGE_FAILURE: cannot open the PostgreSQL store")
+    assert "Is the server running" in coded[0]
+
+
 def test_the_battery_runs_over_a_hundred_invocations() -> None:
     # The count the project's documentation quotes (docs/cli.md).
     assert len(CASES) + len(PROCESS_CASES) >= 150

@@ -294,6 +294,9 @@ def stopped_by_sigterm() -> Iterator[None]:
 
 
 def _print_error(code: str, message: str, details: Any = None) -> None:
+    # One line, whatever a library put in the message (libpq's hints come on lines of
+    # their own, indented with a tab).
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     print(f"{code}: {message}", file=sys.stderr)
     if details:
         print(json.dumps(details, indent=2, sort_keys=True, default=str), file=sys.stderr)
@@ -316,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad is not None:
             raise _Usage("workwarden", f"argument {bad} is not UTF-8 text")
         args = build_parser().parse_args(args_list)
+        _library_logs_one_line()
         status: int = args.handler(args)
     except _Usage as exc:
         command = exc.prog
@@ -338,6 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last resort: one coded line, no traceback
         return _unexpected(exc)
     return status
+
+
+def _library_logs_one_line() -> None:
+    from workwarden.cli.worker import library_logs_one_line
+
+    library_logs_one_line()
 
 
 def _unexpected(exc: Exception) -> int:

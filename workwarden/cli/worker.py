@@ -118,6 +118,16 @@ def _configure_logging() -> None:
     runtime.handlers[:] = [handler]
     runtime.setLevel(logging.INFO)
     runtime.propagate = False
+    library_logs_one_line()
+
+
+def library_logs_one_line() -> None:
+    """Write psycopg's (and its pool's) warnings to standard error as `library_log` lines.
+
+    Every command does this first: without a handler, Python would print a
+    pool's reconnection warnings with their tracebacks, over many lines,
+    before the command's own coded line.
+    """
     library = logging.StreamHandler(sys.stderr)
     library.setFormatter(LibraryLines())
     pool = logging.getLogger("psycopg")
