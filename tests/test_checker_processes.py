@@ -119,7 +119,8 @@ def test_the_command_line_runs_helper_processes_and_says_so(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--processes", "0"], "--processes must be 1 or more"),
+        (["--processes", "0"], "--processes must be 1 to 64"),
+        (["--processes", "100000"], "--processes must be 1 to 64"),
         (["--processes", "2", "--engine", "reference"], "needs the compiled engine"),
     ],
 )

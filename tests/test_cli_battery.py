@@ -77,7 +77,8 @@ class Bad:
     `[`), `{fifo}` (a FIFO), `{evil}` (a spec named `../../evil`),
     `{huge}` (an export line at version 2**63 - 1), `{later}` (the store's
     own export, one workload at a later version), `{many}` (a trace whose
-    universe has `"workers": "many"`), `{empty_trace}` (a trace of no steps),
+    universe has `"workers": "many"`), `{legion}` (a trace whose universe has a billion
+    workers), `{empty_trace}` (a trace of no steps),
     `{untakeable}` (a trace whose first step is a call by a worker that holds nothing).
     """
 
@@ -232,8 +233,17 @@ BATTERY: dict[str, list[Bad]] = {
                 ("--crashes", "-1"),
                 ("--max-states", "0"),
                 ("--max-states", "-1"),
+                # Past what a universe can be: workers are named A to Z, and a million
+                # workloads would take hours to seed before the first state.
+                ("--workers", "27"),
+                ("--workers", "1200000"),
+                ("--workloads", "1000000"),
+                ("--rearms", "101"),
+                ("--horizon-ms", "1000001"),
             ]
         ),
+        bad("check", "--samples", "10000000000", code=INVALID),
+        bad("check", "--processes", "100000", code=INVALID),
         bad("check", "{evil}", "--json", "report.json", code=SPEC_INVALID),
     ],
     "replay": [
@@ -245,6 +255,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("replay", "{trace}"),
         bad("replay", "{deep}", code=INVALID),
         bad("replay", "{many}", code=INVALID),
+        bad("replay", "{legion}", code=INVALID),
         bad("replay", "{untakeable}", code=INVALID),
         bad("replay", "{empty_trace}", "--store", "{store}", code=UNUSABLE),
         bad("replay", status=2, code=USAGE),
@@ -576,6 +587,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (root / "later.jsonl").write_text("\n".join(later) + "\n", encoding="ascii")
     many = {"universe": {"workers": "many"}, "steps": []}
     (root / "many.json").write_text(json.dumps(many), encoding="utf-8")
+    legion = {"universe": {"workers": 10**9}, "steps": []}
+    (root / "legion.json").write_text(json.dumps(legion), encoding="utf-8")
     (root / "empty_trace.json").write_text(json.dumps({"universe": {}, "steps": []}))
     untakeable = {"universe": {}, "steps": [{"action": "start", "slot": 0, "worker": 0}]}
     (root / "untakeable.json").write_text(json.dumps(untakeable), encoding="utf-8")
@@ -597,6 +610,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "huge": str(root / "huge.jsonl"),
         "later": str(root / "later.jsonl"),
         "many": str(root / "many.json"),
+        "legion": str(root / "legion.json"),
         "empty_trace": str(root / "empty_trace.json"),
         "untakeable": str(root / "untakeable.json"),
         "empty_file": str(root / "empty.jsonl"),

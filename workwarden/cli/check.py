@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workwarden.cli import at_least, check_output, read_input, write_output
+from workwarden.cli import at_least, between, check_output, read_input, write_output
 from workwarden.statemachine import errors
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
@@ -58,15 +58,39 @@ _UNIVERSE_MINIMUM = {
     "lease_ms": 1,
     "horizon_ms": 1,
 }
+#: The most each bound may be. Workers are named A to Z; more than a few workloads, or
+#: counts and instants past these, make a universe no machine explores, and past them
+#: building the first state alone would take hours or fail.
+_UNIVERSE_MAXIMUM = {
+    "workers": 26,
+    "workloads": 26,
+    "lease_ms": 1_000_000,
+    "horizon_ms": 1_000_000,
+    "initial_delay_ms": 1_000_000,
+    "max_delay_ms": 1_000_000,
+}
+_COUNT_MAXIMUM = 100
+MAX_SAMPLES = 100_000
+"""The most random traces `--samples` replays."""
+MAX_PROCESSES = 64
+"""The most helper processes `--processes` forks."""
 _UNIVERSE_BOOLS = ("dependent", "racer", "stale_workers", "request_ids")
+
+
+def _least(name: str) -> int:
+    return _UNIVERSE_MINIMUM.get(name, 0)
+
+
+def _most(name: str) -> int:
+    return _UNIVERSE_MAXIMUM.get(name, _COUNT_MAXIMUM)
 
 
 def _universe_problem(universe: Any) -> str | None:
     """What is wrong with a universe read from a trace (None: nothing)."""
     for name in (*_UNIVERSE_INTS, "initial_delay_ms", "max_delay_ms"):
-        value, least = getattr(universe, name), _UNIVERSE_MINIMUM.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            return f"{name} must be a whole number of at least {least}, not {value!r}"
+        value, least, most = getattr(universe, name), _least(name), _most(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            return f"{name} must be a whole number from {least} to {most:,}, not {value!r}"
     for name in _UNIVERSE_BOOLS:
         if not isinstance(getattr(universe, name), bool):
             return f"{name} must be true or false"
@@ -269,9 +293,9 @@ def _run_check(args: argparse.Namespace) -> int:
             f"--{given[0]} is an option of the scheduling universe: add --scheduling",
         )
     mutant = _mutant(args.mutant)
-    if args.samples < 0:
+    if not 0 <= args.samples <= MAX_SAMPLES:
         raise errors.WorkloadError(
-            errors.INVALID, "--samples must be 0 or more", {"field": "--samples"}
+            errors.INVALID, f"--samples must be 0 to {MAX_SAMPLES:,}", {"field": "--samples"}
         )
     _check_processes(args)
     json_path = _writable_file(args.json, "--json") if args.json else None
@@ -339,9 +363,11 @@ def _check_processes(args: argparse.Namespace) -> None:
     """`--processes`: 1 or more, more only with the compiled engine, where fork is."""
     from workwarden.statemachine.check import compiled
 
-    if args.processes < 1:
+    if not 1 <= args.processes <= MAX_PROCESSES:
         raise errors.WorkloadError(
-            errors.INVALID, "--processes must be 1 or more", {"field": "--processes"}
+            errors.INVALID,
+            f"--processes must be 1 to {MAX_PROCESSES}",
+            {"field": "--processes"},
         )
     if args.processes > 1 and args.engine != "compiled":
         raise errors.WorkloadError(
@@ -598,16 +624,16 @@ def register(subparsers: Any) -> None:
         help="spec file (the same as the positional SPEC; give one or the other)",
     )
     for name in _UNIVERSE_INTS:
-        least = _UNIVERSE_MINIMUM.get(name, 0)
+        least, most = _least(name), _most(name)
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
-            type=at_least(least),
+            type=between(least, most),
             default=None,
             metavar="N",
-            help=f"{_BOUND_HELP[name]} ({least} or more)"
+            help=f"{_BOUND_HELP[name]} ({least} to {most:,})"
             if name in _BOUND_HELP
-            else f"{least} or more",
+            else f"{least} to {most:,}",
         )
     parser.add_argument(
         "--racer",
