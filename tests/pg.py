@@ -178,6 +178,22 @@ def server() -> PostgresServer:
 
 
 @contextlib.contextmanager
+def own_server() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of the caller's own, for a test that stops or restarts it
+    (the run's shared server would take every other test down with it)."""
+    bindir = find_bindir()
+    if bindir is None:
+        server()  # skips, or fails under WORKWARDEN_REQUIRE_POSTGRES=1, saying why
+        raise AssertionError("unreachable")
+    private = PrivateServer(bindir, settings={"fsync": "off", "max_connections": "200"})
+    try:
+        private.start()
+        yield private
+    finally:
+        private.stop()
+
+
+@contextlib.contextmanager
 def postgres_database(*, schema: bool = True) -> Iterator[str]:
     """The connection string of an empty database, with the store's schema unless told not."""
     running = server()

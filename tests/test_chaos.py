@@ -39,7 +39,7 @@ from workwarden.cli import main
 from workwarden.statemachine import Workload, WorkloadError, default_spec
 from workwarden.statemachine.errors import CONFLICT, INVALID
 from workwarden.storage import AuditRecord, MemoryStore, SQLiteStore, Store
-from workwarden.storage.pgserver import PrivateServer, find_bindir
+from workwarden.storage.pgserver import PrivateServer
 
 WORKLOADS = 1_200
 KILL_SECONDS = 12.0
@@ -237,16 +237,8 @@ def test_a_chaos_run_stopped_in_its_kill_phase_leaves_no_process_running(
 @pytest.fixture
 def private_server() -> Iterator[PrivateServer]:
     """A PostgreSQL server of this test's own, so stopping it disturbs no other test."""
-    bindir = find_bindir()
-    if bindir is None:
-        pg.server()  # skips, or fails under WORKWARDEN_REQUIRE_POSTGRES=1, saying why
-        raise AssertionError("unreachable")
-    server = PrivateServer(bindir, settings={"fsync": "off", "max_connections": "200"})
-    try:
-        server.start()
+    with pg.own_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.postgres

@@ -51,7 +51,7 @@ from workwarden.chaos.audit import audit_store
 from workwarden.statemachine import Authority, RetryPolicy, Workload, default_spec
 from workwarden.statemachine.models import DEFAULT_RETRY_ON
 from workwarden.storage import Store, open_store
-from workwarden.storage.pgserver import PrivateServer, find_bindir
+from workwarden.storage.pgserver import PrivateServer
 from workwarden.storage.postgres import PostgresStore
 
 THOROUGH = os.environ.get(PROFILE_ENV) == "thorough"
@@ -781,16 +781,8 @@ def test_a_second_signal_exits_at_once(tmp_path: Path, sig: int, status: int) ->
 @pytest.fixture
 def private_server() -> Iterator[PrivateServer]:
     """A PostgreSQL server of this test's own, so restarting it disturbs no other test."""
-    bindir = find_bindir()
-    if bindir is None:
-        pg.server()  # skips, or fails under WORKWARDEN_REQUIRE_POSTGRES=1, saying why
-        raise AssertionError("unreachable")
-    server = PrivateServer(bindir, settings={"fsync": "off", "max_connections": "200"})
-    try:
-        server.start()
+    with pg.own_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.postgres
