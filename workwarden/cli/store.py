@@ -25,15 +25,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any, TextIO
 
-from workwarden.cli import STORE_HELP, opened_store, output_file, read_input
+from workwarden.cli import STORE_HELP, opened_store, output_file, read_input, stopped_by_sigterm
 from workwarden.cli.progress import Progress
 from workwarden.migrate import export_lines, import_workloads
 from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
@@ -128,28 +125,12 @@ def _remove_store_file(path: str) -> None:
             os.unlink(name)
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM ends the import as Ctrl-C does: through the clean-up below (status 143).
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def _stopped_by_sigterm() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread handles signals
-        return
-    previous = signal.signal(signal.SIGTERM, _stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _import(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
     lines = read_input(args.file, "the export").splitlines()
     now = time.time_ns() // 1_000_000
-    with _stopped_by_sigterm():
+    # SIGTERM ends the import as Ctrl-C does: through the clean-up below (status 143).
+    with stopped_by_sigterm():
         store, created = _open_for_import(args.store, args.create)
         try:
             try:
