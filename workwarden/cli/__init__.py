@@ -45,6 +45,7 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from workwarden import __version__
+from workwarden.cli.logs import library_logs_one_line
 from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
 from workwarden.statemachine.models import MAX_INSTANT
 from workwarden.storage.base import Store, StoreError
@@ -319,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad is not None:
             raise _Usage("workwarden", f"argument {bad} is not UTF-8 text")
         args = build_parser().parse_args(args_list)
-        _library_logs_one_line()
+        library_logs_one_line()
         status: int = args.handler(args)
     except _Usage as exc:
         command = exc.prog
@@ -342,12 +343,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last resort: one coded line, no traceback
         return _unexpected(exc)
     return status
-
-
-def _library_logs_one_line() -> None:
-    from workwarden.cli.worker import library_logs_one_line
-
-    library_logs_one_line()
 
 
 def _unexpected(exc: Exception) -> int:

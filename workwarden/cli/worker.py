@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import logging
 import os
 import signal
@@ -40,6 +39,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from workwarden.cli import STORE_HELP, opened_store, port_number, positive_int, seconds
+from workwarden.cli.logs import library_logs_one_line
 from workwarden.runtime import App, Sweeper, Worker
 from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.runtime.reports import DEFAULT_WINDOW_MS
@@ -88,29 +88,6 @@ def _lease_ms(text: str) -> int:
     return value
 
 
-class LibraryLines(logging.Formatter):
-    """A library's log record as one `library_log` line, in the runtime's `name key=value` form.
-
-    The PostgreSQL pool logs its reconnections over several lines, with
-    tracebacks: here each is one line (`logger=psycopg.pool level=WARNING
-    message="..."`), so the process's standard error stays one event a line.
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = " | ".join(record.getMessage().split("\n"))
-        if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            message += f" ({type(exc).__name__}: {' '.join(str(exc).split())})"
-        return " ".join(
-            (
-                "library_log",
-                f"logger={record.name}",
-                f"level={record.levelname}",
-                f"message={json.dumps(message, ensure_ascii=False)}",
-            )
-        )
-
-
 def _configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -119,21 +96,6 @@ def _configure_logging() -> None:
     runtime.setLevel(logging.INFO)
     runtime.propagate = False
     library_logs_one_line()
-
-
-def library_logs_one_line() -> None:
-    """Write psycopg's (and its pool's) warnings to standard error as `library_log` lines.
-
-    Every command does this first: without a handler, Python would print a
-    pool's reconnection warnings with their tracebacks, over many lines,
-    before the command's own coded line.
-    """
-    library = logging.StreamHandler(sys.stderr)
-    library.setFormatter(LibraryLines())
-    pool = logging.getLogger("psycopg")
-    pool.handlers[:] = [library]
-    pool.setLevel(logging.WARNING)
-    pool.propagate = False
 
 
 def import_target(target: str, option: str, example: str) -> tuple[ModuleType, str]:
