@@ -422,6 +422,8 @@ class Authority:
         self, workload: Workload | None, command: Command, now: int, tombstone: int | None = None
     ) -> Decision:
         """The core's decision; the one place the shell calls it."""
+        if tombstone is None:
+            return decide(self.spec, workload, command, now)
         return decide(self.spec, workload, command, now, tombstone=tombstone)
 
     def execute(self, command: Command | Mapping[str, Any], now: int) -> Any:

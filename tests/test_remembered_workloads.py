@@ -46,11 +46,11 @@ def test_the_core_never_edits_the_workload_it_decides_on(monkeypatch: pytest.Mon
     decide = authority_module.decide
     checked = 0
 
-    def checking_decide(spec: Any, workload: Any, command: Any, now: int) -> Any:
+    def checking_decide(spec: Any, workload: Any, command: Any, now: int, **given: Any) -> Any:
         nonlocal checked
         before = None if workload is None else workload.model_dump_json(by_alias=True)
         try:
-            return decide(spec, workload, command, now)
+            return decide(spec, workload, command, now, **given)
         finally:
             after = None if workload is None else workload.model_dump_json(by_alias=True)
             assert after == before, f"deciding {command.op} edited the workload it was given"

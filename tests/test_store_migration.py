@@ -51,7 +51,7 @@ from workwarden.storage import (
     Store,
     StoreFailure,
 )
-from workwarden.storage.base import Pauses, Purges
+from workwarden.storage.base import Pauses, Purges, Tombstones
 from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.sqlite_schema import SCHEMA_VERSION
@@ -489,7 +489,12 @@ def works_after_the_upgrade(store: Store, before: list[tuple[str, int, str, Any]
     assert store.purge(done.key, done.version, audit)
     assert store.find_result("result-3") is None
     again = AuditRecord("tx-again", done.key, 0, "ops", "import", "t", "app", NOW, "digest")
-    assert store.write(done.key, done.document, done.index, None, again) == done.version + 2
+    # Created again by naming its tombstone (the purge's version), after it.
+    assert isinstance(store, Tombstones)
+    assert store.tombstone(done.key) == done.version + 1
+    assert store.write(done.key, done.document, done.index, done.version + 1, again) == (
+        done.version + 2
+    )
 
 
 def test_a_version_2_sqlite_file_is_brought_to_version_3_with_its_definitions(
