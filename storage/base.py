@@ -709,9 +709,12 @@ class Purges(Protocol):
 class Tombstones(Protocol):
     """A store that says whether a key was ever purged: the tombstone its last purge left.
 
-    The periodic scheduler asks it, so that a tick whose workload was
-    purged is not taken for one never admitted; an import asks it, so that
-    a purged workload is not written back under versions its purge used.
+    The authority asks it before admitting a purged key again: the create
+    names the tombstone as its expected version, and the new workload's
+    fencing tokens continue past it. The periodic scheduler asks it, so that
+    a tick whose workload was purged is not taken for one never admitted; an
+    import asks it, so that a purged workload is not written back under
+    versions its purge used. Required of a store that `Purges`.
     """
 
     def tombstone(self, key: str) -> int | None:
