@@ -144,6 +144,28 @@ def _tombstone(conn: sqlite3.Connection, key: str) -> int | None:
     return None if row is None else int(row[0])
 
 
+def _compare_and_swap(
+    conn: sqlite3.Connection, key: str, values: dict[str, Any], expected_version: int | None
+) -> StoreConflict | None:
+    """Write one document (`_document_params`) if `expected_version` holds; else the conflict.
+
+    None expects the key never written: not there, and never purged. A
+    version expects that document, or, for a key absent since its purge,
+    the purge's tombstone, which the key is then created again after. A key
+    that exists breaks the primary key on insert, which the caller answers.
+    """
+    if expected_version is None:
+        buried = _tombstone(conn, key)
+        if buried is not None:
+            return StoreConflict(f"{key} was purged at version {buried}; a create names it")
+        conn.execute(_INSERT, values)
+    elif conn.execute(_UPDATE, values).rowcount != 1:
+        if _tombstone(conn, key) != expected_version:
+            return StoreConflict(f"{key}: expected version {expected_version} does not hold")
+        conn.execute(_INSERT, values)
+    return None
+
+
 def _file_name(path: object) -> str:
     """`path` as the text of a file name, or `WORKLOAD_INVALID` naming `path`.
 
@@ -468,16 +490,9 @@ class SQLiteStore:
         values = _document_params(key, document, index, expected_version)
         with self._transaction(f"write {key}") as conn:
             mark = _check_limit(conn, key, index, audit.at, expected_version)
-            if expected_version is None:
-                buried = _tombstone(conn, key)
-                if buried is not None:
-                    raise StoreConflict(f"{key} was purged at version {buried}; a create names it")
-                conn.execute(_INSERT, values)
-            elif conn.execute(_UPDATE, values).rowcount != 1:
-                if _tombstone(conn, key) != expected_version:
-                    raise StoreConflict(f"{key}: expected version {expected_version} does not hold")
-                # Absent and purged at exactly that version: created again after it.
-                conn.execute(_INSERT, values)
+            conflict = _compare_and_swap(conn, key, values, expected_version)
+            if conflict is not None:
+                raise conflict
             _keep_rate_mark(conn, index, mark)
             version: int = values["version"]
             conn.execute(_APPEND_AUDIT, _audit_params(audit, key, version))
@@ -572,18 +587,9 @@ class SQLiteStore:
         except StoreLimited as limited:
             return limited
         try:
-            if expected_version is None:
-                buried = _tombstone(conn, key)
-                if buried is not None:
-                    return StoreConflict(f"{key} was purged at version {buried}; a create names it")
-                conn.execute(_INSERT, values)
-            elif conn.execute(_UPDATE, values).rowcount != 1:
-                if _tombstone(conn, key) != expected_version:
-                    return StoreConflict(
-                        f"{key}: expected version {expected_version} does not hold"
-                    )
-                # Absent and purged at exactly that version: created again after it.
-                conn.execute(_INSERT, values)
+            conflict = _compare_and_swap(conn, key, values, expected_version)
+            if conflict is not None:
+                return conflict
         except sqlite3.IntegrityError as exc:
             # The failed statement alone is undone; the transaction goes on.
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_CONSTRAINT_PRIMARYKEY":
