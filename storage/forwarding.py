@@ -11,12 +11,16 @@ whether `x` has its methods. So a wrapper must not define them unless the
 store it wraps has them too, or the authority would take the batch path into
 a store that cannot follow it. `ForwardingStore` leaves them out;
 `ForwardingBatchStore` adds them, for a wrapped store that is a
-`BatchStore`; `forwarding_store(inner)` picks the one that fits.
+`BatchStore`; `forwarding_store(inner)` picks the one that fits. The same
+holds for the optional capabilities: `ForwardingPauses` and `ForwardingPurges`
+(with `Tombstones`, which travel together) are mixins for a wrapper over a
+store that has them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 from workwarden.storage.base import (
     AuditRecord,
@@ -24,13 +28,24 @@ from workwarden.storage.base import (
     CandidateCursor,
     ChooseClaims,
     IndexFields,
+    PauseRecord,
+    Pauses,
+    PauseScope,
+    Purges,
     Store,
     StoredDocument,
+    Tombstones,
     Write,
     WriteOutcome,
 )
 
-__all__ = ["ForwardingBatchStore", "ForwardingStore", "forwarding_store"]
+__all__ = [
+    "ForwardingBatchStore",
+    "ForwardingPauses",
+    "ForwardingPurges",
+    "ForwardingStore",
+    "forwarding_store",
+]
 
 
 class ForwardingStore:
@@ -165,6 +180,41 @@ class ForwardingBatchStore(ForwardingStore):
 
     def batch_written(self, results: Sequence[tuple[Write, WriteOutcome]]) -> None:
         """Called after each batch with every write and its outcome; override to observe them."""
+
+
+class ForwardingPauses(ForwardingStore):
+    """Forwards the `Pauses` methods; mix it in only over a store that keeps pauses."""
+
+    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
+        """The wrapped store's `set_pause`."""
+        return cast(Pauses, self.inner).set_pause(scope, pause, audit)
+
+    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
+        """The wrapped store's `paused`."""
+        return cast(Pauses, self.inner).paused(tenant)
+
+
+class ForwardingPurges(ForwardingStore):
+    """Forwards the `Purges` and `Tombstones` methods; mix it in only over a store that purges.
+
+    The authority reads a purged key's tombstone before admitting it again
+    (its fencing tokens continue past it), so the two travel together.
+    """
+
+    def purgeable(
+        self, states: Sequence[str], after: str | None, limit: int
+    ) -> Sequence[StoredDocument]:
+        """The wrapped store's `purgeable`."""
+        return cast(Purges, self.inner).purgeable(states, after, limit)
+
+    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
+        """The wrapped store's `purge`."""
+        return cast(Purges, self.inner).purge(key, expected_version, audit)
+
+    def tombstone(self, key: str) -> int | None:
+        """The wrapped store's `tombstone` (`Tombstones`), or None if it keeps none."""
+        inner = self.inner
+        return inner.tombstone(key) if isinstance(inner, Tombstones) else None
 
 
 def forwarding_store(inner: Store) -> ForwardingStore:

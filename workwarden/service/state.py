@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from workwarden.service import tracing
 from workwarden.service.auth import Caller, TokenVerifier, authorize
@@ -33,17 +33,18 @@ from workwarden.storage.base import (
     AuditRecord,
     BatchStore,
     IndexFields,
-    PauseRecord,
     Pauses,
-    PauseScope,
     Purges,
     Store,
-    StoredDocument,
-    Tombstones,
     Write,
     WriteOutcome,
 )
-from workwarden.storage.forwarding import ForwardingBatchStore, ForwardingStore
+from workwarden.storage.forwarding import (
+    ForwardingBatchStore,
+    ForwardingPauses,
+    ForwardingPurges,
+    ForwardingStore,
+)
 
 __all__ = [
     "MIN_BODY_BYTES",
@@ -104,64 +105,29 @@ class ObservedBatchStore(ObservedStore, ForwardingBatchStore):
                 self.writes.append((write.audit, write.document, write.index))
 
 
-class _KeepsPauses(ForwardingStore):
-    """Forwards the `Pauses` methods; mixed in only over a store that keeps pauses."""
-
-    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
-        """The wrapped store's `set_pause`."""
-        return cast(Pauses, self.inner).set_pause(scope, pause, audit)
-
-    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
-        """The wrapped store's `paused`."""
-        return cast(Pauses, self.inner).paused(tenant)
-
-
-class _Purges(ForwardingStore):
-    """Forwards the `Purges` and `Tombstones` methods; mixed in only over a store that purges.
-
-    The authority reads a purged key's tombstone before admitting it again
-    (its fencing tokens continue past it), so the two travel together.
-    """
-
-    def purgeable(
-        self, states: Sequence[str], after: str | None, limit: int
-    ) -> Sequence[StoredDocument]:
-        """The wrapped store's `purgeable`."""
-        return cast(Purges, self.inner).purgeable(states, after, limit)
-
-    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
-        """The wrapped store's `purge`."""
-        return cast(Purges, self.inner).purge(key, expected_version, audit)
-
-    def tombstone(self, key: str) -> int | None:
-        """The wrapped store's `tombstone` (`Tombstones`), or None if it keeps none."""
-        inner = self.inner
-        return inner.tombstone(key) if isinstance(inner, Tombstones) else None
-
-
 # `Pauses` and `Purges` are runtime protocols, as `BatchStore` is: each wrapper
 # below has the methods of exactly the capabilities its wrapped store has.
-class _ObservedP(_KeepsPauses, ObservedStore):
+class _ObservedP(ForwardingPauses, ObservedStore):
     pass
 
 
-class _ObservedU(_Purges, ObservedStore):
+class _ObservedU(ForwardingPurges, ObservedStore):
     pass
 
 
-class _ObservedPU(_KeepsPauses, _Purges, ObservedStore):
+class _ObservedPU(ForwardingPauses, ForwardingPurges, ObservedStore):
     pass
 
 
-class _ObservedBP(_KeepsPauses, ObservedBatchStore):
+class _ObservedBP(ForwardingPauses, ObservedBatchStore):
     pass
 
 
-class _ObservedBU(_Purges, ObservedBatchStore):
+class _ObservedBU(ForwardingPurges, ObservedBatchStore):
     pass
 
 
-class _ObservedBPU(_KeepsPauses, _Purges, ObservedBatchStore):
+class _ObservedBPU(ForwardingPauses, ForwardingPurges, ObservedBatchStore):
     pass
 
 

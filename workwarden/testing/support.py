@@ -45,18 +45,19 @@ from workwarden.storage.base import (
     AuditRecord,
     BatchStore,
     IndexFields,
-    PauseRecord,
     Pauses,
-    PauseScope,
     Purges,
     Store,
     StoreConflict,
-    StoredDocument,
-    Tombstones,
     Write,
     WriteOutcome,
 )
-from workwarden.storage.forwarding import ForwardingBatchStore, ForwardingStore
+from workwarden.storage.forwarding import (
+    ForwardingBatchStore,
+    ForwardingPauses,
+    ForwardingPurges,
+    ForwardingStore,
+)
 from workwarden.testing.shadow import Outcome, ShadowPlan
 
 __all__ = [
@@ -484,48 +485,11 @@ class RecordingBatchStore(RecordingStore, ForwardingBatchStore):
                 self.versions[(write.key, int(outcome))] = write.document
 
 
-class _ScopeCalls:
-    """The scope-wide calls (`Pauses`, `Purges`, `Tombstones`) forwarded to the wrapped store.
-
-    Mixed into a recording wrapper only over a store that keeps both, so the
-    wrapper offers them exactly when the wrapped store does.
-    """
-
-    inner: Any
-
-    def set_pause(self, scope: PauseScope, pause: PauseRecord | None, audit: AuditRecord) -> bool:
-        """The wrapped store's `set_pause`."""
-        changed: bool = self.inner.set_pause(scope, pause, audit)
-        return changed
-
-    def paused(self, tenant: str | None = None) -> list[PauseRecord]:
-        """The wrapped store's `paused`."""
-        records: list[PauseRecord] = self.inner.paused(tenant)
-        return records
-
-    def purgeable(
-        self, states: Sequence[str], after: str | None, limit: int
-    ) -> Sequence[StoredDocument]:
-        """The wrapped store's `purgeable`."""
-        docs: Sequence[StoredDocument] = self.inner.purgeable(states, after, limit)
-        return docs
-
-    def purge(self, key: str, expected_version: int, audit: AuditRecord) -> bool:
-        """The wrapped store's `purge` (the versions it recorded stay: they were committed)."""
-        purged: bool = self.inner.purge(key, expected_version, audit)
-        return purged
-
-    def tombstone(self, key: str) -> int | None:
-        """The wrapped store's `tombstone` (`Tombstones`), or None if it keeps none."""
-        inner = self.inner
-        return inner.tombstone(key) if isinstance(inner, Tombstones) else None
-
-
-class ScopedRecordingStore(_ScopeCalls, RecordingStore):
+class ScopedRecordingStore(ForwardingPauses, ForwardingPurges, RecordingStore):
     """A `RecordingStore` over a store that keeps pauses and purges, forwarding them too."""
 
 
-class ScopedRecordingBatchStore(_ScopeCalls, RecordingBatchStore):
+class ScopedRecordingBatchStore(ForwardingPauses, ForwardingPurges, RecordingBatchStore):
     """A `RecordingBatchStore` over a store that keeps pauses and purges, forwarding them too."""
 
 
