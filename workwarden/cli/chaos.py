@@ -72,8 +72,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _chaos(config: Any) -> int:
-    from workwarden.chaos import run_chaos
-
     # A PostgreSQL store that goes away is the run's to report, in one coded
     # line: not in the connection pool's warnings as it tries again. (For the
     # run only: a caller in the same process keeps its logging as it was.)
@@ -81,12 +79,14 @@ def _chaos(config: Any) -> int:
     level = pool_log.level
     pool_log.setLevel(logging.ERROR)
     try:
-        return _drain_and_audit(config, run_chaos)
+        return _drain_and_audit(config)
     finally:
         pool_log.setLevel(level)
 
 
-def _drain_and_audit(config: Any, run_chaos: Any) -> int:
+def _drain_and_audit(config: Any) -> int:
+    from workwarden.chaos import run_chaos
+
     # The run prints a line at the end of each phase; between them (the kill
     # phase alone lasts --seconds), a line every ten seconds says it is alive.
     started = time.monotonic()

@@ -360,7 +360,8 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def _check_processes(args: argparse.Namespace) -> None:
-    """`--processes`: 1 or more, more only with the compiled engine, where fork is."""
+    """`--processes`: 1 to `MAX_PROCESSES`, more than 1 only with the compiled engine, where
+    fork is."""
     from workwarden.statemachine.check import compiled
 
     if not 1 <= args.processes <= MAX_PROCESSES:
