@@ -440,7 +440,7 @@ def _claim_round(
         for doc in page:
             if len(chosen) >= limit and doc.key not in chosen:
                 break
-            if doc.index.concurrency_key is not None and doc.index.concurrency_key in full:
+            if doc.index.concurrency_key in full:
                 continue
             item = _decide_claim(authority, seeker, probe, now, doc, waiting)
             if item is not None:
@@ -584,7 +584,7 @@ def _claim_walk(
             return [doc for doc in page if doc.key not in taken]
 
         def try_claim(doc: StoredDocument, workload: Workload) -> ClaimReply:
-            if doc.index.concurrency_key is not None and doc.index.concurrency_key in full:
+            if doc.index.concurrency_key in full:
                 raise errors.WorkloadError(errors.CONCURRENCY_LIMITED, "its key is full")
             claim = _try_single_claim(authority, probe, now, doc, workload)
             if claim is None:
