@@ -90,6 +90,7 @@ from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]  # ships
 from psycopg import conninfo
 
 from workwarden.runtime import Sweeper
+from workwarden.runtime.signals import from_handler
 from workwarden.statemachine import (
     Authority,
     Command,
@@ -754,7 +755,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     def on_signal(number: int, frame: FrameType | None) -> None:
-        adapter.stop.set()
+        # Not `adapter.stop.set()` here: the main thread may hold the event's lock.
+        from_handler(adapter.stop.set)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -25,6 +25,7 @@ from typing import Any
 from workwarden.cli import STORE_HELP, opened_store, seconds
 from workwarden.periodic import PeriodicScheduler, Schedule
 from workwarden.runtime.clock import MAX_WAIT_S
+from workwarden.runtime.signals import from_handler
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
@@ -80,9 +81,9 @@ def _scheduler(args: argparse.Namespace) -> int:
     running: list[PeriodicScheduler] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
+        from_handler(stopping.set)
         for scheduler in running:
-            scheduler.stop()
+            from_handler(scheduler.stop)
 
     if not args.once:
         signal.signal(signal.SIGTERM, stop)

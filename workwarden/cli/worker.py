@@ -43,6 +43,7 @@ from workwarden.cli.logs import library_logs_one_line
 from workwarden.runtime import App, Sweeper, Worker
 from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.runtime.reports import DEFAULT_WINDOW_MS
+from workwarden.runtime.signals import from_handler
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
@@ -215,7 +216,7 @@ def _stops_early() -> Iterator[list[Any]]:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         for runner in running:
-            runner.stop()
+            from_handler(runner.stop)
         if not running:
             raise _Stopped
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from workwarden.runtime import arguments
 from workwarden.runtime.clock import MAX_WAIT_S, Backoff, Clock, WallClock, event
+from workwarden.runtime.signals import from_handler
 from workwarden.statemachine import inputs
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.errors import WorkloadError
@@ -183,7 +184,7 @@ def _install_signals(sweeper: Sweeper) -> Callable[[], None] | None:
         sweeper._signals += 1
         if sweeper._signals > 1:
             os._exit(128 + number)
-        sweeper.stop()
+        from_handler(sweeper.stop)
 
     for sig in previous:
         signal.signal(sig, on_signal)

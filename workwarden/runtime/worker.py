@@ -67,6 +67,7 @@ from workwarden.runtime.reports import (
     state_of,
 )
 from workwarden.runtime.scope import HandledOnly, handled_only
+from workwarden.runtime.signals import from_handler
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.authority import Authority
 from workwarden.statemachine.batches import MAX_BATCH
@@ -1133,7 +1134,7 @@ class Worker:
             if self._signals > 1:
                 event("stopped", worker=self.worker_id, signal=number, abandoned=len(self._held))
                 os._exit(128 + number)
-            self.stop()
+            from_handler(self.stop)
 
         for sig in previous:
             signal.signal(sig, on_signal)
