@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,8 +27,8 @@ import pytest
 from support import CAPS, SIGNER, VERIFIER, grant_for, request
 from workwarden.periodic import SCHEDULE_NAME_MAX, PeriodicScheduler, Schedule, tick_key
 from workwarden.runtime import ManualClock
-from workwarden.statemachine import Authority, WorkloadError, errors
-from workwarden.storage import MemoryStore, SQLiteStore, Store
+from workwarden.statemachine import Authority, GrantVerifier, WorkloadError, errors
+from workwarden.storage import MemoryStore, SQLiteStore, Store, StoreError
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -489,3 +490,44 @@ def test_scheduler_once_exits_1_when_a_due_tick_is_refused(tmp_path: Path) -> No
     )
     assert endless.returncode == 2, endless.stderr
     assert "more than 3600 seconds" in endless.stderr
+
+
+class _FailingReads(MemoryStore):
+    """A store whose reads fail with a message of several lines, as a driver's do."""
+
+    def read(self, key: str) -> Any:
+        raise StoreError('server closed the connection\n\tThis probably means "it" stopped')
+
+
+def test_the_schedulers_lines_are_one_line_each_with_their_texts_quoted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wrong = GrantVerifier({"k": bytes(range(1, 33))})
+    refusing = PeriodicScheduler(Authority(MemoryStore(), grants=wrong), [_every_7_minutes()])
+    failing = PeriodicScheduler(
+        Authority(_FailingReads(), grants=VERIFIER),
+        [_every_7_minutes()],
+        clock=ManualClock(DAY_START + HOUR),
+        poll_s=0.01,
+    )
+    with caplog.at_level("INFO", logger="workwarden.runtime"):
+        [answer] = refusing.run_once(DAY_START + 3 * MINUTE)
+        runner = threading.Thread(target=failing.run)
+        runner.start()
+        time.sleep(0.1)
+        failing.stop()
+        runner.join(5)
+    assert isinstance(answer, WorkloadError)
+    lines = [record.getMessage() for record in caplog.records]
+    [refused] = [line for line in lines if line.startswith("schedule_refused ")]
+    [failed, *_] = [line for line in lines if line.startswith("store_error ")]
+    for line in (refused, failed):
+        assert len(line.splitlines()) == 1, line
+    assert _fields(refused)["code"] == answer.code
+    assert _fields(refused)["message"] == answer.message
+    assert _fields(failed)["code"] == errors.STORAGE_FAILURE
+    assert "\\n\\tThis probably means" in _fields(failed)["message"]
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(word.split("=", 1) for word in shlex.split(line)[1:])

@@ -7,6 +7,7 @@ test reads as the sequence of calls the worker makes.
 from __future__ import annotations
 
 import asyncio
+import shlex
 from typing import Any
 
 import pytest
@@ -357,3 +358,27 @@ def test_a_failure_text_refused_as_a_secret_is_never_sent_again(
     assert "sk-" not in auth.store.read(wid).document  # type: ignore[union-attr]
     assert workload.attempts[-1].error is not None
     assert "refused as secret material" in workload.attempts[-1].error
+
+
+def test_an_exception_text_of_several_lines_is_logged_as_one_event_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = App()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        raise ValueError('line one\nline "two"\r\tthree\x1b[31m\u2028four \\ five')
+
+    auth, worker, [wid], _ = _setup(app, {"id": 1}, retry_policy=_retrying("worker_failure"))
+    with caplog.at_level("INFO", logger="workwarden.runtime"):
+        worker.step()
+        worker.step()
+    assert auth.get(wid).state == "READY"
+    [retried] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retried ")]
+    assert len(retried.splitlines()) == 1, retried
+    assert all(c.isprintable() for c in retried), retried
+    # The text can be read back from the line, every character of it.
+    fields = dict(word.split("=", 1) for word in shlex.split(retried)[1:])
+    assert fields["error"] == (
+        'ValueError: line one\\nline "two"\\r\\tthree\\x1b[31m\\u2028four \\ five'
+    )

@@ -46,7 +46,6 @@ elapsed time says.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,7 +56,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from workwarden.runtime.clock import MAX_WAIT_S, Clock, WallClock
+from workwarden.runtime.clock import MAX_WAIT_S, Clock, WallClock, event
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.admission import workload_id_for
 from workwarden.statemachine.authority import Authority
@@ -76,8 +75,6 @@ __all__ = [
 
 CatchUp = Literal["skip", "one", "all"]
 """What a schedule does with ticks that fell while no scheduler ran (see the module docstring)."""
-
-_log = logging.getLogger("workwarden.runtime")
 
 _MS = Annotated[int, Field(strict=True, ge=1, le=10**13)]
 
@@ -362,22 +359,22 @@ class PeriodicScheduler:
     def _record(self, schedule: Schedule, tick: int, answer: Any) -> None:
         if isinstance(answer, errors.WorkloadError):
             self.counts["refused"] += 1
-            _log.info(
-                "schedule_refused schedule=%s tick=%d code=%s message=%s",
-                schedule.name,
-                tick,
-                answer.code,
-                answer.message,
+            event(
+                "schedule_refused",
+                schedule=schedule.name,
+                tick=tick,
+                code=answer.code,
+                message=answer.message,
             )
             return
         kind = "admitted" if answer.created else "replayed"
         self.counts[kind] += 1
-        _log.info(
-            "scheduled schedule=%s tick=%d workload=%s created=%s",
-            schedule.name,
-            tick,
-            answer.workload.workload_id,
-            answer.created,
+        event(
+            "scheduled",
+            schedule=schedule.name,
+            tick=tick,
+            workload=answer.workload.workload_id,
+            created=answer.created,
         )
 
     def next_instant(self, now: int) -> int | None:
@@ -395,14 +392,14 @@ class PeriodicScheduler:
                 self.run_once()
             except errors.WorkloadError as exc:
                 # The store is down or refused a read: log it, look again after a poll.
-                _log.info("store_error code=%s message=%s", exc.code, exc.message)
+                event("store_error", code=exc.code, message=exc.message)
             wait = self.poll_s
             now = self.clock.now()
             try:
                 upcoming = self.next_instant(now)
             except errors.WorkloadError as exc:
                 # The clock is past every cron tick (`_cron_from`): look again after a poll.
-                _log.info("schedule_error code=%s message=%s", exc.code, exc.message)
+                event("schedule_error", code=exc.code, message=exc.message)
                 upcoming = None
             if upcoming is not None:
                 wait = min(self.poll_s, (upcoming - now) / 1000)

@@ -85,10 +85,21 @@ class Backoff:
         self.failures = 0
 
 
+def _char(c: str) -> str:
+    """One character of a quoted value: `\\`, `"` and every unprintable one escaped."""
+    if c in '\\"':
+        return "\\" + c
+    if c.isprintable():
+        return c
+    return c.encode("unicode_escape").decode("ascii")  # \n, \t, \x1b, \u2028, ...
+
+
 def _value(value: object) -> str:
+    """A field's value: as is, or quoted when it holds a space, `"`, `=` or any unprintable
+    character, which is escaped, so that every event stays one line."""
     text = str(value)
-    if text == "" or any(c.isspace() or c in '"=' for c in text):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if text == "" or any(c.isspace() or c in '"=' or not c.isprintable() for c in text):
+        return '"' + "".join(map(_char, text)) + '"'
     return text
 
 
