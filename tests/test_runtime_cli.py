@@ -286,8 +286,15 @@ def test_a_sweeper_process_recovers_a_lease_a_killed_worker_left(tmp_path: Path)
         ("boomtasks", "boomtasks:app", "importing boomtasks raised RuntimeError: boom"),
         ("brokentasks", "brokentasks:app", "importing brokentasks raised SyntaxError"),
         (None, "../tasks:app", "'../tasks' is not a module name"),
+        ("exittasks", "exittasks:app", "importing exittasks raised SystemExit: 0"),
+        ("halttasks", "halttasks:app", "importing halttasks raised Halt: halt"),
+        (
+            "mutetasks",
+            "mutetasks:app",
+            "importing mutetasks raised Mute: (its text could not be made: RuntimeError)",
+        ),
     ],
-    ids=["raises", "syntax-error", "a-path"],
+    ids=["raises", "syntax-error", "a-path", "exits", "raises-a-base-exception", "mute"],
 )
 @pytest.mark.parametrize("command", ["worker", "scheduler"])
 def test_an_app_module_that_cannot_be_imported_is_refused_with_a_coded_line(
@@ -303,6 +310,16 @@ def test_an_app_module_that_cannot_be_imported_is_refused_with_a_coded_line(
 
     (tmp_path / "boomtasks.py").write_text("raise RuntimeError('boom')\n", encoding="utf-8")
     (tmp_path / "brokentasks.py").write_text("def (\n", encoding="utf-8")
+    # A module that ends the process as it is imported (a script's `sys.exit`), or raises
+    # an exception that is not an `Exception`, is refused as any other failed import.
+    (tmp_path / "exittasks.py").write_text("import sys\nsys.exit(0)\n", encoding="utf-8")
+    (tmp_path / "halttasks.py").write_text(
+        "class Halt(BaseException): pass\nraise Halt('halt')\n", encoding="utf-8"
+    )
+    (tmp_path / "mutetasks.py").write_text(
+        "class Mute(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise Mute\n",
+        encoding="utf-8",
+    )
     SQLiteStore(tmp_path / "store.db").close()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the command adds the directory

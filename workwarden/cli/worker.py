@@ -44,6 +44,7 @@ from workwarden.runtime import App, Sweeper, Worker
 from workwarden.runtime.arguments import MAX_LEASE_MS
 from workwarden.runtime.reports import DEFAULT_WINDOW_MS
 from workwarden.runtime.signals import from_handler
+from workwarden.runtime.worker import _exception_text
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
@@ -105,7 +106,9 @@ def import_target(target: str, option: str, example: str) -> tuple[ModuleType, s
 
     `WORKLOAD_INVALID` naming `option` when `target` is not `MODULE:ATTR` with
     MODULE a dotted name (not a path), or when importing the module fails in
-    any way: not found, a syntax error, or an exception its code raised.
+    any way: not found, a syntax error, or an exception its code raised, a
+    `SystemExit` (`sys.exit`) or another `BaseException` included (only
+    `KeyboardInterrupt` goes through, as Ctrl-C).
     """
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
@@ -122,10 +125,14 @@ def import_target(target: str, option: str, example: str) -> tuple[ModuleType, s
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise WorkloadError(codes.INVALID, f"{option} {target}: cannot import: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module failed as it was imported
+    except (KeyboardInterrupt, _Stopped):
+        raise  # Ctrl-C, or a stop signal while the module was imported
+    except BaseException as exc:  # noqa: BLE001 - the user's module failed as it was imported
+        # A `sys.exit` too (a script's own command line): the command did not run.
         raise WorkloadError(
             codes.INVALID,
-            f"{option} {target}: importing {module_name} raised {type(exc).__name__}: {exc}",
+            f"{option} {target}: importing {module_name} raised"
+            f" {type(exc).__name__}: {_exception_text(exc)}",
         ) from None
     return module, attr
 
