@@ -244,11 +244,18 @@ _VALUES = """%(document)s::text, %(tenant)s::text, %(application)s::text, %(stat
             %(claim_worker)s::text, %(definition)s::text, %(concurrency_key)s::text,
             %(concurrency_limit)s::bigint, %(rate_every_ms)s::bigint, %(rate_burst)s::bigint"""
 
+# A create inserts only where its statement's snapshot holds neither a tombstone nor a
+# document of the key. The second test closes a race with the key's purge: a create
+# whose snapshot still holds the document waits on the purge's row lock, and once the
+# purge commits the insert would go ahead (its tombstone test read the old snapshot),
+# at version 1. With it, a snapshot taken before the purge committed holds the
+# document (no insert: a conflict), and one taken after holds the tombstone.
 _CREATE = f"""
     WITH changed AS (
         INSERT INTO workwarden_documents ({_COLUMNS})
         SELECT %(key)s::text, 1, {_VALUES}
         WHERE NOT EXISTS (SELECT 1 FROM workwarden_tombstones WHERE key = %(key)s)
+            AND NOT EXISTS (SELECT 1 FROM workwarden_documents WHERE key = %(key)s)
         ON CONFLICT (key) DO NOTHING
         RETURNING version
     )
@@ -557,7 +564,10 @@ _WRITE_MANY = f"""
             i.next_deadline_at, i.result_id, i.claim_worker, i.definition,
             i.concurrency_key, i.concurrency_limit, i.rate_every_ms, i.rate_burst
         FROM input AS i LEFT JOIN workwarden_tombstones AS t ON t.key = i.key
-        WHERE i.expected IS NULL AND t.key IS NULL ORDER BY i.ord
+        WHERE i.expected IS NULL AND t.key IS NULL
+            -- As in `_CREATE`: not while the key's purge is uncommitted.
+            AND NOT EXISTS (SELECT 1 FROM workwarden_documents AS d WHERE d.key = i.key)
+        ORDER BY i.ord
         ON CONFLICT (key) DO NOTHING
         RETURNING key, version
     ), reborn AS (

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from pg import postgres_database, server
@@ -142,6 +143,57 @@ def test_a_document_whose_audit_record_cannot_be_stored_is_not_written(
     with pytest.raises(StoreFailure):
         store.write("b", '{"n": 1}', index(), None, audit("b", at=out_of_range))
     assert store_snapshot(store) == before
+
+
+def _settled_or_waiting(dsn: str, racer: threading.Thread, timeout_s: float = 10.0) -> None:
+    """Return once `racer` has ended or some session of the database at `dsn` waits on a lock."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline and racer.is_alive():
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.02)
+    assert not racer.is_alive() or time.monotonic() < deadline, "the create neither ended nor waited"
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["write", "write_many"])
+def test_a_create_racing_its_keys_purge_is_a_conflict_not_a_document_at_version_one(
+    dsn: str, store: PostgresStore, batched: bool
+) -> None:
+    """A create expecting an absent key, sent while that key's purge is uncommitted, must not
+    insert once the purge commits: the key is purged, not absent, so its next document must
+    follow the tombstone (a document at version 1 would hand out its namesake's fences)."""
+    store.write("k", '{"n": 1}', index("SUCCEEDED"), None, audit("k"))
+    outcome: list[Any] = []
+
+    def create() -> None:
+        w = Write("k", '{"n": 2}', index(), None, audit("k", transaction_id="again"))
+        try:
+            if batched:
+                outcome.append(store.write_many([w])[0])
+            else:
+                outcome.append(
+                    store.write(w.key, w.document, w.index, w.expected_version, w.audit)
+                )
+        except StoreConflict as exc:
+            outcome.append(exc)
+
+    with psycopg.connect(dsn) as purger:  # the purge's transaction, held open
+        purger.execute("DELETE FROM workwarden_documents WHERE key = 'k'")
+        purger.execute("INSERT INTO workwarden_tombstones (key, version) VALUES ('k', 2)")
+        racer = threading.Thread(target=create)
+        racer.start()
+        _settled_or_waiting(dsn, racer)
+        purger.commit()
+    racer.join(10)
+    assert not racer.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreConflict), outcome
+    assert store.read("k") is None
+    assert store.tombstone("k") == 2
 
 
 def test_audit_records_are_numbered_from_one_in_the_order_of_their_writes(
