@@ -157,7 +157,9 @@ def _settled_or_waiting(dsn: str, racer: threading.Thread, timeout_s: float = 10
             if row is not None and row[0]:
                 return
             time.sleep(0.02)
-    assert not racer.is_alive() or time.monotonic() < deadline, "the create neither ended nor waited"
+    assert not racer.is_alive() or time.monotonic() < deadline, (
+        "the create neither ended nor waited"
+    )
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["write", "write_many"])
@@ -176,9 +178,7 @@ def test_a_create_racing_its_keys_purge_is_a_conflict_not_a_document_at_version_
             if batched:
                 outcome.append(store.write_many([w])[0])
             else:
-                outcome.append(
-                    store.write(w.key, w.document, w.index, w.expected_version, w.audit)
-                )
+                outcome.append(store.write(w.key, w.document, w.index, w.expected_version, w.audit))
         except StoreConflict as exc:
             outcome.append(exc)
 
@@ -191,7 +191,8 @@ def test_a_create_racing_its_keys_purge_is_a_conflict_not_a_document_at_version_
         purger.commit()
     racer.join(10)
     assert not racer.is_alive()
-    assert len(outcome) == 1 and isinstance(outcome[0], StoreConflict), outcome
+    assert len(outcome) == 1, outcome
+    assert isinstance(outcome[0], StoreConflict), outcome
     assert store.read("k") is None
     assert store.tombstone("k") == 2
 
