@@ -407,3 +407,13 @@ def test_the_workload_list_comes_in_pages_of_200_keeping_its_filters(
     assert "1&ndash;200 of 450 shown" in listed("application=bulk&page=x")
     assert "1&ndash;1 of 1 shown" in listed("tenant=acme&application=mail")
     assert "0 shown" in listed("tenant=nobody")
+
+
+def test_a_page_number_of_other_digits_or_thousands_of_them_shows_the_nearest_page(
+    quiet_console: RunningService,
+) -> None:
+    # "²" is a digit to str.isdigit but no number to int(); 5,000 digits are past int()'s limit.
+    for page in ("%C2%B2", "9" * 5_000, "0" * 5_000 + "1"):
+        reply = httpx.get(f"{quiet_console.url}/console/workloads?page={page}", timeout=60)
+        assert reply.status_code == 200, reply.text[:300]
+        assert "1&ndash;2 of 2 shown" in reply.text

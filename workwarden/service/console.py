@@ -170,6 +170,18 @@ def _listed_order(doc: StoredDocument) -> tuple[str, str, int, int]:
 LIST_PAGE_ROWS = 200
 
 
+def _page_number(text: str, pages_in_all: int) -> int:
+    """The page `text` asks for, or the nearest there is: 1 for what is not a number in
+    ASCII digits (`str.isdigit` takes "²", which `int` does not), the last for one past it
+    however many digits it has (`int` refuses more than 4,300)."""
+    if not (text.isascii() and text.isdigit()):
+        return 1
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(pages_in_all)):
+        return pages_in_all
+    return min(max(int(digits), 1), pages_in_all)
+
+
 def same_origin(request: Request) -> bool:
     """Was this request sent by a page of this service: its `Origin` (or, without one, its
     `Referer`) names the host and port the request was sent to?
@@ -261,7 +273,7 @@ def console_router(service: Service) -> APIRouter:
         ]
         chosen.sort(key=_listed_order)
         pages_in_all = max(1, -(-len(chosen) // LIST_PAGE_ROWS))
-        number = min(max(int(page) if page.isdigit() else 1, 1), pages_in_all)
+        number = _page_number(page, pages_in_all)
         start = (number - 1) * LIST_PAGE_ROWS
         shown = chosen[start : start + LIST_PAGE_ROWS]
         filters = {"tenant": tenant, "application": application, "state": state}
