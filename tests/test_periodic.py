@@ -464,6 +464,22 @@ def test_a_scheduler_without_schedules_or_with_an_endless_poll_is_refused(
     assert caught.value.details["field"] == field
 
 
+@pytest.mark.parametrize(
+    ("authority", "clock", "field"),
+    [(None, None, "authority"), ("store", None, "authority"), (True, object(), "clock")],
+)
+def test_a_scheduler_without_an_authority_or_a_clock_is_refused_naming_it(
+    authority: Any, clock: Any, field: str
+) -> None:
+    store = MemoryStore()
+    chosen = Authority(store, grants=VERIFIER) if authority is True else authority
+    with pytest.raises(WorkloadError) as caught:
+        PeriodicScheduler(chosen, [_every_7_minutes()], clock=clock)
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["field"] == field
+    assert store.audit_log() == []
+
+
 def test_scheduler_once_exits_1_when_a_due_tick_is_refused(tmp_path: Path) -> None:
     (tmp_path / "cron_jobs.py").write_text(textwrap.dedent(SCHEDULES_MODULE), encoding="utf-8")
     wrong = tmp_path / "wrong.json"

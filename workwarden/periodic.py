@@ -56,6 +56,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
+from workwarden.runtime import arguments
 from workwarden.runtime.clock import MAX_WAIT_S, Clock, WallClock, event
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.admission import workload_id_for
@@ -273,7 +274,9 @@ class PeriodicScheduler:
     how long `run` sleeps between looks (so a stop is seen, and a clock
     that jumps is followed): a number of seconds above 0, at most
     `runtime.clock.MAX_WAIT_S` (an hour). `schedules` holds at least one,
-    each named once. A bad argument is `WORKLOAD_INVALID` naming it. Thread-safety: one scheduler
+    each named once. `authority` has `get` and `admit_many` (an
+    `Authority`), `clock` has `now()`. A bad argument is `WORKLOAD_INVALID`
+    naming it. Thread-safety: one scheduler
     is driven by one thread; `stop()` may be called from any.
     """
 
@@ -294,6 +297,9 @@ class PeriodicScheduler:
             raise errors.bad_argument(
                 "poll_s", f"poll_s must be a number of seconds above 0, at most {MAX_WAIT_S:g}"
             )
+        arguments.calls(authority, "authority", ("get", "admit_many"), "an Authority")
+        if clock is not None:
+            arguments.calls(clock, "clock", ["now"], "a Clock")
         self.authority = authority
         self.schedules: tuple[Schedule, ...] = tuple(_validated(schedules))
         self.clock: Clock = clock if clock is not None else WallClock()
@@ -328,7 +334,7 @@ class PeriodicScheduler:
                 raise
         else:
             return True
-        store = self.authority.store
+        store = getattr(self.authority, "store", None)
         if not isinstance(store, Tombstones):
             return False
         return self.authority._store_call(store.tombstone, workload_id) is not None
