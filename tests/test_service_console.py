@@ -13,11 +13,13 @@ else into the test's temporary folder.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -26,9 +28,12 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from support import CAPS, KEY_ID, SECRET, SIGNER, request
+from workwarden.service.app import ServiceConfig, create_app
 from workwarden.service.state import wall_clock_ms
 from workwarden.service.testing import RunningService, running_service
 from workwarden.statemachine import Grant, Subject
+from workwarden.storage import AuditRecord, ForwardingStore, MemoryStore, StoredDocument
+from workwarden.storage.base import StoreFailure
 
 CHROMIUM = "/usr/bin/chromium"
 IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
@@ -417,3 +422,48 @@ def test_a_page_number_of_other_digits_or_thousands_of_them_shows_the_nearest_pa
         reply = httpx.get(f"{quiet_console.url}/console/workloads?page={page}", timeout=60)
         assert reply.status_code == 200, reply.text[:300]
         assert "1&ndash;2 of 2 shown" in reply.text
+
+
+def _get(app: object, paths: list[str]) -> list[httpx.Response]:
+    """GET each of `paths` from the application `app` in this process."""
+
+    async def get_all() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            return [await client.get(path) for path in paths]
+
+    # On a thread of its own: Playwright's sync API keeps an event loop running on this one.
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, get_all()).result()
+
+
+class _DownStore(ForwardingStore):
+    """A store whose every read fails, as a PostgreSQL server that went away."""
+
+    def read(self, key: str) -> StoredDocument | None:
+        raise StoreFailure(f"cannot read {key}: the server could not be reached")
+
+    def scan(self) -> Iterator[StoredDocument]:
+        raise StoreFailure("cannot scan documents: the server could not be reached")
+
+    def audit_log(self, after: int = 0, limit: int | None = None) -> Sequence[AuditRecord]:
+        raise StoreFailure("cannot read the audit log: the server could not be reached")
+
+
+def test_the_console_and_metrics_over_a_failing_store_answer_503_not_a_bug() -> None:
+    app = create_app(ServiceConfig(store=_DownStore(MemoryStore()), token_keys={"k": SECRET}))
+    paths = [
+        "/console/",
+        "/console/workloads",
+        "/console/workloads/w-1",
+        "/console/dead-letters",
+        "/console/audit",
+        "/metrics",
+    ]
+    for path, reply in zip(paths, _get(app, paths), strict=True):
+        assert reply.status_code == 503, (path, reply.text[:300])
+        assert reply.headers["content-type"].startswith("application/problem+json")
+        assert reply.headers["retry-after"] == "1"
+        problem = reply.json()
+        assert (problem["code"], problem["class"]) == ("WORKLOAD_STORAGE_FAILURE", "retry_later")
+        assert "could not be reached" in problem["detail"]

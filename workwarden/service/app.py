@@ -9,7 +9,9 @@ the authority or the token check, a body that does not validate
 (`WORKLOAD_INVALID`, each field path in `details.errors`), a route that does
 not exist, a request refused under HTTP's own status (a method the route
 does not take, 405 with `Allow`; a body too large, 413, or not JSON, 415:
-`WORKLOAD_INVALID`), and an unexpected exception (`WORKWARDEN_INTERNAL`).
+`WORKLOAD_INVALID`), a store that fails under a console page or `/metrics`
+(`WORKLOAD_STORAGE_FAILURE`, as the API's calls answer), and an unexpected
+exception (`WORKWARDEN_INTERNAL`).
 Every GET route answers HEAD too. Each `/v1` call is a span when the
 OpenTelemetry API is installed (`workwarden.service.tracing`).
 """
@@ -35,6 +37,7 @@ from workwarden.service.state import Service, ServiceConfig
 from workwarden.service.tracing import TracingMiddleware
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError
+from workwarden.storage.base import StoreError
 
 __all__ = ["ServiceConfig", "create_app"]
 
@@ -156,6 +159,12 @@ def create_app(config: ServiceConfig) -> FastAPI:
     @app.exception_handler(DiagramError)
     async def diagram_failed(request: Request, exc: DiagramError) -> Response:
         return problem(errors.WorkloadError(exc.code, exc.message))
+
+    @app.exception_handler(StoreError)
+    async def store_failed(request: Request, exc: StoreError) -> Response:
+        # What the console and /metrics read from the store itself (the authority turns its
+        # own reads' failures into this code): the store failed, not the service.
+        return problem(errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}"))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
