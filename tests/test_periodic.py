@@ -547,3 +547,53 @@ def test_the_schedulers_lines_are_one_line_each_with_their_texts_quoted(
 
 def _fields(line: str) -> dict[str, str]:
     return dict(word.split("=", 1) for word in shlex.split(line)[1:])
+
+
+# The schedules module stops its own process as it is imported, and the thread a signal
+# handler hands its action to starts late (as it may: it waits for the interpreter's lock).
+_STOPPED_WHILE_STARTING = """
+import os, signal, sys, threading, time
+import workwarden.cli.scheduler as command
+
+def _late(action):
+    threading.Thread(target=lambda: (time.sleep(0.5), action()), daemon=True).start()
+
+command.from_handler = _late
+from workwarden.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_stop_signal_while_the_scheduler_starts_is_never_lost(tmp_path: Path) -> None:
+    (tmp_path / "cron_jobs.py").write_text(
+        textwrap.dedent(SCHEDULES_MODULE)
+        + "\nimport os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n",
+        encoding="utf-8",
+    )
+    db = tmp_path / "work.db"
+    SQLiteStore(db).close()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _STOPPED_WHILE_STARTING,
+            "scheduler",
+            "--store",
+            str(db),
+            "--schedules",
+            "cron_jobs:schedules",
+            "--no-grant-signatures",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, err = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        pytest.fail(f"the scheduler ran on after the signal: {err}")
+    assert process.returncode == 0, err
+    with SQLiteStore(db) as store:
+        assert _admitted_keys(store) == Counter(), "stopped before its first pass"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
 from types import FrameType
 from typing import Any
 
@@ -77,11 +76,13 @@ def _scheduler(args: argparse.Namespace) -> int:
 
     _configure_logging()
     # Handlers first: a signal during start-up stops the command as cleanly as a later one.
-    stopping = threading.Event()
+    # `signalled` is set by the handler itself (a list's append takes no lock), so a signal
+    # that comes before the scheduler is in `running` is seen when it is put there.
+    signalled: list[int] = []
     running: list[PeriodicScheduler] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        from_handler(stopping.set)
+        signalled.append(signum)
         for scheduler in running:
             from_handler(scheduler.stop)
 
@@ -98,7 +99,7 @@ def _scheduler(args: argparse.Namespace) -> int:
             _all_admitted(scheduler.run_once())
             return 0
         running.append(scheduler)
-        if not stopping.is_set():
+        if not signalled:
             scheduler.run()
     return 0
 
