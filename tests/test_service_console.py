@@ -467,3 +467,22 @@ def test_the_console_and_metrics_over_a_failing_store_answer_503_not_a_bug() -> 
         problem = reply.json()
         assert (problem["code"], problem["class"]) == ("WORKLOAD_STORAGE_FAILURE", "retry_later")
         assert "could not be reached" in problem["detail"]
+
+
+class _NoNulStore(ForwardingStore):
+    """A store that cannot be asked for a key holding NUL, as PostgreSQL's text columns."""
+
+    def read(self, key: str) -> StoredDocument | None:
+        if "\x00" in key:
+            raise StoreFailure(f"cannot read {key!r}: text fields cannot contain NUL")
+        return super().read(key)
+
+
+def test_a_workload_page_for_an_id_no_workload_can_have_is_not_found() -> None:
+    app = create_app(ServiceConfig(store=_NoNulStore(MemoryStore()), token_keys={"k": SECRET}))
+    ids = ["%00", "a%01b", "x" * 300]
+    for wid, reply in zip(
+        ids, _get(app, [f"/console/workloads/{wid}" for wid in ids]), strict=True
+    ):
+        assert reply.status_code == 404, (wid, reply.text[:300])
+        assert "No workload" in reply.text

@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -44,7 +45,7 @@ from workwarden.service.auth import ANY_SUBJECT, Caller
 from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
-from workwarden.statemachine.models import Workload
+from workwarden.statemachine.models import Name, Workload
 from workwarden.storage.base import PauseRecord, StoredDocument
 
 __all__ = ["COOKIE", "REFRESH_S", "console_router", "rearmable_states"]
@@ -170,6 +171,18 @@ def _listed_order(doc: StoredDocument) -> tuple[str, str, int, int]:
 LIST_PAGE_ROWS = 200
 
 
+_NAME = TypeAdapter(Name)
+
+
+def _is_name(text: str) -> bool:
+    """Is `text` an identifier a workload may have (1 to 256 printable characters)?"""
+    try:
+        _NAME.validate_python(text)
+    except ValidationError:
+        return False
+    return True
+
+
 def _page_number(text: str, pages_in_all: int) -> int:
     """The page `text` asks for, or the nearest there is: 1 for what is not a number in
     ASCII digits (`str.isdigit` takes "²", which `int` does not), the last for one past it
@@ -293,7 +306,8 @@ def console_router(service: Service) -> APIRouter:
 
     @router.get("/workloads/{workload_id:path}")
     def workload(request: Request, workload_id: str) -> Response:
-        doc = service.store.read(workload_id)
+        # An id no workload can have is not asked of the store (PostgreSQL cannot hold NUL).
+        doc = service.store.read(workload_id) if _is_name(workload_id) else None
         if doc is None:
             return pages.page(request, "missing.html", status=404, workload_id=workload_id)
         w = Workload.model_validate_json(doc.document)
