@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
@@ -29,6 +29,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from support import CAPS, KEY_ID, SECRET, SIGNER, request
 from workwarden.service.app import ServiceConfig, create_app
+from workwarden.service.console import FORM_MAX_BYTES
 from workwarden.service.state import wall_clock_ms
 from workwarden.service.testing import RunningService, running_service
 from workwarden.statemachine import Grant, Subject
@@ -422,6 +423,41 @@ def test_a_page_number_of_other_digits_or_thousands_of_them_shows_the_nearest_pa
         reply = httpx.get(f"{quiet_console.url}/console/workloads?page={page}", timeout=60)
         assert reply.status_code == 200, reply.text[:300]
         assert "1&ndash;2 of 2 shown" in reply.text
+
+
+def test_a_console_form_over_the_limit_is_refused_before_it_is_read_whole(
+    quiet_console: RunningService,
+) -> None:
+    service = quiet_console
+    limit = FORM_MAX_BYTES
+    headers = {
+        "Authorization": "Bearer " + service.token("operator", "alice"),
+        "Content-Type": "application/x-www-form-urlencoded",
+        "Origin": service.url,
+    }
+    body = b"tenant=acme&reason=" + b"x" * limit
+
+    def streamed() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield body
+
+    for path in ("/console/pauses", "/console/login", "/console/pauses/resume"):
+        for content in (body, streamed()):
+            reply = httpx.post(service.url + path, content=content, headers=headers, timeout=60)
+            assert reply.status_code == 413, (path, reply.text[:300])
+            assert reply.headers["content-type"].startswith("application/problem+json")
+            assert reply.json()["code"] == "WORKLOAD_INVALID"
+            assert str(limit) in reply.json()["detail"]
+    with service.client() as client:
+        assert client.pauses() == []
+    # The largest form the console's own fields make fits.
+    largest = urlencode(
+        {"tenant": "\U0001f600" * 256, "reason": "\U0001f600" * 4_096, "application": "a"}
+    ).encode()
+    assert len(largest) < limit
+    fits = httpx.post(service.url + "/console/pauses", content=largest, headers=headers)
+    assert fits.status_code == 303
+    with service.client() as client:
+        assert len(client.pauses()) == 1
 
 
 def _get(app: object, paths: list[str]) -> list[httpx.Response]:
