@@ -597,3 +597,47 @@ def test_a_stop_signal_while_the_scheduler_starts_is_never_lost(tmp_path: Path) 
     assert process.returncode == 0, err
     with SQLiteStore(db) as store:
         assert _admitted_keys(store) == Counter(), "stopped before its first pass"
+
+
+# A pass that does not end (a store that does not answer): the schedules module makes it so.
+_STUCK = """
+import time
+from workwarden.periodic import PeriodicScheduler
+
+PeriodicScheduler.run_once = lambda self, now=None: time.sleep(120)
+"""
+
+
+def test_a_second_signal_ends_a_scheduler_whose_pass_does_not_end(tmp_path: Path) -> None:
+    (tmp_path / "cron_jobs.py").write_text(
+        textwrap.dedent(SCHEDULES_MODULE) + textwrap.dedent(_STUCK), encoding="utf-8"
+    )
+    db = tmp_path / "work.db"
+    SQLiteStore(db).close()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workwarden",
+            "scheduler",
+            "--store",
+            str(db),
+            "--schedules",
+            "cron_jobs:schedules",
+            "--no-grant-signatures",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)  # started, and in its first pass
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert process.poll() is None, "the first signal waits for the pass under way"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err

@@ -11,12 +11,16 @@ admitted (or found admitted), 1 with the first refusal's code when any
 was refused. Admissions' grants are verified with
 `--grant-keys FILE` (JSON `{key id: hex secret}`), or not at all with
 `--no-grant-signatures`. The first SIGTERM or SIGINT stops it after its
-current pass (exit 0).
+current pass (exit 0); a second one exits at once, with status 143
+(SIGTERM) or 130 (SIGINT), as a worker does: a pass the store does not
+answer is not waited for (an admission is one transaction: nothing of it
+is left half done).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 from types import FrameType
 from typing import Any
@@ -83,6 +87,8 @@ def _scheduler(args: argparse.Namespace) -> int:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         signalled.append(signum)
+        if len(signalled) > 1:
+            os._exit(128 + signum)  # a second signal: at once, whatever the pass is doing
         for scheduler in running:
             from_handler(scheduler.stop)
 
