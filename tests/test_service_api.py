@@ -788,3 +788,28 @@ def test_execute_refuses_an_op_it_does_not_take_alike_for_every_token(
         problem = _assert_problem(_post(fresh, "execute", body, token), "WORKLOAD_INVALID")
         assert problem["status"] == 400
     assert _store(fresh) == []
+
+
+def test_a_query_parameter_given_twice_is_refused_naming_it_and_writes_nothing(
+    fresh: RunningService,
+) -> None:
+    # Which of two tenants counts? A proxy checking the first while the service took the
+    # last would let one scope's reader see another's.
+    worker = fresh.token("worker", "w1")
+    auth = {"Authorization": "Bearer " + worker}
+    admitted = _post(fresh, "admit", request().model_dump(mode="json"), worker, 10_000)
+    wid = admitted.json()["workload"]["workload_id"]
+    before = _store(fresh)
+    operator = {"Authorization": "Bearer " + fresh.token("operator", "alice")}
+    for path, query, headers in (
+        ("/v1/workloads", "tenant=t&tenant=other&application=app", auth),
+        (f"/v1/workloads/{wid}", "tenant=other&tenant=t", auth),
+        ("/v1/pauses", "tenant=t&tenant=t", operator),
+    ):
+        reply = httpx.get(f"{fresh.url}{path}?{query}", headers=headers)
+        problem = _assert_problem(reply, "WORKLOAD_INVALID")
+        assert problem["details"]["errors"] == [
+            {"field": "tenant", "message": "query parameter given more than once"}
+        ]
+        assert "tenant" in problem["detail"]
+    assert _store(fresh) == before

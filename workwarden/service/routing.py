@@ -3,8 +3,8 @@
 `GuardedRoute` is the `/v1` router's route class: before FastAPI reads a
 request's body it checks, in this order, the bearer token
 (`WORKWARDEN_UNAUTHENTICATED`, or `WORKWARDEN_FORBIDDEN` for a token
-scoped to a tenant), the query parameters (one the route does not declare
-is `WORKLOAD_INVALID`), and a body's content type (415 unless JSON) and
+scoped to a tenant), the query parameters (one the route does not declare,
+or one given twice, is `WORKLOAD_INVALID`), and a body's content type (415 unless JSON) and
 size (413 over `Service.max_body_bytes`, counted as it arrives, so a body
 without a `Content-Length` is cut off too). So a call refused for its token
 is answered without its body being read. `Authed` and `Now` are FastAPI
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import email.message
 import json
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -66,7 +67,8 @@ def _too_large(limit: int) -> HTTPException:
 
 
 def _refuse_unknown_query(request: Request, allowed: set[str]) -> None:
-    """`WORKLOAD_INVALID` naming each query parameter the route does not declare."""
+    """`WORKLOAD_INVALID` naming each query parameter the route does not declare, or each
+    given more than once (which would count, the first or the last?)."""
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
         takes = ", ".join(sorted(allowed)) or "none"
@@ -74,6 +76,15 @@ def _refuse_unknown_query(request: Request, allowed: set[str]) -> None:
             errors.INVALID,
             f"unknown query parameter {', '.join(unknown)} (this route takes: {takes})",
             {"errors": [{"field": name, "message": "unknown query parameter"} for name in unknown]},
+        )
+    given = Counter(name for name, _ in request.query_params.multi_items())
+    twice = sorted(name for name, count in given.items() if count > 1)
+    if twice:
+        message = "query parameter given more than once"
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"{message}: {', '.join(twice)}",
+            {"errors": [{"field": name, "message": message} for name in twice]},
         )
 
 
