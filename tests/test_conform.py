@@ -157,6 +157,23 @@ def test_an_adapter_that_skips_one_fence_lease_request_or_ordering_rule_fails_th
     assert not [line for line in out.splitlines() if "the program" in line]
 
 
+@pytest.mark.parametrize("mistake", ["codeless-refusal", "null-refusal"])
+def test_an_error_without_a_code_is_outside_the_protocol_and_never_passes_for_a_reply(
+    mistake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Where the reference answers `{"ok": null}`, an error without a catalogue code must not
+    # compare equal to it: every scenario with a null reply fails, naming the step.
+    selected = "scheduler/the_scheduler_skips_work_that_is_not_yet_eligible"
+    assert main(["conform", "--cmd", wrong(mistake), "-k", selected]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {selected}" in out
+    assert "an error must be an object with a string code" in out
+    assert "0 of 1 scenarios passed" in out
+    assert main(["conform", "--cmd", wrong(mistake), "-k", "scheduler/", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL scheduler/a_dependency_on_a_missing_workload_is_never_met" in out
+
+
 def test_a_program_that_exits_fails_that_scenario_and_is_started_again_for_the_next(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

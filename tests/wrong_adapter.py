@@ -23,7 +23,10 @@
 - `no-input-hash`: its store read-back leaves out every document's `input_hash`;
 - `refuses-reset`: it refuses every request with `WORKLOAD_STORAGE_FAILURE`;
 - `tie-largest-id`: `claim_next` breaks a tie of priority and age by the
-  largest workload id instead of the smallest.
+  largest workload id instead of the smallest;
+- `codeless-refusal`: where a command's reply is `null` (a `claim_next` that
+  finds nothing), it answers an error object without a `code`;
+- `null-refusal`: there, it answers `{"error": null}`.
 """
 
 from __future__ import annotations
@@ -165,6 +168,24 @@ class RefusesAll(ReferenceImplementation):
         return {"error": {"code": "WORKLOAD_STORAGE_FAILURE", "message": "nothing listens"}}
 
 
+class CodelessRefusals(ReferenceImplementation):
+    """Answers `error` (an object without a code, or `null`) where the reply is `null`."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__()
+        self.error = error
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        response = super().handle(request)
+        if (
+            isinstance(request, dict)
+            and request.get("type") == "command"
+            and response == {"ok": None}
+        ):
+            return {"error": self.error}
+        return response
+
+
 class _Larger(str):
     """A workload id that sorts in reverse."""
 
@@ -213,6 +234,10 @@ def main(mistake: str, spec: str | None = None) -> int:
         reference = NoInputHash()
     elif mistake == "refuses-reset":
         reference = RefusesAll()
+    elif mistake == "codeless-refusal":
+        reference = CodelessRefusals({"message": "the scheduler is not available"})
+    elif mistake == "null-refusal":
+        reference = CodelessRefusals(None)
     elif mistake == "tie-largest-id":
         memory._order = lambda doc: (-doc.index.priority, doc.index.created_at, _Larger(doc.key))
         reference = ReferenceImplementation()

@@ -192,6 +192,16 @@ class ConformanceProgram:
             raise ProgramError(
                 f'a response must be {{"ok": ...}} or {{"error": {{...}}}}, not {line[:200]!r}'
             )
+        error = response.get("error")
+        if "error" in response and (
+            not isinstance(error, dict) or not isinstance(error.get("code"), str)
+        ):
+            # A refusal is told apart by its code alone: one without a code would compare
+            # equal to a `null` reply.
+            raise ProgramError(
+                "an error must be an object with a string code (from the catalogue), not "
+                f"{line[:200]!r}"
+            )
         self.answered += 1
         return response
 
@@ -350,6 +360,8 @@ def compare_step(
     op = expected.command.get("op")
     want_error = want.response.get("error")
     got_error = got.response.get("error")
+    if ("error" in want.response) != ("error" in got.response):
+        return differ("response", want.response, got.response)
     if isinstance(want_error, Mapping) or isinstance(got_error, Mapping):
         want_code = want_error.get("code") if isinstance(want_error, Mapping) else None
         got_code = got_error.get("code") if isinstance(got_error, Mapping) else None
