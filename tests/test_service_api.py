@@ -479,6 +479,34 @@ def test_serve_refuses_what_it_cannot_serve_with_one_coded_line(tmp_path: Path) 
     assert run.stderr.startswith("WORKWARDEN_USAGE: serve: cannot listen on")
 
 
+def test_issue_token_refuses_a_ttl_no_token_could_have(tmp_path: Path) -> None:
+    # Under a millisecond the token would expire as it is issued; past 2**53 - 1 ms its
+    # expiry is no instant at all.
+    keys = tmp_path / "tokens.json"
+    keys.write_text('{"k": "' + SECRET.hex() + '"}')
+    base = [sys.executable, "-m", "workwarden", "serve", "--token-keys", str(keys)]
+    for ttl in ("0.0001", "1e300"):
+        run = subprocess.run(
+            [*base, "--issue-token", "worker:w1", "--token-ttl", ttl],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 2, (ttl, run.stdout, run.stderr)
+        assert run.stdout == ""
+        first = run.stderr.splitlines()[0]
+        assert first.startswith("WORKWARDEN_USAGE: "), run.stderr
+        assert "--token-ttl" in first
+    run = subprocess.run(
+        [*base, "--issue-token", "worker:w1", "--token-ttl", "0.001"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(TOKEN_PREFIX)
+
+
 def test_sigterm_stops_the_service_gracefully() -> None:
     with running_service() as service:
         assert httpx.get(service.url + "/healthz").json()["ok"] is True

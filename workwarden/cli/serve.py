@@ -27,6 +27,7 @@ from typing import Any
 
 from workwarden.cli import STORE_HELP, port_number, positive_seconds, read_input
 from workwarden.statemachine import errors
+from workwarden.statemachine.models import MAX_INSTANT
 from workwarden.statemachine.spec import load_spec
 from workwarden.storage.memory import MemoryStore
 from workwarden.storage.urls import STORE_VARIABLE, open_store
@@ -123,14 +124,17 @@ def _issue(args: argparse.Namespace, keys: dict[str, bytes]) -> int:
     actor_class, _, subject = str(args.issue_token).partition(":")
     if actor_class not in ACTOR_CLASSES or not subject:
         raise errors.invalid("--issue-token", "give CLASS:SUBJECT, CLASS worker or operator")
+    now, ttl_ms = wall_clock_ms(), int(args.token_ttl * 1000)
+    if ttl_ms < 1 or now + ttl_ms > MAX_INSTANT:
+        # Under a millisecond the token expires as it is issued; past the last instant
+        # (2**53 - 1 ms) its expiry is no instant at all.
+        raise errors.WorkloadError(
+            "WORKWARDEN_USAGE",
+            f"serve: --token-ttl {args.token_ttl:g}: a token is valid from 0.001 seconds to"
+            f" {(MAX_INSTANT - now) // 1000} seconds",
+        )
     key_id = next(iter(keys))
-    token = issue_token(
-        GrantSigner(key_id, keys[key_id]),
-        subject,
-        actor_class,
-        wall_clock_ms(),
-        int(args.token_ttl * 1000),
-    )
+    token = issue_token(GrantSigner(key_id, keys[key_id]), subject, actor_class, now, ttl_ms)
     print(token)
     return 0
 
