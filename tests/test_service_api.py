@@ -841,3 +841,16 @@ def test_a_query_parameter_given_twice_is_refused_naming_it_and_writes_nothing(
         ]
         assert "tenant" in problem["detail"]
     assert _store(fresh) == before
+
+
+def test_a_refusal_for_the_wrong_actor_class_names_the_class_in_plain_words(
+    fresh: RunningService,
+) -> None:
+    operator = fresh.token("operator", "alice")
+    claim = {"tenant_id": "t", "application_id": "app", "worker_id": "w1", "lease_ms": 1_000}
+    refused = _assert_problem(_post(fresh, "claim_next", claim, operator), "WORKWARDEN_FORBIDDEN")
+    assert refused["detail"].endswith("this token is an operator's"), refused["detail"]
+    worker = fresh.token("worker", "w1")
+    cancel = {"workload_id": "w", "actor": "w1"}
+    refused = _assert_problem(_post(fresh, "cancel", cancel, worker), "WORKWARDEN_FORBIDDEN")
+    assert refused["detail"].endswith("this token is a worker's"), refused["detail"]

@@ -227,8 +227,8 @@ def authorize(spec: Spec, operation: str, caller: Caller, acting_as: str | None 
     if needed != "system" and needed != caller.actor_class:
         raise forbidden(
             "wrong_actor_class",
-            f"{operation} is an operation of the {needed} class; this token is a"
-            f" {caller.actor_class}'s",
+            f"{operation} is an operation of the {needed} class; this token is"
+            f" {'an' if caller.actor_class == 'operator' else 'a'} {caller.actor_class}'s",
             operation=operation,
             actor_class=caller.actor_class,
         )
