@@ -17,8 +17,9 @@ from support import CAPS, SIGNER, authority, grant_for, request
 from workwarden import App, Job, Sweeper, Worker
 from workwarden.runtime import ManualClock
 from workwarden.runtime.testing import ManualExecutor
-from workwarden.statemachine import Authority
+from workwarden.statemachine import Authority, WorkloadError
 from workwarden.storage import MemoryStore
+from workwarden.storage.forwarding import ForwardingStore
 
 #: Batched reports and one call each are followed alike.
 BOTH_MODES = pytest.mark.parametrize("batch", [True, False], ids=["batch", "one-call"])
@@ -174,3 +175,65 @@ def test_on_real_threads_a_handler_longer_than_its_lease_keeps_it() -> None:
         sweeping.join()
     assert auth.get(wid).state == "SUCCEEDED"
     assert sweeper.counts.get("recovered", 0) == 0
+
+
+class _HeldCheckpoints(ForwardingStore):
+    """A store whose checkpoint writes wait until the test lets them go, and are counted."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.checkpoints = 0
+
+    def write(self, key: str, document: str, index: Any, expected: Any, audit: Any) -> int:
+        if audit.operation == "checkpoint":
+            self.checkpoints += 1
+            self.entered.set()
+            self.release.wait(10)
+        return super().write(key, document, index, expected, audit)
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["batch", "one-call"])
+def test_run_returns_only_once_no_abandoned_handler_is_in_a_store_call(batch: bool) -> None:
+    # The command line closes the store once `run()` returns: a handler's call still in it
+    # then (SQLite: a statement on a connection being closed) crashed the process.
+    store = _HeldCheckpoints(MemoryStore())
+    auth = authority(store)
+    now = int(time.time() * 1000)
+    grant = SIGNER.sign(grant_for(expires_at=now + 3_600_000))
+    auth.admit(request(authorization_snapshot=grant), now)
+    app = App()
+    after_stop: list[Any] = []
+    go_on = threading.Event()
+
+    @app.handler("send", needs=CAPS)
+    def send(job: Job) -> None:
+        job.checkpoint({"step": 1})
+        go_on.wait(10)
+        try:
+            job.checkpoint({"step": 2})
+        except WorkloadError as exc:
+            after_stop.append(exc)
+        after_stop.append(job.lost)
+
+    worker = Worker(
+        auth, app, tenant="t", application="app", lease_ms=60_000, batch=batch, grace_s=0
+    )
+    runner = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
+    runner.start()
+    assert store.entered.wait(10)
+    worker.stop()
+    runner.join(1)
+    assert runner.is_alive(), "run() waits for the handler's call under way"
+    store.release.set()
+    runner.join(10)
+    assert not runner.is_alive()
+    go_on.set()
+    deadline = time.monotonic() + 10
+    while len(after_stop) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    refused, lost = after_stop
+    assert isinstance(refused, WorkloadError), refused
+    assert lost is True, "the abandoned attempt is lost to its handler"
+    assert store.checkpoints == 1, "no call of an abandoned handler reaches the store"

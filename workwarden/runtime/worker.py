@@ -418,6 +418,12 @@ class Worker:
         self._stopping = False
         self._stop_deadline: float | None = None
         self._signals = 0
+        # Store calls handlers' threads are making; once `run()` has ended (`_ended`) none
+        # starts, and `run()` returns only when none is under way, so that whoever owns the
+        # store may close it (SQLite closes each thread's connection, in use or not).
+        self._calls = threading.Condition()
+        self._in_flight = 0
+        self._ended = False
         #: Counts of what happened, by event name (claimed, completed, ...).
         self.counts: dict[str, int] = {}
 
@@ -1000,11 +1006,42 @@ class Worker:
             self.sleep(delay / 1000)
 
     def _checkpoint_once(self, report: Report, now: int) -> Any:
-        """One checkpoint call: its reply, or the `WorkloadError` it raised."""
+        """One checkpoint call: its reply, or the `WorkloadError` it raised.
+
+        Once `run()` has ended the attempt is abandoned: the call is not made.
+        """
+        with self._calls:
+            if self._ended:
+                return WorkloadError(
+                    errors.STORAGE_FAILURE,
+                    "the worker has stopped: this attempt was abandoned, its lease runs out"
+                    " and is recovered",
+                )
+            self._in_flight += 1
         try:
             return send_one(self.authority, report, now)
         except WorkloadError as exc:
             return exc
+        finally:
+            with self._calls:
+                self._in_flight -= 1
+                self._calls.notify_all()
+
+    def _end_calls(self) -> None:
+        """`run()` is ending: no handler's call starts from now on, and those under way end.
+
+        Every attempt still held is abandoned, and its job marked lost.
+        """
+        with self._calls:
+            self._ended = True
+        for held in self._held:
+            if held.job is not None:
+                held.job._mark_lost()
+        if self._buffer is not None:
+            self._buffer.close()  # checkpoints waiting on the loop: refused, as above
+        with self._calls:
+            while self._in_flight:
+                self._calls.wait()
 
     # -- running ---------------------------------------------------------------------
 
@@ -1013,7 +1050,8 @@ class Worker:
 
         Safe from any thread. `run()` returns once nothing is held, or when
         the grace period is over (a handler still running is abandoned: its
-        lease runs out and is recovered).
+        lease runs out and is recovered; its `job.lost` is set and its
+        `job.checkpoint` no longer reaches the store).
         """
         if not self._stopping:
             self._stopping = True
@@ -1079,6 +1117,8 @@ class Worker:
             batch="on" if self._buffer is not None else "off",
             batch_window_ms=self.batch_window_ms if self._buffer is not None else None,
         )
+        with self._calls:
+            self._ended = False
         if self._buffer is not None:
             self._buffer.open()
         try:
@@ -1095,8 +1135,7 @@ class Worker:
                 if timeout > 0:
                     self._wake.wait(timeout)
         finally:
-            if self._buffer is not None:
-                self._buffer.close()
+            self._end_calls()
             halted.set()
             for listener in listeners:
                 listener.join()
