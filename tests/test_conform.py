@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -172,6 +173,18 @@ def test_an_error_without_a_code_is_outside_the_protocol_and_never_passes_for_a_
     assert main(["conform", "--cmd", wrong(mistake), "-k", "scheduler/", "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "FAIL scheduler/a_dependency_on_a_missing_workload_is_never_met" in out
+
+
+def test_a_response_that_is_not_utf8_is_reported_as_such_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
+    started = time.monotonic()
+    assert main(["conform", "--cmd", wrong("not-utf8"), "-k", selected]) == 1
+    assert time.monotonic() - started < 4
+    out = capsys.readouterr().out
+    assert "at reset: the response is not one line of JSON: '\ufffd\ufffd{}\\n'" in out
+    assert "closed its standard output" not in out
 
 
 def test_a_program_that_exits_fails_that_scenario_and_is_started_again_for_the_next(

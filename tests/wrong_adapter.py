@@ -26,7 +26,8 @@
   largest workload id instead of the smallest;
 - `codeless-refusal`: where a command's reply is `null` (a `claim_next` that
   finds nothing), it answers an error object without a `code`;
-- `null-refusal`: there, it answers `{"error": null}`.
+- `null-refusal`: there, it answers `{"error": null}`;
+- `not-utf8`: it answers its first request, then a line that is not UTF-8.
 """
 
 from __future__ import annotations
@@ -206,10 +207,21 @@ def lingers() -> int:
     return 0
 
 
+def not_utf8() -> int:
+    """Answer the first request, then every other with bytes that are not UTF-8."""
+    for number, line in enumerate(sys.stdin):
+        if line.strip():
+            sys.stdout.buffer.write(b'{"ok":null}\n' if number == 0 else b"\xff\xfe{}\n")
+            sys.stdout.flush()
+    return 0
+
+
 def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
     if mistake == "lingers":
         return lingers()
+    if mistake == "not-utf8":
+        return not_utf8()
     if mistake == "budget":
         text = shipped_spec_text()
         assert BUDGET_RULE in text, "the failure policy's budget rule is where this expects it"

@@ -103,6 +103,9 @@ class ConformanceProgram:
                 stderr=subprocess.PIPE,
                 text=True,
                 encoding="utf-8",
+                # Output that is not UTF-8 is read as what it is (garbage, shown), not
+                # mistaken for the end of the program's output.
+                errors="replace",
                 bufsize=1,
             )
         except OSError as exc:
