@@ -270,6 +270,9 @@ class SQLiteStore:
         self.create = create and not read_only
         self._lock = threading.Lock()
         self._connections: dict[int, sqlite3.Connection] = {}
+        # How many blocks of this store's own calls use each connection right now
+        # (see `_held`): `close` leaves those to be closed by the block that ends last.
+        self._in_use: dict[sqlite3.Connection, int] = {}
         self._pid = os.getpid()
         self._closed = False
         self._wake_ups = LocalWakeUps()
@@ -392,6 +395,33 @@ class SQLiteStore:
                 self._connections[ident] = conn
         return conn
 
+    @contextmanager
+    def _held(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, in use until the block ends.
+
+        A `close` from another thread while a statement runs on it must not
+        close it under the statement (SQLite's connection is not safe for
+        that: the process can crash). `close` closes the idle connections
+        and leaves the ones in use to the block using them, which closes
+        its connection as it ends; the statement's caller then meets the
+        closed store on its next call.
+        """
+        conn = self._connection()
+        with self._lock:
+            self._in_use[conn] = self._in_use.get(conn, 0) + 1
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                left = self._in_use[conn] - 1
+                if left:
+                    self._in_use[conn] = left
+                else:
+                    del self._in_use[conn]
+                late = self._closed and not left
+            if late:
+                conn.close()
+
     def _discard(self, conn: sqlite3.Connection) -> None:
         ident = threading.get_ident()
         with self._lock:
@@ -423,8 +453,7 @@ class SQLiteStore:
     @contextmanager
     def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
         """`BEGIN IMMEDIATE` ... `COMMIT`, rolled back entirely on any error."""
-        conn = self._connection()
-        with self._failures(what):
+        with self._held() as conn, self._failures(what):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -444,8 +473,7 @@ class SQLiteStore:
             self._discard(conn)
 
     def _query(self, what: str, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        conn = self._connection()
-        with self._failures(what):
+        with self._held() as conn, self._failures(what):
             return conn.execute(sql, params).fetchall()
 
     def _create_schema(self) -> None:
@@ -458,8 +486,7 @@ class SQLiteStore:
 
     def _check_schema(self) -> None:
         """Refuse a file this store did not create: not a workwarden store, or a newer one."""
-        conn = self._connection()
-        with self._failures(f"cannot read {self.path}"):
+        with self._held() as conn, self._failures(f"cannot read {self.path}"):
             _verify_schema(conn, self.path)
 
     # -- the Store protocol ---------------------------------------------------
@@ -511,8 +538,7 @@ class SQLiteStore:
         found: dict[str, StoredDocument] = {}
         if not wanted:
             return found
-        conn = self._connection()
-        with self._failures(f"read {len(wanted)} documents"):
+        with self._held() as conn, self._failures(f"read {len(wanted)} documents"):
             # One read transaction: every chunk sees the same commit.
             conn.execute("BEGIN")
             try:
@@ -700,10 +726,14 @@ class SQLiteStore:
         return [_audit(row) for row in self._query("audit log", _AUDIT_LOG, params)]
 
     def close(self) -> None:
-        """Close every connection; later calls raise `StoreFailure`. Closing twice is harmless."""
+        """Close every connection; later calls raise `StoreFailure`. Closing twice is harmless.
+
+        A connection another thread is running a statement on is closed by
+        that thread as its call ends, never under the statement (see `_held`).
+        """
         with self._lock:
             self._closed = True
-            connections = list(self._connections.values())
+            connections = [c for c in self._connections.values() if c not in self._in_use]
             self._connections = {}
         with self._failures(f"close {self.path}"):
             for conn in connections:
@@ -829,19 +859,21 @@ class _SQLiteSignal:
         self._store = store
         self._local = local
         self._conn: sqlite3.Connection | None = None
+        # A close from another thread waits for a statement on the connection to end.
+        self._guard = threading.Lock()
         self._version = self._data_version()
 
     def _data_version(self) -> int | None:
-        try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(
-                    self._store.path, isolation_level=None, check_same_thread=False
-                )
-            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error:
-            self.close()
-            return None
-        return version
+        with self._guard:
+            try:
+                if self._conn is None:
+                    self._conn = sqlite3.connect(
+                        self._store.path, isolation_level=None, check_same_thread=False
+                    )
+                return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error:
+                self._close()
+                return None
 
     def wait(self, timeout_s: float) -> bool:
         """Until a write may have made work claimable, or `timeout_s` passed; True when woken."""
@@ -860,6 +892,10 @@ class _SQLiteSignal:
 
     def close(self) -> None:
         """Close the signal's connection."""
+        with self._guard:
+            self._close()
+
+    def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()

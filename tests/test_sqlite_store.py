@@ -11,6 +11,8 @@ nothing; every SQLite error reaches the caller as a `StoreFailure`. And
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -307,6 +309,59 @@ def test_a_closed_store_refuses_every_call_and_closes_twice_harmlessly(tmp_path:
         store.read("k")
     with pytest.raises(StoreFailure, match="closed"):
         store.write("j", "{}", INDEX, None, audit("j"))
+
+
+# Threads reading a store while another thread closes it; run in a process of its own,
+# since a connection closed under a running statement can crash the interpreter.
+_CLOSED_UNDER_READERS = """
+import sys, threading, time
+from workwarden.storage import AuditRecord, IndexFields, SQLiteStore, StoreFailure
+
+index = IndexFields(tenant="t", application="a", state="READY", priority=0, created_at=0)
+for round in range(int(sys.argv[2])):
+    store = SQLiteStore(f"{sys.argv[1]}/work-{round}.db", create=True)
+    keys = [f"k{n}" for n in range(200)]
+    for key in keys:
+        audit = AuditRecord("tx", key, 0, "actor", "write", "t", "a", 0, "digest")
+        store.write(key, '{"x": "' + "y" * 3000 + '"}', index, None, audit)
+    ended = []
+
+    def read() -> None:
+        try:
+            while True:
+                store.read_many(keys)
+                store.list("t", "a")
+        except StoreFailure as exc:
+            ended.append("closed" in str(exc))
+        except BaseException as exc:
+            ended.append(repr(exc))
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for reader in readers:
+        reader.start()
+    time.sleep(0.02)
+    store.close()
+    for reader in readers:
+        reader.join(10)
+    if ended != [True, True, True]:
+        sys.exit(f"round {round}: the readers ended with {ended}")
+"""
+
+
+def test_a_store_closed_while_other_threads_read_it_refuses_them_and_does_not_crash(
+    tmp_path: Path,
+) -> None:
+    """Each reader's next call after the close is a `StoreFailure` saying the store is closed;
+    a statement already running finishes first (closing its connection under it could end
+    the whole process)."""
+    ran = subprocess.run(
+        [sys.executable, "-c", _CLOSED_UNDER_READERS, str(tmp_path), "15"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, (ran.returncode, ran.stderr[-2000:])
 
 
 # -- opening a store by URL ------------------------------------------------------------
