@@ -175,6 +175,22 @@ def test_an_error_without_a_code_is_outside_the_protocol_and_never_passes_for_a_
     assert "FAIL scheduler/a_dependency_on_a_missing_workload_is_never_met" in out
 
 
+def test_a_program_that_writes_lines_nobody_asked_for_is_told_so_not_misread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Each response written twice: the second copy must not be read as the answer to the
+    # next request (a reset's `null` taken for the store read-back).
+    assert main(["conform", "--cmd", wrong("answers-twice"), "-k", "lifecycle/"]) == 1
+    out = capsys.readouterr().out
+    reports = out.split("FAIL ")[1:]
+    assert len(reports) >= 9
+    for report in reports:
+        assert "at reset: the program wrote a line no request asked for: '{\"ok\":null}\\n'" in (
+            report
+        )
+    assert "read-back was refused" not in out
+
+
 def test_a_response_that_is_not_utf8_is_reported_as_such_at_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

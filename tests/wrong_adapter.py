@@ -27,6 +27,7 @@
 - `codeless-refusal`: where a command's reply is `null` (a `claim_next` that
   finds nothing), it answers an error object without a `code`;
 - `null-refusal`: there, it answers `{"error": null}`;
+- `answers-twice`: it writes every response line twice;
 - `not-utf8`: it answers its first request, then a line that is not UTF-8.
 """
 
@@ -187,6 +188,19 @@ class CodelessRefusals(ReferenceImplementation):
         return response
 
 
+class Twice:
+    """A text stream that writes every line it is given twice, in one write."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        self.stream.write(text + text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 class _Larger(str):
     """A workload id that sorts in reverse."""
 
@@ -253,6 +267,9 @@ def main(mistake: str, spec: str | None = None) -> int:
     elif mistake == "tie-largest-id":
         memory._order = lambda doc: (-doc.index.priority, doc.index.created_at, _Larger(doc.key))
         reference = ReferenceImplementation()
+    elif mistake == "answers-twice":
+        serve(ReferenceImplementation(), sys.stdin, Twice(sys.stdout))  # type: ignore[arg-type]
+        return 0
     else:
         print(json.dumps({"error": f"unknown mistake {mistake!r}"}), file=sys.stderr)
         return 2

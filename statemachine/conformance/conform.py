@@ -15,7 +15,9 @@ writes the results for CI systems. Recorded histories are checked by
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import io
 import itertools
 import json
 import queue
@@ -89,7 +91,10 @@ class ConformanceProgram:
         self.startup = startup
         self._starting = False
         self._process: subprocess.Popen[str] | None = None
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        # The pump hands over the lines of each read of the program's output together, so
+        # a line written with its answer is seen before the next request is sent.
+        self._lines: queue.Queue[list[str] | None] = queue.Queue()
+        self._pending: deque[str] = deque()
         self._stderr: deque[str] = deque(maxlen=20)
         #: How many valid responses the program has given, over all its starts.
         self.answered = 0
@@ -104,7 +109,8 @@ class ConformanceProgram:
                 text=True,
                 encoding="utf-8",
                 # Output that is not UTF-8 is read as what it is (garbage, shown), not
-                # mistaken for the end of the program's output.
+                # mistaken for the end of the program's output (stdout is decoded so by
+                # the pump).
                 errors="replace",
                 bufsize=1,
             )
@@ -116,6 +122,7 @@ class ConformanceProgram:
         # program that exited may hold its stdout open a while longer (a child it left
         # behind), and its end marker must never reach the program started after it.
         self._lines = queue.Queue()
+        self._pending = deque()
         self._stderr = deque(maxlen=20)
         threading.Thread(target=self._pump, args=(process, self._lines), daemon=True).start()
         threading.Thread(target=self._drain, args=(process, self._stderr), daemon=True).start()
@@ -124,11 +131,25 @@ class ConformanceProgram:
         return process
 
     @staticmethod
-    def _pump(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
-        assert process.stdout is not None
+    def _pump(process: subprocess.Popen[str], lines: queue.Queue[list[str] | None]) -> None:
+        """Hand over the program's output a read at a time: the whole lines each read ends."""
+        assert isinstance(process.stdout, io.TextIOWrapper)
+        output = process.stdout.buffer  # read as bytes: whatever is there, up to 64 KiB
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        partial: list[str] = []
         with contextlib.suppress(OSError, ValueError):
-            for line in process.stdout:
-                lines.put(line)
+            while chunk := output.read1(65536):
+                text = decoder.decode(chunk)
+                if "\n" not in text:
+                    partial.append(text)
+                    continue
+                first, *rest = text.split("\n")
+                whole = ["".join(partial) + first, *rest[:-1]]
+                partial = [rest[-1]]
+                lines.put([line + "\n" for line in whole])
+        rest_of_output = "".join(partial) + decoder.decode(b"", final=True)
+        if rest_of_output:
+            lines.put([rest_of_output])
         lines.put(None)
 
     @staticmethod
@@ -143,10 +164,40 @@ class ConformanceProgram:
         tail = "\n".join(self._stderr)
         return f"; its last words on stderr:\n{tail}" if tail else ""
 
+    def unasked(self) -> str | None:
+        """A line the program wrote that no request asked for (read so far), or None."""
+        if not self._pending:
+            try:
+                batch = self._lines.get_nowait()
+            except queue.Empty:
+                return None
+            if batch is None:
+                self._lines.put(None)  # its end of output, left for the next read to report
+                return None
+            self._pending.extend(batch)
+        return self._pending.popleft()
+
+    def _next_line(self, timeout: float) -> str | None:
+        """The next line of output (`queue.Empty` after `timeout` s), or None at its end."""
+        if not self._pending:
+            batch = self._lines.get(timeout=timeout)
+            if batch is None:
+                return None
+            self._pending.extend(batch)
+        return self._pending.popleft()
+
     def request(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        """Send one request and return its response (a JSON object with `ok` or `error`)."""
+        """Send one request and return its response (a JSON object with `ok` or `error`).
+
+        A line waiting unread before the request is sent was written unasked (a
+        response written twice, a log line after an answer): it is reported, not taken
+        for the answer to this request.
+        """
         process = self._process if self._process is not None else self._start()
         assert process.stdin is not None
+        extra = self.unasked()
+        if extra is not None:
+            raise ProgramError(f"the program wrote a line no request asked for: {extra[:200]!r}")
         try:
             process.stdin.write(json.dumps(message, sort_keys=True) + "\n")
             process.stdin.flush()
@@ -160,7 +211,7 @@ class ConformanceProgram:
         limit = max(self.timeout, self.startup) if self._starting else self.timeout
         self._starting = False
         try:
-            line = self._lines.get(timeout=limit)
+            line = self._next_line(limit)
         except queue.Empty:
             self.close(kill=True)
             raise ProgramError(
@@ -465,6 +516,11 @@ def _run_one(
                 break
             before = after
         else:
+            extra = program.unasked()
+            if extra is not None:
+                raise ProgramError(
+                    f"the program wrote a line no request asked for: {extra[:200]!r}"
+                )
             result.passed = True
     except ProgramUnusable:
         raise
