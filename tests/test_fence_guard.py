@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -582,3 +584,39 @@ def test_forget_refuses_a_bad_id_or_connection_and_writes_nothing(db: Database) 
         conn.close()
     assert refused(lambda: forget(object(), WORKLOAD)).code == "WORKLOAD_INVALID"  # type: ignore[arg-type]
     assert db.rows("workwarden_fences") == before
+
+
+# --- without the postgres extra -----------------------------------------------------------
+
+
+def test_the_guard_works_on_sqlite_without_psycopg_installed(tmp_path: Path) -> None:
+    """psycopg is the `postgres` extra: a SQLite-only install imports and uses the guard."""
+    script = f"""
+import sqlite3, sys
+sys.modules["psycopg"] = None  # as if the postgres extra were not installed
+from workwarden.fence import FenceChecker, SqlFenceRecord, ensure_fence_table, forget, guard
+from workwarden.statemachine import WorkloadError
+from workwarden.statemachine.ids import claim_id_for
+from workwarden.statemachine.models import Fence
+
+W = {WORKLOAD!r}
+def fence(token):
+    return Fence(claim_id=claim_id_for(W, token, "w"), worker_id="w", token=token)
+conn = sqlite3.connect({str(tmp_path / "user.sqlite")!r})
+with conn:
+    ensure_fence_table(conn)
+    guard(conn, fence(2), W)
+for call in (lambda: guard(conn, fence(1), W), lambda: guard(object(), fence(3), W)):
+    try:
+        with conn:
+            call()
+    except WorkloadError as exc:
+        print(exc.code)
+with conn:
+    print(forget(conn, W))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["WORKLOAD_STALE_FENCE", "WORKLOAD_INVALID", "1"]

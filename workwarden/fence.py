@@ -27,16 +27,23 @@ import threading
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
-import psycopg
-from psycopg.rows import tuple_row
 from pydantic import ValidationError
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.ids import claim_id_for
 from workwarden.statemachine.inputs import as_name, invalid_from_validation
 from workwarden.statemachine.models import Fence
+
+try:
+    import psycopg
+    from psycopg.rows import tuple_row
+except ImportError:  # pragma: no cover - depends on the environment
+    # psycopg is the `postgres` extra: a SQLite-only install guards SQLite alone.
+    _HAS_PSYCOPG = False
+else:
+    _HAS_PSYCOPG = True
 
 __all__ = [
     "FENCE_HEADER",
@@ -166,6 +173,11 @@ def _stale(
     )
 
 
+def _is_postgres(conn: object) -> TypeGuard[psycopg.Connection[Any]]:
+    """Whether `conn` is a synchronous psycopg connection (never, without psycopg)."""
+    return _HAS_PSYCOPG and isinstance(conn, psycopg.Connection)
+
+
 def _tuples(conn: sqlite3.Connection | psycopg.Connection[Any]) -> Any:
     """A cursor of `conn` whose rows are plain tuples, whatever row factory the caller set
     on the connection (`dict_row`, `sqlite3.Row`, their own): the guard reads by position."""
@@ -219,7 +231,7 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
     if isinstance(conn, sqlite3.Connection):
         conn.execute(_SQLITE_TABLE)
         return
-    if isinstance(conn, psycopg.Connection):
+    if _is_postgres(conn):
         row = _tuples(conn).execute("SELECT to_regclass(%s) IS NOT NULL", (FENCE_TABLE,)).fetchone()
         if row is None or not row[0]:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
@@ -271,7 +283,7 @@ def guard(
             seen = _tuples(conn).execute(_SEEN.format(p="?"), (workload, key)).fetchone()
             raise _stale(workload, key, checked, seen)
         return
-    if isinstance(conn, psycopg.Connection):
+    if _is_postgres(conn):
         if not _postgres_in_transaction(conn):
             raise _invalid(
                 "conn", "no transaction is open: use conn.transaction() around the write"
