@@ -391,6 +391,30 @@ def test_the_command_line_exports_and_imports_between_files(
     assert capsys.readouterr().out == dump.read_text(encoding="ascii")
 
 
+def test_an_export_written_as_utf8_with_line_separators_in_its_strings_imports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # JSON lets U+2028, U+2029 and U+0085 stand unescaped in a string, and tools that
+    # rewrite JSON Lines as UTF-8 (`jq -c`) leave them so: only a newline ends a line.
+    with SQLiteStore(tmp_path / "source.db") as source:
+        make_authority(source).admit(
+            request(input={"note": "one\u2028two\u2029three\x85four\x1cfive"}), now=10_000
+        )
+        text = exported(source)
+    dump = tmp_path / "work.jsonl"
+    dump.write_text(
+        "".join(
+            json.dumps(json.loads(line), ensure_ascii=False) + "\n" for line in text.splitlines()
+        ),
+        encoding="utf-8",
+    )
+    copy = tmp_path / "copy.db"
+    assert main(["import", "--store", str(copy), "--create", str(dump)]) == 0, capsys.readouterr()
+    assert "imported 1 workload(s)" in capsys.readouterr().out
+    with SQLiteStore(copy) as target:
+        assert exported(target) == text
+
+
 def test_the_command_line_reports_a_conflict_and_imports_nothing(
     source: SQLiteStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

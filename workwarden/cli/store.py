@@ -127,7 +127,10 @@ def _remove_store_file(path: str) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
-    lines = read_input(args.file, "the export").splitlines()
+    # Only a newline ends a line: U+2028, U+0085 and the like may stand unescaped in a
+    # JSON string (`str.splitlines` would cut the line there), and a CR before it is
+    # whitespace JSON ignores.
+    lines = read_input(args.file, "the export").split("\n")
     now = time.time_ns() // 1_000_000
     # SIGTERM ends the import as Ctrl-C does: through the clean-up below (status 143).
     with stopped_by_sigterm():
