@@ -620,3 +620,22 @@ with conn:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["WORKLOAD_STALE_FENCE", "WORKLOAD_INVALID", "1"]
+
+
+def test_a_closed_connection_is_refused_as_invalid(db: Database) -> None:
+    fenced_write(db, fence(3))
+    conn = db.connect()
+    conn.close()
+    header = format_fence_header(WORKLOAD, fence(4))
+    calls: list[Callable[[], Any]] = [
+        lambda: guard(conn, fence(4), WORKLOAD),
+        lambda: ensure_fence_table(conn),
+        lambda: forget(conn, WORKLOAD),
+        lambda: FenceChecker(SqlFenceRecord(conn)).check(header),
+    ]
+    for call in calls:
+        error = refused(call)
+        assert error.code == "WORKLOAD_INVALID"
+        assert error.details is not None
+        assert error.details["errors"][0]["field"] == "conn"
+    assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 3)]

@@ -199,13 +199,30 @@ def forget(
     restoring the authority's store from an older backup, which issues
     tokens the records have seen. A workload purged and admitted again does
     not need it: its tokens continue past its purged namesake's.
-    `WORKLOAD_INVALID` for a connection of another kind or a bad id.
+    `WORKLOAD_INVALID` for a connection of another kind or a closed one, or
+    a bad id.
     """
     workload = as_name(workload_id, "workload_id")
     ensure_fence_table(conn)  # refuses a connection of another kind
     mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
     sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = {mark}"
     return int(_tuples(conn).execute(sql, (workload,)).rowcount)
+
+
+def _usable(conn: object) -> None:
+    """`WORKLOAD_INVALID` for a connection of another kind, or one already closed."""
+    if isinstance(conn, sqlite3.Connection):
+        try:
+            _ = conn.in_transaction  # raises once the connection is closed
+            closed = False
+        except sqlite3.ProgrammingError:  # "Cannot operate on a closed database."
+            closed = True
+    elif _is_postgres(conn):
+        closed = conn.closed
+    else:
+        raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
+    if closed:
+        raise _invalid("conn", "the connection is closed")
 
 
 def _sqlite_in_transaction(conn: sqlite3.Connection) -> bool:
@@ -226,8 +243,10 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
     in `docs/fence.md`. On PostgreSQL the table is made in the first schema of
     the connection's `search_path`; concurrent first uses take a
     transaction-scoped advisory lock so that only one creates it. The creation
-    is part of the caller's transaction when one is open.
+    is part of the caller's transaction when one is open. `WORKLOAD_INVALID`
+    for a connection of another kind or one already closed.
     """
+    _usable(conn)
     if isinstance(conn, sqlite3.Connection):
         conn.execute(_SQLITE_TABLE)
         return
@@ -264,8 +283,8 @@ def guard(
     independently. Without it the workload has one record. Tokens of
     different workloads are never compared.
 
-    `WORKLOAD_INVALID` (nothing written) for a connection of another kind,
-    one with no transaction open that commits each statement alone
+    `WORKLOAD_INVALID` (nothing written) for a connection of another kind
+    or one already closed, one with no transaction open that commits each statement alone
     (`sqlite3` with `isolation_level=None` outside `BEGIN`, psycopg in
     autocommit outside `transaction()`), a malformed fence, or a fence whose
     claim id is not derived from `workload_id` (a fence of another workload).
@@ -273,6 +292,7 @@ def guard(
     propagate as the driver raises them.
     """
     checked, workload, key = _checked(fence, workload_id, resource)
+    _usable(conn)
     params = (workload, key, checked.token, checked.claim_id, checked.worker_id)
     if isinstance(conn, sqlite3.Connection):
         if not _sqlite_in_transaction(conn):
