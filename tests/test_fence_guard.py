@@ -639,3 +639,43 @@ def test_a_closed_connection_is_refused_as_invalid(db: Database) -> None:
         assert error.details is not None
         assert error.details["errors"][0]["field"] == "conn"
     assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 3)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"claim_id": fence(3).claim_id, "worker_id": "worker-a", "token": "3"}, "fence.token"),
+        ({"claim_id": fence(3).claim_id, "worker_id": "worker-a", "token": None}, "fence.token"),
+        ({"claim_id": fence(1).claim_id, "worker_id": "worker-a", "token": True}, "fence.token"),
+        ({"claim_id": None, "worker_id": "worker-a", "token": 3}, "fence.claim_id"),
+        ({"claim_id": fence(3).claim_id, "token": 3}, "fence.worker_id"),
+    ],
+)
+def test_a_fence_built_without_validation_is_refused_as_invalid(
+    db: Database, fields: dict[str, Any], field: str
+) -> None:
+    """A `Fence` made with `model_construct`, or changed after it was made (neither is
+    validated), is checked like a mapping."""
+    unchecked = Fence.model_construct(**fields)
+    changed = fence(3)
+    for name in Fence.model_fields:
+        if name in fields:
+            setattr(changed, name, fields[name])
+        else:
+            delattr(changed, name)
+    conn = db.connect()
+    try:
+        calls: list[Callable[[], Any]] = [
+            lambda: guard(conn, unchecked, WORKLOAD),
+            lambda: format_fence_header(WORKLOAD, unchecked),
+            lambda: MemoryFenceRecord().advance(WORKLOAD, unchecked),
+            lambda: guard(conn, changed, WORKLOAD),
+        ]
+        for call in calls:
+            error = refused(call)
+            assert error.code == "WORKLOAD_INVALID"
+            assert error.details is not None
+            assert error.details["errors"][0]["field"] == field
+    finally:
+        conn.close()
+    assert not db.has_fence_table()

@@ -132,6 +132,10 @@ def _checked(fence: Any, workload_id: Any, resource: Any) -> tuple[Fence, str, s
     another workload's id is refused rather than compared with that
     workload's tokens (which count independently).
     """
+    if isinstance(fence, Fence):
+        # A Fence is not validated when made with `model_construct` or when a
+        # field is assigned afterwards: its fields are checked as a mapping's.
+        fence = {name: getattr(fence, name) for name in Fence.model_fields if hasattr(fence, name)}
     if isinstance(fence, Mapping):
         try:
             fence = Fence.model_validate(fence)
