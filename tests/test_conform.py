@@ -17,7 +17,11 @@ from xml.etree import ElementTree
 import pytest
 
 from workwarden.cli import main
-from workwarden.statemachine.conformance.conform import ConformanceProgram
+from workwarden.statemachine.conformance.conform import (
+    MAX_RESPONSE_BYTES,
+    ConformanceProgram,
+    ProgramError,
+)
 
 HERE = Path(__file__).resolve().parent
 SHIPPED = HERE.parent / "specs" / "vectors" / "workload.jsonl"
@@ -201,6 +205,33 @@ def test_a_response_that_is_not_utf8_is_reported_as_such_at_once(
     out = capsys.readouterr().out
     assert "at reset: the response is not one line of JSON: '\ufffd\ufffd{}\\n'" in out
     assert "closed its standard output" not in out
+
+
+def test_a_line_that_never_ends_is_cut_off_at_the_longest_response_not_read_into_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
+    status = main(["conform", "--cmd", wrong("endless-line"), "-k", selected, "--timeout", "60"])
+    assert status == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {selected}" in out
+    assert (
+        f"at reset: the response is longer than {MAX_RESPONSE_BYTES} bytes without a line "
+        "break; the program was stopped"
+    ) in out
+
+
+def test_the_stderr_tail_keeps_the_end_of_a_line_that_never_breaks() -> None:
+    program = ConformanceProgram(shlex.split(wrong("endless-stderr")), timeout=30)
+    try:
+        with pytest.raises(ProgramError) as caught:
+            program.request({"type": "store"})
+    finally:
+        program.close()
+    message = str(caught.value)
+    assert "the program exited (status 3)" in message
+    assert message.endswith("x" * 100)
+    assert len(message) < 10_000
 
 
 def test_a_program_that_exits_fails_that_scenario_and_is_started_again_for_the_next(

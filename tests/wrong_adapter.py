@@ -28,7 +28,11 @@
   finds nothing), it answers an error object without a `code`;
 - `null-refusal`: there, it answers `{"error": null}`;
 - `answers-twice`: it writes every response line twice;
-- `not-utf8`: it answers its first request, then a line that is not UTF-8.
+- `not-utf8`: it answers its first request, then a line that is not UTF-8;
+- `endless-line`: it answers its first request, then writes a line that never
+  ends (a mebibyte at a time, until it is stopped);
+- `endless-stderr`: it writes 100 MiB on standard error without a line break,
+  then exits.
 """
 
 from __future__ import annotations
@@ -230,12 +234,36 @@ def not_utf8() -> int:
     return 0
 
 
+def endless_line() -> int:
+    """Answer the first request; to the next, write a line that never ends."""
+    for number, _ in enumerate(sys.stdin):
+        if number == 0:
+            print('{"ok":null}', flush=True)
+            continue
+        sys.stdout.write('{"ok":"')
+        while True:
+            sys.stdout.write("x" * (1 << 20))
+    return 0
+
+
+def endless_stderr() -> int:
+    """Write 100 MiB on standard error without a line break, then exit."""
+    for _ in range(100):
+        sys.stderr.write("x" * (1 << 20))
+    sys.stderr.flush()
+    return 3
+
+
 def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
     if mistake == "lingers":
         return lingers()
     if mistake == "not-utf8":
         return not_utf8()
+    if mistake == "endless-line":
+        return endless_line()
+    if mistake == "endless-stderr":
+        return endless_stderr()
     if mistake == "budget":
         text = shipped_spec_text()
         assert BUDGET_RULE in text, "the failure policy's budget rule is where this expects it"

@@ -50,6 +50,7 @@ from workwarden.statemachine.models import Event
 from workwarden.statemachine.spec import Spec
 
 __all__ = [
+    "MAX_RESPONSE_BYTES",
     "PROGRAM_UNUSABLE",
     "ConformanceProgram",
     "ProgramError",
@@ -68,6 +69,14 @@ __all__ = [
 
 #: The code of a run that stops at once: the program cannot serve a single request.
 PROGRAM_UNUSABLE = "CONFORMANCE_PROGRAM_UNUSABLE"
+
+#: The longest response line read, in bytes (the vectors' largest is some kilobytes): a
+#: program writing a line that never ends is stopped instead of filling the memory.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class _Overlong(str):
+    """What the pump hands over in place of a line longer than `MAX_RESPONSE_BYTES`."""
 
 
 class ProgramError(Exception):
@@ -108,10 +117,6 @@ class ConformanceProgram:
                 stderr=subprocess.PIPE,
                 text=True,
                 encoding="utf-8",
-                # Output that is not UTF-8 is read as what it is (garbage, shown), not
-                # mistaken for the end of the program's output (stdout is decoded so by
-                # the pump).
-                errors="replace",
                 bufsize=1,
             )
         except OSError as exc:
@@ -137,15 +142,24 @@ class ConformanceProgram:
         output = process.stdout.buffer  # read as bytes: whatever is there, up to 64 KiB
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         partial: list[str] = []
+        size = 0  # of the line being read so far, in bytes
         with contextlib.suppress(OSError, ValueError):
             while chunk := output.read1(65536):
                 text = decoder.decode(chunk)
                 if "\n" not in text:
                     partial.append(text)
+                    size += len(chunk)
+                    if size > MAX_RESPONSE_BYTES:
+                        lines.put([_Overlong()])
+                        return
                     continue
                 first, *rest = text.split("\n")
+                if size + len(first.encode()) > MAX_RESPONSE_BYTES:
+                    lines.put([_Overlong()])
+                    return
                 whole = ["".join(partial) + first, *rest[:-1]]
                 partial = [rest[-1]]
+                size = len(rest[-1].encode())
                 lines.put([line + "\n" for line in whole])
         rest_of_output = "".join(partial) + decoder.decode(b"", final=True)
         if rest_of_output:
@@ -154,10 +168,21 @@ class ConformanceProgram:
 
     @staticmethod
     def _drain(process: subprocess.Popen[str], tail: deque[str]) -> None:
-        assert process.stderr is not None
+        """Keep the last lines of standard error, each cut to its last 1000 characters.
+
+        Read a chunk at a time, so a line that never breaks is never held whole.
+        """
+        assert isinstance(process.stderr, io.TextIOWrapper)
+        stream = process.stderr.buffer  # read as bytes: whatever is there, up to 8 KiB
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        partial = ""
         with contextlib.suppress(OSError, ValueError):
-            for line in process.stderr:
-                tail.append(line.rstrip("\n"))
+            while chunk := stream.read1(8192):
+                *whole, partial = (partial + decoder.decode(chunk)).split("\n")
+                tail.extend(line[-1000:] for line in whole)
+                partial = partial[-1000:]
+        if partial:
+            tail.append(partial)
 
     def _stderr_tail(self) -> str:
         time.sleep(0.05)  # let the last lines of a dying program arrive
@@ -218,6 +243,12 @@ class ConformanceProgram:
                 f"no response within {limit:g} s to a {message.get('type')} request; "
                 "the program was stopped"
             ) from None
+        if isinstance(line, _Overlong):
+            self.close(kill=True)
+            raise ProgramError(
+                f"the response is longer than {MAX_RESPONSE_BYTES} bytes without a line break;"
+                " the program was stopped"
+            )
         if line is None:
             try:
                 status = process.wait(timeout=5)
