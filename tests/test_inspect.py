@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,33 @@ def test_audit_prints_every_write_in_commit_order_and_filters_by_workload(
     assert [line.split()[5] for line in lines[2:]] == ["recover_expired", "claim"]
     assert main(["audit", "--store", url, "--workload", "workload_none"]) == 0
     assert capsys.readouterr().out == "no audit records of workload_none\n"
+
+
+def test_a_workloads_own_text_is_shown_as_text_each_row_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A handler's failure message is the handler's text: line breaks, escape sequences and
+    # square brackets (`list[int]`, rich's markup) are shown as they are, never obeyed.
+    message = "expected list[int]\n[/x] \x1b[2J done"
+    with SQLiteStore(tmp_path / "store.db") as store:
+        authority = authority_over(store)
+        wid = authority.admit(request(), now=10_000).workload.workload_id
+        claim = authority.claim(wid, "w1", CAPS, now=11_000, lease_ms=5_000)
+        authority.fail(wid, claim.fence, "timeout", message, now=12_000)
+    url = str(tmp_path / "store.db")
+    shown = "expected list[int]\\n[/x] \\x1b[2J done"
+    assert main(["inspect", "--store", url, wid]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert f"  last failure   timeout: {shown}" in out.splitlines()
+    assert any(
+        line.endswith(f"FAILED  -        1970-01-01T00:00:12.000Z (12000)  {shown}")
+        for line in out.splitlines()
+    )
+    # On a terminal, drawn by rich: the same text, not taken for markup.
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["inspect", "--store", url, wid]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[2J" not in out
+    assert shown in out

@@ -34,6 +34,7 @@ import importlib
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import stat
@@ -552,6 +553,16 @@ def instant(ms: int | None) -> str:
     return f"{at.strftime('%Y-%m-%dT%H:%M:%S')}.{ms % 1000:03d}Z ({ms})"
 
 
+#: What a table cell never holds as it is: control characters (C0, DEL, C1) and the
+#: Unicode line and paragraph separators.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _shown(text: str) -> str:
+    """`text` on one line, each control character written as its escape (`\\n`, `\\x1b`)."""
+    return _UNPRINTABLE.sub(lambda found: repr(found.group())[1:-1], text)
+
+
 def print_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -563,20 +574,28 @@ def print_table(
 
     Plain output (in pipes, files and CI logs) is stable for scripts: the
     title line, then the header and one line a row, columns separated by two
-    spaces and the last column unpadded.
+    spaces and the last column unpadded. Either way a cell is shown as text:
+    a control character (a line break, an escape sequence) as its escape
+    (`\\n`, `\\x1b`), and square brackets as they are, never as rich markup.
     """
     if sys.stdout.isatty():
         from rich import box
         from rich.console import Console
         from rich.measure import Measurement
         from rich.table import Table
+        from rich.text import Text
 
         console = Console(highlight=False)
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, highlight=False)
+        table = Table(
+            title=None if title is None else Text(_shown(title)),
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            highlight=False,
+        )
         for header in headers:
-            table.add_column(header, no_wrap=True)
+            table.add_column(Text(_shown(header)), no_wrap=True)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(_shown(cell)) for cell in row))
         # A table wider than the terminal would fold its ids and instants:
         # plain lines, which the terminal wraps whole, read better then.
         wide = console.options.update(max_width=1_000_000)
@@ -584,15 +603,19 @@ def print_table(
             console.print(table)
             return
     if title is not None:
-        print(title)
+        print(_shown(title))
     for line in plain_table([headers, *rows], indent=indent):
         print(line)
 
 
 def plain_table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
-    """Rows as lines of left-aligned columns; the last column is not padded."""
+    """Rows as lines of left-aligned columns; the last column is not padded.
+
+    A control character in a cell is written as its escape, so a row is one line.
+    """
     if not rows:
         return []
+    rows = [[_shown(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return [
         (
