@@ -679,3 +679,38 @@ def test_a_fence_built_without_validation_is_refused_as_invalid(
     finally:
         conn.close()
     assert not db.has_fence_table()
+
+
+def test_concurrent_ensure_fence_table_outside_a_transaction_makes_the_table_once(
+    db: Database, tmp_path: Path
+) -> None:
+    """Processes starting together each make the schema ahead of time, outside a transaction."""
+    if db.kind == "sqlite":
+        path = tmp_path / "user.sqlite"
+        db.connect = lambda: sqlite3.connect(path, timeout=30, isolation_level=None)
+
+    def make(start: threading.Barrier, failures: list[str]) -> None:
+        conn = db.connect()  # each statement commits alone
+        try:
+            start.wait()
+            ensure_fence_table(conn)
+        except Exception as exc:  # noqa: BLE001 - collected and shown below
+            failures.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+    admin = db.connect()
+    try:
+        for _ in range(8):
+            admin.execute("DROP TABLE IF EXISTS workwarden_fences")
+            failures: list[str] = []
+            start = threading.Barrier(4)
+            threads = [threading.Thread(target=make, args=(start, failures)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert failures == []
+            assert db.has_fence_table()
+    finally:
+        admin.close()

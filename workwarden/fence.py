@@ -21,6 +21,7 @@ that check for the places a handler writes to:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
@@ -257,8 +258,12 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
     if _is_postgres(conn):
         row = _tuples(conn).execute("SELECT to_regclass(%s) IS NOT NULL", (FENCE_TABLE,)).fetchone()
         if row is None or not row[0]:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
-            conn.execute(_POSTGRES_TABLE)
+            # In autocommit outside a transaction the lock would be released
+            # before the creation: both run in a transaction of their own.
+            alone = not _postgres_in_transaction(conn)
+            with conn.transaction() if alone else contextlib.nullcontext():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
+                conn.execute(_POSTGRES_TABLE)
         return
     raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
 
