@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 import pytest
 
 from workwarden.cli import main
+from workwarden.cli.reference import MAX_VECTOR_FILE_BYTES
 from workwarden.statemachine.conformance.conform import (
     MAX_RESPONSE_BYTES,
     ConformanceProgram,
@@ -232,6 +233,22 @@ def test_the_stderr_tail_keeps_the_end_of_a_line_that_never_breaks() -> None:
     assert "the program exited (status 3)" in message
     assert message.endswith("x" * 100)
     assert len(message) < 10_000
+
+
+def test_a_vector_file_larger_than_the_limit_is_refused_before_it_is_read_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as file:
+        file.truncate(MAX_VECTOR_FILE_BYTES + 1)  # sparse: nothing is written to disk
+    for path in (str(huge), "/dev/zero"):
+        assert main(["conform", "--cmd", ADAPTER, "--vectors", path]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.splitlines()[0] == (
+            f"WORKWARDEN_INPUT_UNREADABLE: the vector file {path} is larger than "
+            f"{MAX_VECTOR_FILE_BYTES} bytes"
+        )
 
 
 def test_a_program_that_exits_fails_that_scenario_and_is_started_again_for_the_next(

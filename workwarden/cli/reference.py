@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workwarden.cli import (
+    INPUT_UNREADABLE,
     OUTPUT_UNWRITABLE,
     USAGE,
     check_output,
@@ -63,10 +64,13 @@ from workwarden.statemachine.spec import Spec, load_spec
 from workwarden.storage import StoreError
 from workwarden.storage.urls import open_store
 
-__all__ = ["load_history_file", "register", "shipped_vectors_text"]
+__all__ = ["MAX_VECTOR_FILE_BYTES", "load_history_file", "register", "shipped_vectors_text"]
 
 #: The longest `conform --timeout`, in seconds (an hour for one response).
 _MAX_TIMEOUT = 3600.0
+
+#: The largest vector file `conform` reads, in bytes (the shipped one is under 2 MiB).
+MAX_VECTOR_FILE_BYTES = 256 * 1024 * 1024
 
 
 def register(subparsers: Any) -> None:
@@ -251,6 +255,37 @@ def shipped_vectors_text() -> str:
     return path.read_text(encoding="ascii")
 
 
+def _vector_file_text(path: str) -> str:
+    """The text of vector file `path` (`-`: standard input), read no further than the limit.
+
+    `WORKWARDEN_INPUT_UNREADABLE` when it is larger than `MAX_VECTOR_FILE_BYTES`
+    (a device such as `/dev/zero` never ends), and as `read_input` says otherwise.
+    """
+    what = "the vector file"
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_VECTOR_FILE_BYTES + 1)
+        else:
+            with open(path, "rb") as file:
+                data = file.read(MAX_VECTOR_FILE_BYTES + 1)
+    except OSError:
+        return read_input(path, what)  # refused, in its words
+    if len(data) > MAX_VECTOR_FILE_BYTES:
+        raise errors.WorkloadError(
+            INPUT_UNREADABLE,
+            f"{what} {path} is larger than {MAX_VECTOR_FILE_BYTES} bytes",
+            {"path": path},
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise errors.WorkloadError(
+            INPUT_UNREADABLE,
+            f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
+            {"path": path},
+        ) from None
+
+
 def _conform(args: argparse.Namespace) -> int:
     try:
         argv = shlex.split(args.cmd)
@@ -264,11 +299,7 @@ def _conform(args: argparse.Namespace) -> int:
         # Refused before any scenario runs, not after the whole run.
         check_output(args.junit, "the JUnit report")
     spec = load_spec(args.spec)
-    text = (
-        read_input(args.vectors, "the vector file")
-        if args.vectors is not None
-        else shipped_vectors_text()
-    )
+    text = _vector_file_text(args.vectors) if args.vectors is not None else shipped_vectors_text()
     try:
         vectors = read_vectors(text)
     except ValueError as exc:
