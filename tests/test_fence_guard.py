@@ -714,3 +714,32 @@ def test_concurrent_ensure_fence_table_outside_a_transaction_makes_the_table_onc
             assert db.has_fence_table()
     finally:
         admin.close()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sqlite3's autocommit is Python 3.12's")
+def test_a_sqlite_connection_in_autocommit_mode_is_refused(tmp_path: Path) -> None:
+    """Python 3.12's `autocommit=True` commits each statement alone, whatever isolation_level
+    says; `autocommit=False` always has a transaction open, which the guard joins."""
+    path = tmp_path / "user.sqlite"
+    alone = sqlite3.connect(path, autocommit=True)  # type: ignore[call-arg,unused-ignore]
+    try:
+        error = refused(lambda: guard(alone, fence(1), WORKLOAD))
+        assert error.code == "WORKLOAD_INVALID"
+        assert error.details is not None
+        assert error.details["errors"][0]["field"] == "conn"
+        alone.execute("BEGIN")
+        guard(alone, fence(1), WORKLOAD)
+        alone.execute("ROLLBACK")
+    finally:
+        alone.close()
+    joined = sqlite3.connect(path, autocommit=False)  # type: ignore[call-arg,unused-ignore]
+    try:
+        guard(joined, fence(2), WORKLOAD)
+        joined.rollback()
+        guard(joined, fence(3), WORKLOAD)
+        joined.commit()
+    finally:
+        joined.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT token FROM workwarden_fences").fetchall()
+    assert rows == [(3,)]

@@ -231,9 +231,14 @@ def _usable(conn: object) -> None:
 
 
 def _sqlite_in_transaction(conn: sqlite3.Connection) -> bool:
-    # With `isolation_level=None` the module never begins a transaction, so
-    # the guard's row would commit alone unless the caller began one.
-    return conn.in_transaction or conn.isolation_level is not None
+    # With `isolation_level=None`, or Python 3.12's `autocommit=True` (which
+    # overrides it), the module never begins a transaction, so the guard's
+    # row would commit alone unless the caller began one.
+    if conn.in_transaction:
+        return True
+    if getattr(conn, "autocommit", None) is True:
+        return False
+    return conn.isolation_level is not None
 
 
 def _postgres_in_transaction(conn: psycopg.Connection[Any]) -> bool:
@@ -294,8 +299,8 @@ def guard(
 
     `WORKLOAD_INVALID` (nothing written) for a connection of another kind
     or one already closed, one with no transaction open that commits each statement alone
-    (`sqlite3` with `isolation_level=None` outside `BEGIN`, psycopg in
-    autocommit outside `transaction()`), a malformed fence, or a fence whose
+    (`sqlite3` with `isolation_level=None` or `autocommit=True` outside
+    `BEGIN`, psycopg in autocommit outside `transaction()`), a malformed fence, or a fence whose
     claim id is not derived from `workload_id` (a fence of another workload).
     Errors of the database itself (a lock timeout, a serialization failure)
     propagate as the driver raises them.
