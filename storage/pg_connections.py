@@ -53,6 +53,28 @@ def _failures(what: str) -> Iterator[None]:
         raise StoreFailure(f"{what}: {exc}") from exc
 
 
+#: The attribute a connection keeps its statement cursor under (see `_cursor`).
+_CURSOR = "_workwarden_cursor"
+
+
+def _cursor(conn: _Connection) -> psycopg.Cursor[TupleRow]:
+    """The cursor the store sends its one-statement calls through on `conn`, made once.
+
+    `Connection.execute` makes a new cursor for every statement, and with it
+    a new adaptation context that looks up again how to send each parameter's
+    type: on a compare-and-swap of about thirty parameters, about 50 of the
+    statement's 120 microseconds of client CPU. A connection is used by one
+    thread at a time (lent by the pool, or under the offers' lock), and a
+    statement's rows are read before the next is sent, so one cursor serves
+    them all; it goes with its connection.
+    """
+    cursor: psycopg.Cursor[TupleRow] | None = getattr(conn, _CURSOR, None)
+    if cursor is None or cursor.closed:
+        cursor = conn.cursor()
+        setattr(conn, _CURSOR, cursor)
+    return cursor
+
+
 def _broken(conn: _Connection) -> bool:
     """Whether the session of `conn` has ended (closed, or lost by the server or network)."""
     return conn.closed or conn.broken

@@ -22,6 +22,7 @@ from workwarden.storage.pg_connections import (
     _broken,
     _connect,
     _Connection,
+    _cursor,
 )
 from workwarden.storage.pg_extra import extra_missing
 from workwarden.storage.pg_schema import _COLUMNS
@@ -157,16 +158,20 @@ class _Offers:
     ) -> list[StoredDocument]:
         lapsed = self._lapse(me)
         held = list(self._holder)
-        rows = conn.execute(
-            _offered_page(query),
-            {
-                **params,
-                "space": _OFFER_SPACE,
-                "lapsed": lapsed,
-                "held": held,
-                "probes": self._PROBES,
-            },
-        ).fetchall()
+        rows = (
+            _cursor(conn)
+            .execute(
+                _offered_page(query),
+                {
+                    **params,
+                    "space": _OFFER_SPACE,
+                    "lapsed": lapsed,
+                    "held": held,
+                    "probes": self._PROBES,
+                },
+            )
+            .fetchall()
+        )
         if rows[0][1] is None:  # an empty page: its one row is nulls
             return []
         page = [_document(row[1:]) for row in rows]

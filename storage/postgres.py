@@ -117,6 +117,7 @@ from workwarden.storage.pg_connections import (  # noqa: F401
     _broken,
     _connect,
     _Connection,
+    _cursor,
     _failures,
     _has_input,
     _ping,
@@ -533,13 +534,13 @@ class PostgresStore:
     def _fetchone(self, what: str, query: str, params: Any) -> TupleRow | None:
         with _failures(what):
             return self._attempt(
-                what, lambda conn: conn.execute(query, params).fetchone(), write=False
+                what, lambda conn: _cursor(conn).execute(query, params).fetchone(), write=False
             )
 
     def _fetchall(self, what: str, query: str, params: Any) -> list[TupleRow]:
         with _failures(what):
             return self._attempt(
-                what, lambda conn: conn.execute(query, params).fetchall(), write=False
+                what, lambda conn: _cursor(conn).execute(query, params).fetchall(), write=False
             )
 
     def read(self, key: str) -> StoredDocument | None:
@@ -577,7 +578,7 @@ class PostgresStore:
         query = _write_statement(index, expected_version)
         try:
             row = self._attempt(
-                what, lambda conn: conn.execute(query, params).fetchone(), write=True
+                what, lambda conn: _cursor(conn).execute(query, params).fetchone(), write=True
             )
         except psycopg.errors.UniqueViolation as exc:
             raise StoreConflict(f"result id {index.result_id} belongs to another key") from exc
@@ -837,7 +838,7 @@ class PostgresStore:
         what = f"cannot {'resume' if pause is None else 'pause'} {scope.key}"
         with _failures(what):
             row = self._attempt(
-                what, lambda conn: conn.execute(query, params).fetchone(), write=True
+                what, lambda conn: _cursor(conn).execute(query, params).fetchone(), write=True
             )
         return row is not None
 
@@ -873,7 +874,7 @@ class PostgresStore:
         what = f"cannot purge {key}"
         with _failures(what):
             row = self._attempt(
-                what, lambda conn: conn.execute(_PURGE, params).fetchone(), write=True
+                what, lambda conn: _cursor(conn).execute(_PURGE, params).fetchone(), write=True
             )
         return row is not None
 
