@@ -310,3 +310,13 @@ def test_a_workloads_own_text_is_shown_as_text_each_row_on_one_line(
     out = capsys.readouterr().out
     assert "\x1b[2J" not in out
     assert shown in out
+
+
+def test_an_id_with_control_characters_is_echoed_escaped_on_one_line(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", "--store", url, "x\x1b[2Jy\x85z"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "\x85" not in err
+    assert err.splitlines()[0] == "WORKLOAD_NOT_FOUND: no workload x\\x1b[2Jy\\x85z"

@@ -297,8 +297,10 @@ def stopped_by_sigterm() -> Iterator[None]:
 
 def _print_error(code: str, message: str, details: Any = None) -> None:
     # One line, whatever a library put in the message (libpq's hints come on lines of
-    # their own, indented with a tab).
-    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    # their own, indented with a tab), and any other control character (one in an
+    # argument the message repeats) written as its escape, never sent to the terminal.
+    lines = re.split(r"[\r\n]+", message)
+    message = _shown(" ".join(line.strip() for line in lines if line.strip()))
     print(f"{code}: {message}", file=sys.stderr)
     if details:
         print(json.dumps(details, indent=2, sort_keys=True, default=str), file=sys.stderr)
