@@ -743,3 +743,24 @@ def test_a_sqlite_connection_in_autocommit_mode_is_refused(tmp_path: Path) -> No
     with contextlib.closing(sqlite3.connect(path)) as conn:
         rows = conn.execute("SELECT token FROM workwarden_fences").fetchall()
     assert rows == [(3,)]
+
+
+@pytest.mark.parametrize("cursor_factory", ["ClientCursor", "RawCursor"])
+def test_the_guard_works_whatever_cursor_class_the_connection_makes(
+    db: Database, cursor_factory: str
+) -> None:
+    """A psycopg connection may make client-side binding cursors, or raw ones (`$1`)."""
+    if db.kind != "postgres":
+        pytest.skip("psycopg's cursor classes")
+    conn = db.connect()
+    conn.cursor_factory = getattr(psycopg, cursor_factory)
+    try:
+        with conn.transaction():
+            guard(conn, fence(2), WORKLOAD)  # the table's first use
+        with pytest.raises(WorkloadError) as stale, conn.transaction():
+            guard(conn, fence(1), WORKLOAD)
+        assert stale.value.code == "WORKLOAD_STALE_FENCE"
+        with conn.transaction():
+            assert forget(conn, WORKLOAD) == 1
+    finally:
+        conn.close()

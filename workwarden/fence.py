@@ -185,12 +185,14 @@ def _is_postgres(conn: object) -> TypeGuard[psycopg.Connection[Any]]:
 
 def _tuples(conn: sqlite3.Connection | psycopg.Connection[Any]) -> Any:
     """A cursor of `conn` whose rows are plain tuples, whatever row factory the caller set
-    on the connection (`dict_row`, `sqlite3.Row`, their own): the guard reads by position."""
+    on the connection (`dict_row`, `sqlite3.Row`, their own): the guard reads by position.
+    On psycopg a `Cursor` (`%s` placeholders), whatever cursor class the connection makes
+    (a `RawCursor` takes `$1`)."""
     if isinstance(conn, sqlite3.Connection):
         cursor = conn.cursor()
         cursor.row_factory = None
         return cursor
-    return conn.cursor(row_factory=tuple_row)
+    return psycopg.Cursor(conn, row_factory=tuple_row)
 
 
 def forget(
@@ -267,8 +269,8 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
             # before the creation: both run in a transaction of their own.
             alone = not _postgres_in_transaction(conn)
             with conn.transaction() if alone else contextlib.nullcontext():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
-                conn.execute(_POSTGRES_TABLE)
+                _tuples(conn).execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
+                _tuples(conn).execute(_POSTGRES_TABLE)
         return
     raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
 
