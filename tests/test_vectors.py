@@ -17,6 +17,7 @@ import pytest
 
 from workwarden.cli import main
 from workwarden.statemachine import ClaimCommand, default_spec
+from workwarden.statemachine.conformance.runner import FORMAT
 from workwarden.statemachine.conformance.scenarios import Work, admitted, request, seed_scenarios
 from workwarden.statemachine.conformance.vectors import (
     Scenario,
@@ -184,6 +185,12 @@ def test_a_vector_file_with_a_bad_line_is_refused_with_its_line_number() -> None
     good = SHIPPED.read_text("ascii").splitlines()[0]
     with pytest.raises(ValueError, match="line 2: name"):
         read_vectors(good + "\n" + json.dumps({"steps": []}) + "\n")
+
+
+def test_a_vector_file_of_another_format_is_refused_not_run_as_this_one() -> None:
+    line = json.loads(SHIPPED.read_text("ascii").splitlines()[0])
+    with pytest.raises(ValueError, match="line 1: format: "):
+        read_vectors(json.dumps({**line, "format": FORMAT + 1}) + "\n")
 
 
 # -- pauses and retention --------------------------------------------------------------------

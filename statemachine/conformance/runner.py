@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
@@ -65,8 +65,8 @@ __all__ = [
     "target_key",
 ]
 
-#: The version of the vector format (a field of every line).
-FORMAT = 1
+#: The version of the vector format (a field of every line; a reader refuses another).
+FORMAT: Literal[1] = 1
 
 #: The key the scenarios' grants are signed with, given to the implementation at reset.
 CONFORMANCE_KEY_ID = "conformance"
@@ -154,7 +154,7 @@ class VectorScenario(_Strict):
     difference in a digest can be shown field by field.
     """
 
-    format: int = FORMAT
+    format: Literal[1] = FORMAT  # a file of another format is refused, not misread
     name: str
     about: str = ""
     spec: str
