@@ -709,7 +709,7 @@ class Authority:
         has started, the repeat is `WORKLOAD_NOT_READY`, as any claim of a
         running workload is (`specs/README.md`, "Replays", `own_claim`).
         """
-        caps = inputs.as_names(capabilities)
+        caps = inputs.as_names(capabilities, "capabilities")
         claim: ClaimReply = self._call(
             ClaimCommand,
             now,
@@ -754,7 +754,7 @@ class Authority:
         """
         inputs.check_now(now)
         tenant, application = inputs.as_full_scope(tenant, application)
-        caps = inputs.as_names(capabilities)
+        caps = inputs.as_names(capabilities, "capabilities")
         probe = inputs.build(
             ClaimCommand,
             workload_id="-",
@@ -865,13 +865,16 @@ class Authority:
     def execution_context(
         self, workload_id: str, fence: Fence, now: int, secret_references: Iterable[str] = ()
     ) -> ExecutionContext:
-        """The input, every checkpoint so far, and the scopes, read through the fence."""
+        """The input, every checkpoint so far, and the scopes, read through the fence.
+
+        `secret_references`: at most 256 `secret://` references (more is `WORKLOAD_INVALID`).
+        """
         context: ExecutionContext = self._call(
             ExecutionContextCommand,
             now,
             workload_id=workload_id,
             fence=fence,
-            secret_references=inputs.as_names(secret_references),
+            secret_references=inputs.as_names(secret_references, "secret_references"),
         )
         return context
 
@@ -911,7 +914,10 @@ class Authority:
         artifacts: Iterable[str] = (),
         schema_version: int = 1,
     ) -> Result:
-        """Record the attempt's result; the same report repeated returns the same result."""
+        """Record the attempt's result; the same report repeated returns the same result.
+
+        `artifacts` names at most 256 artifacts (more is `WORKLOAD_INVALID`).
+        """
         result: Result = self._call(
             CompleteCommand,
             now,
@@ -919,7 +925,7 @@ class Authority:
             fence=fence,
             result_id=result_id,
             output=output,
-            artifacts=inputs.as_names(artifacts),
+            artifacts=inputs.as_names(artifacts, "artifacts"),
             schema_version=schema_version,
         )
         return result

@@ -360,7 +360,7 @@ def claim_many(
     tenant, application = inputs.as_full_scope(tenant, application)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
         raise errors.bad_argument("limit", f"limit must be a whole number from 1 to {MAX_BATCH}")
-    caps = inputs.as_names(capabilities)
+    caps = inputs.as_names(capabilities, "capabilities")
     probe = inputs.build(
         ClaimCommand,
         workload_id="-",

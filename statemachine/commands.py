@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, JsonValue
 
 from workwarden.statemachine.errors import ValidatedModel
 from workwarden.statemachine.models import (
+    MAX_LIST,
     PRINTABLE,
     CreateWorkload,
     Fence,
@@ -111,8 +112,9 @@ class ExecutionContextCommand(_Command):
     op: Literal["execution_context"] = "execution_context"
     workload_id: Name
     fence: Fence
-    secret_references: tuple[
-        Annotated[str, Field(strict=True, max_length=1024, pattern=PRINTABLE)], ...
+    secret_references: Annotated[
+        tuple[Annotated[str, Field(strict=True, max_length=1024, pattern=PRINTABLE)], ...],
+        Field(max_length=MAX_LIST),
     ] = ()
 
 
@@ -140,7 +142,7 @@ class CompleteCommand(_Command):
     fence: Fence
     result_id: Name
     output: JsonValue
-    artifacts: tuple[Name, ...] = ()
+    artifacts: Annotated[tuple[Name, ...], Field(max_length=MAX_LIST)] = ()
     schema_version: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1)] = 1
 
 

@@ -296,6 +296,9 @@ def claim_fair(
         raise errors.bad_argument("limit", f"limit must be a whole number from 1 to {_MAX_BATCH}")
     if request_id is not None:
         inputs.as_name(request_id, "request_id")
+    # Read once: every scope's call is made with the same names (a generator
+    # handed to the first would leave the others none).
+    capabilities = inputs.as_names(capabilities, "capabilities")
     kept = share
     if request_id is not None:
         share = share.copy()

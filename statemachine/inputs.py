@@ -10,6 +10,7 @@ fault (`WORKLOAD_STORAGE_FAILURE`), not the caller's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -34,7 +35,7 @@ from workwarden.statemachine.commands import (
     StartCommand,
     TimeoutCommand,
 )
-from workwarden.statemachine.models import CreateWorkload, Name, Prose, Workload
+from workwarden.statemachine.models import MAX_LIST, CreateWorkload, Name, Prose, Workload
 from workwarden.storage.base import StoredDocument
 
 __all__ = [
@@ -99,11 +100,18 @@ def check_now(now: Any) -> None:
         )
 
 
-def as_names(values: Any) -> Any:
-    """A caller's collection of names as a tuple; anything else is left for validation to refuse."""
+def as_names(values: Any, field: str = "names") -> Any:
+    """A caller's collection of names as a tuple; anything else is left for validation to refuse.
+
+    At most `MAX_LIST` (256) names, read no further than one past it: a longer
+    iterable (a generator that never ends) is `WORKLOAD_INVALID` naming `field`.
+    """
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         return values
-    return tuple(values)
+    names = tuple(itertools.islice(values, MAX_LIST + 1))
+    if len(names) > MAX_LIST:
+        raise errors.invalid(field, f"at most {MAX_LIST} entries")
+    return names
 
 
 def as_name(value: Any, field: str) -> str:
