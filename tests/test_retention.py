@@ -341,3 +341,43 @@ def test_a_dry_run_makes_no_export_file(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*argv, "--now", str(NOW + 45 * DAY)]) == 0
     assert capsys.readouterr().out.split() == [old]
     assert not out.exists()
+
+
+def test_a_purge_run_again_after_a_failure_exports_each_workload_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each workload is exported before it is deleted: a purge stopped between the two (a
+    # store failure here; SIGTERM or a crash alike) leaves its line in the file and the
+    # workload in the store. Run again, it must not append the same line a second time,
+    # which would make the file one `import` refuses (a workload on two lines).
+    from workwarden.storage import StoreFailure
+
+    db = tmp_path / "work.db"
+    with SQLiteStore(db) as store:
+        warden = Authority(store, grants=VERIFIER)
+        first, second = _finish(warden, "one", NOW), _finish(warden, "two", NOW)
+    out = tmp_path / "purged.jsonl"
+    argv = ["purge", "--store", str(db), "--export", str(out), "--now", str(NOW + 45 * DAY)]
+    purge = SQLiteStore.purge
+
+    def failing(self: SQLiteStore, *args: object, **kwargs: object) -> bool:
+        raise StoreFailure("the disk went away")
+
+    monkeypatch.setattr(SQLiteStore, "purge", failing)
+    assert main(argv) == 1
+    assert capsys.readouterr().err.startswith("WORKLOAD_STORAGE_FAILURE: ")
+    assert len(out.read_text(encoding="ascii").splitlines()) == 1
+    # A line cut short (a kill mid-write) is not glued to the next one written.
+    cut = '{"document":{"contract_vers'
+    with out.open("a", encoding="ascii") as file:
+        file.write(cut)
+    monkeypatch.setattr(SQLiteStore, "purge", purge)
+    assert main(argv) == 0
+    assert "purged 2 workload(s)" in capsys.readouterr().err
+    lines = out.read_text(encoding="ascii").splitlines()
+    assert lines[1] == cut
+    del lines[1]
+    out.write_text("".join(line + "\n" for line in lines), encoding="ascii")
+    assert sorted(json.loads(line)["key"] for line in lines) == sorted([first, second])
+    assert main(["import", "--store", str(tmp_path / "archive.db"), "--create", str(out)]) == 0
+    assert "imported 2 workload(s)" in capsys.readouterr().out

@@ -12,14 +12,18 @@ that workload is deleted; a write that fails stops the purge there
 and the rest kept. FILE is refused before anything is purged when it is not
 a regular file (a FIFO, a device, a directory) or cannot be written, and it
 is created only when a first workload is exported: a refused purge, or one
-that purges nothing, leaves no file. `--dry-run` lists what would go and
-writes nothing (not even an empty `--export` file).
+that purges nothing, leaves no file. A line FILE holds already is not appended
+again (a purge stopped between exporting a workload and deleting it, run
+again), and a last line cut short is ended before the next is written.
+`--dry-run` lists what would go and writes nothing (not even an empty
+`--export` file).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import re
 import sys
@@ -43,6 +47,26 @@ def _unwritable(path: str, exc: OSError, more: str = "") -> errors.WorkloadError
         f"--export {path}: cannot write the file: {exc.strerror or exc}{more}",
         {"field": "--export"},
     )
+
+
+def _digest(line: str) -> bytes:
+    return hashlib.sha256(line.strip().encode("utf-8", "surrogateescape")).digest()
+
+
+def _exported_lines(path: str) -> tuple[set[bytes], bool]:
+    """The digests of the lines file `path` holds (none when it does not exist yet), and
+    whether its last line is unfinished (no newline: a write cut short)."""
+    digests: set[bytes] = set()
+    last = "\n"
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as existing:
+            for last in existing:
+                digests.add(_digest(last))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
+    return digests, not last.endswith("\n")
 
 
 def parse_duration(text: str) -> int:
@@ -76,16 +100,26 @@ def _run(args: argparse.Namespace) -> int:
         check_output(args.export, "--export")
         if os.path.exists(args.export) and not os.access(args.export, os.W_OK):
             raise _unwritable(args.export, PermissionError(13, "Permission denied"))
+    # The lines the file holds already: a workload exported by a purge stopped before it
+    # was deleted (a signal, a crash, a store failure) is not written a second time.
+    present, unfinished = _exported_lines(args.export) if exporting else (set(), False)
     try:
 
         def export(doc: StoredDocument) -> None:
             nonlocal out
+            line = export_line(doc)
+            if _digest(line) in present:
+                exported.append(doc.key)
+                return
             try:
                 if out is None:
                     # Opened at the first workload to export: a purge refused, or one
                     # that purges nothing, leaves no file behind.
                     out = open(args.export, "a", encoding="ascii")  # noqa: SIM115  # closed below
-                out.write(export_line(doc) + "\n")
+                    if unfinished:
+                        # A line cut short stays a line of its own, not glued to this one.
+                        out.write("\n")
+                out.write(line + "\n")
                 out.flush()
             except OSError as exc:
                 raise _unwritable(
