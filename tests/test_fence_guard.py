@@ -716,12 +716,26 @@ def test_concurrent_ensure_fence_table_outside_a_transaction_makes_the_table_onc
         admin.close()
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="sqlite3's autocommit is Python 3.12's")
+class _Autocommitting(sqlite3.Connection):
+    """A connection in Python 3.12's `autocommit=True` mode, on any Python: from 3.12 the
+    mode itself; before it, the attribute 3.12 adds, which the guard reads, over the
+    default `isolation_level` (3.12 leaves it at its default in that mode too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if sys.version_info >= (3, 12):
+            kwargs["autocommit"] = True
+        super().__init__(*args, **kwargs)
+        if sys.version_info < (3, 12):
+            # 3.12's attribute, which overrides isolation_level; sqlite3 before it has none.
+            self.__dict__["autocommit"] = True
+
+
 def test_a_sqlite_connection_in_autocommit_mode_is_refused(tmp_path: Path) -> None:
     """Python 3.12's `autocommit=True` commits each statement alone, whatever isolation_level
     says; `autocommit=False` always has a transaction open, which the guard joins."""
     path = tmp_path / "user.sqlite"
-    alone = sqlite3.connect(path, autocommit=True)  # type: ignore[call-arg,unused-ignore]
+    alone = sqlite3.connect(path, factory=_Autocommitting)
+    assert alone.autocommit is True  # type: ignore[attr-defined,unused-ignore]
     try:
         error = refused(lambda: guard(alone, fence(1), WORKLOAD))
         assert error.code == "WORKLOAD_INVALID"
@@ -732,7 +746,12 @@ def test_a_sqlite_connection_in_autocommit_mode_is_refused(tmp_path: Path) -> No
         alone.execute("ROLLBACK")
     finally:
         alone.close()
-    joined = sqlite3.connect(path, autocommit=False)  # type: ignore[call-arg,unused-ignore]
+    # `autocommit=False` (3.12): a transaction is always open; before 3.12, the default mode.
+    joined = (
+        sqlite3.connect(path, autocommit=False)  # type: ignore[call-arg,unused-ignore]
+        if sys.version_info >= (3, 12)
+        else sqlite3.connect(path)
+    )
     try:
         guard(joined, fence(2), WORKLOAD)
         joined.rollback()
@@ -745,14 +764,19 @@ def test_a_sqlite_connection_in_autocommit_mode_is_refused(tmp_path: Path) -> No
     assert rows == [(3,)]
 
 
+@pytest.fixture
+def postgres_db() -> Iterator[Database]:
+    """An empty PostgreSQL database of the user's."""
+    yield from _postgres()
+
+
+@pytest.mark.postgres
 @pytest.mark.parametrize("cursor_factory", ["ClientCursor", "RawCursor"])
 def test_the_guard_works_whatever_cursor_class_the_connection_makes(
-    db: Database, cursor_factory: str
+    postgres_db: Database, cursor_factory: str
 ) -> None:
     """A psycopg connection may make client-side binding cursors, or raw ones (`$1`)."""
-    if db.kind != "postgres":
-        pytest.skip("psycopg's cursor classes")
-    conn = db.connect()
+    conn = postgres_db.connect()
     conn.cursor_factory = getattr(psycopg, cursor_factory)
     try:
         with conn.transaction():
