@@ -29,6 +29,9 @@ _Name = Annotated[
     str, Field(strict=True, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")
 ]
 _Instant = Annotated[int, Field(strict=True, ge=0, le=2**53 - 1)]
+#: A grant's contract version or revision: a whole number up to the largest integer a JSON
+#: number carries exactly (2**53 - 1), as every other number of a stored document.
+_Number = Annotated[int, Field(strict=True, ge=1, le=2**53 - 1)]
 
 
 def _sorted_names(value: Any) -> Any:
@@ -58,7 +61,7 @@ class ResourceScope(_Frozen):
 class Grant(_Frozen):
     """What `issuer` allowed `subject` to do in one tenant and application, and until when."""
 
-    contract_version: Annotated[int, Field(strict=True, ge=1)] = 1
+    contract_version: _Number = 1
     id: _Name
     issuer: Subject
     subject: Subject
@@ -68,7 +71,7 @@ class Grant(_Frozen):
     resources: tuple[ResourceScope, ...] = ()
     issued_at: _Instant
     expires_at: _Instant
-    revision: Annotated[int, Field(strict=True, ge=1)] = 1
+    revision: _Number = 1
     status: Literal["active", "revoked", "suspended"] = "active"
 
 
@@ -184,7 +187,12 @@ key; use GrantVerifier.without_signatures() to skip signature checks explicitly
         return verifier
 
     def verify(self, signed: SignedGrant) -> None:
-        """Raise `WORKLOAD_UNAUTHORIZED` unless the signature verifies under a known key."""
+        """Raise `WORKLOAD_UNAUTHORIZED` unless the signature verifies under a known key.
+
+        `signed` must be a `SignedGrant` (anything else is `WORKLOAD_INVALID`).
+        """
+        if not isinstance(signed, SignedGrant):
+            raise errors.invalid("signed", "signed must be a SignedGrant (GrantSigner.sign)")
         if not self.checks_signatures or self._verified.get(signed) is not None:
             return
         secret = self._keys.get(signed.key_id)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from support import CAPS, VERIFIER, request, store_snapshot
-from workwarden.statemachine import Authority, WorkloadError, errors
+from support import CAPS, SIGNER, VERIFIER, grant_for, request, store_snapshot
+from workwarden.statemachine import Authority, Grant, GrantVerifier, WorkloadError, errors
 from workwarden.statemachine.models import MAX_LIST
 from workwarden.storage import MemoryStore
 
@@ -114,3 +114,31 @@ def test_a_completion_naming_more_artifacts_than_the_limit_is_invalid_and_writes
     assert store_snapshot(store) == before
     result = warden.complete(workload_id, fence, "r1", {}, 1_003, artifacts=names[:MAX_LIST])
     assert len(result.artifacts) == MAX_LIST
+
+
+@pytest.mark.parametrize("field", ["contract_version", "revision"])
+@pytest.mark.parametrize("value", [2**53, 10**5000], ids=["2**53", "10**5000"])
+def test_a_grant_number_past_the_largest_exact_json_integer_is_invalid(
+    field: str, value: int
+) -> None:
+    # Unbounded, 10**5000 was a bare ValueError out of `sign` (Python writes at
+    # most 4,300 digits), and 2**200 was signed, admitted and stored.
+    fields = grant_for().model_dump()
+    fields[field] = value
+    _invalid(lambda: Grant(**fields), field)
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    before = store_snapshot(store)
+    signed = SIGNER.sign(grant_for()).model_dump()
+    signed["grant"][field] = value
+    _invalid(
+        lambda: warden.admit({**request().model_dump(), "authorization_snapshot": signed}, 1_000),
+        f"request.authorization_snapshot.grant.{field}",
+    )
+    assert store_snapshot(store) == before
+
+
+@pytest.mark.parametrize("signed", [None, {"grant": {}}, "grant", 1])
+def test_verifying_what_is_not_a_signed_grant_is_invalid(signed: Any) -> None:
+    _invalid(lambda: VERIFIER.verify(signed), "signed")
+    _invalid(lambda: GrantVerifier.without_signatures().verify(signed), "signed")
