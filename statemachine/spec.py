@@ -388,8 +388,13 @@ def _read(path: str | Path) -> str | Problem:
         return Problem(
             repr(path), "(file)", f"a spec path is a str or a path, not {type(path).__name__}"
         )
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        return Problem(repr(path), "(file)", "a spec path is a str or a path to str, not bytes")
+    if "\x00" in name:
+        return Problem(repr(name), "(file)", "a spec path holds no NUL character")
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(name).read_text(encoding="utf-8")
     except OSError as exc:
         return Problem(str(path), "(file)", f"cannot read the file: {exc.strerror or exc}")
     except UnicodeDecodeError as exc:
@@ -425,7 +430,7 @@ def load_spec(path: str | Path | None = None) -> Spec:
     if isinstance(text, Problem):
         raise errors.WorkloadError(
             errors.SPEC_INVALID,
-            f"cannot read spec {path}: {text.message}",
+            f"cannot read spec {text.file}: {text.message}",
             {"problems": [{"file": text.file, "field": text.field, "message": text.message}]},
         )
     return load_spec_text(text, str(path))

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from support import CAPS, SIGNER, VERIFIER, grant_for, request, store_snapshot
-from workwarden.statemachine import Authority, Grant, GrantVerifier, WorkloadError, errors
+from workwarden.statemachine import (
+    Authority,
+    Grant,
+    GrantVerifier,
+    WorkloadError,
+    check_spec_file,
+    errors,
+    load_spec,
+)
 from workwarden.statemachine.models import MAX_LIST
 from workwarden.storage import MemoryStore
 
@@ -142,3 +150,18 @@ def test_a_grant_number_past_the_largest_exact_json_integer_is_invalid(
 def test_verifying_what_is_not_a_signed_grant_is_invalid(signed: Any) -> None:
     _invalid(lambda: VERIFIER.verify(signed), "signed")
     _invalid(lambda: GrantVerifier.without_signatures().verify(signed), "signed")
+
+
+class _BytesPath:
+    def __fspath__(self) -> bytes:
+        return b"spec.toml"
+
+
+@pytest.mark.parametrize("path", ["spec\x00.toml", _BytesPath()], ids=["nul", "bytes-pathlike"])
+def test_a_spec_path_no_file_can_have_is_a_spec_problem_not_a_value_error(path: Any) -> None:
+    # A NUL in the path was a bare ValueError ("embedded null byte") out of both.
+    with pytest.raises(WorkloadError) as refused:
+        load_spec(path)
+    assert refused.value.code == errors.SPEC_INVALID
+    (problem,) = check_spec_file(path)
+    assert problem.field == "(file)"
