@@ -176,6 +176,26 @@ def test_every_workload_of_an_export_is_checked(
     assert out.endswith("2 of 2 histories valid\n")
 
 
+def test_json_lines_with_line_separators_inside_their_strings_are_read_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a newline ends a line of JSON Lines: U+2028 and U+0085 may stand unescaped in a
+    JSON string (as `jq -c` writes them), so a history holding one is still one line."""
+    store = MemoryStore()
+    authority = authority_over(store)
+    for key in ("first", "second"):
+        authority.admit(request(idempotency_key=key, input={"note": "a\u2028b\x85c"}), 10_000)
+    lines = [
+        json.dumps(_document(workload), ensure_ascii=False)
+        for workload in authority.list("t", "app")
+    ]
+    assert "\u2028" in lines[0]
+    export = tmp_path / "export.jsonl"
+    export.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["validate-history", str(export)]) == 0
+    assert capsys.readouterr().out.endswith("2 of 2 histories valid\n")
+
+
 def test_a_file_that_is_not_a_history_is_refused_with_a_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

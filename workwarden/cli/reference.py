@@ -354,7 +354,9 @@ def load_history_file(text: str, label: str) -> list[tuple[str, list[Event], Wor
         values = [json.loads(text)]
     except json.JSONDecodeError:
         values = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # Only a newline ends a line: U+2028, U+0085 and the like may stand unescaped in
+        # a JSON string, where `str.splitlines` would cut it (a CR before one is whitespace).
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
