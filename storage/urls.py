@@ -45,7 +45,7 @@ import importlib
 import os
 import re
 import sqlite3
-from typing import Literal, cast
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, unquote
 
 from workwarden.statemachine import errors
@@ -174,6 +174,23 @@ def _open_sqlite(path: str, query: str, shown: str, mode: Mode) -> SQLiteStore:
         raise StoreURLInvalid(f"{shown}: {exc}") from None
 
 
+def _check_postgres_numbers(params: dict[str, Any]) -> None:
+    """Refuse a port or connect timeout no connection can be made with (libpq would only say
+    so at each attempt, so the store would try for its whole connect timeout)."""
+    ports = str(params.get("port") or "")
+    for port in ports.split(",") if ports else ():
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise StoreURLInvalid(
+                f"the PostgreSQL URL's port {port[:20]!r} is not a port number (1 to 65535)"
+            )
+    timeout = str(params.get("connect_timeout") or "").strip()
+    if timeout and not (timeout.lstrip("+-").isascii() and timeout.lstrip("+-").isdigit()):
+        raise StoreURLInvalid(
+            f"the PostgreSQL URL's connect_timeout {timeout[:20]!r} is not a whole number of"
+            " seconds"
+        )
+
+
 def _open_postgres(dsn: str, mode: Mode) -> Store:
     try:
         import psycopg
@@ -182,12 +199,13 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
         pass  # the backend's own import says what to install
     else:
         try:
-            conninfo.conninfo_to_dict(dsn)
+            params = conninfo.conninfo_to_dict(dsn)
         except psycopg.Error:
             # psycopg's message quotes the URL, which may hold a password.
             raise StoreURLInvalid(
                 "the PostgreSQL URL is malformed (see libpq's URI syntax)"
             ) from None
+        _check_postgres_numbers(params)
     module = importlib.import_module("workwarden.storage.postgres")
     try:
         store: Store = module.PostgresStore(dsn, create=mode == "create")

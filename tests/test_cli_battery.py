@@ -30,6 +30,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -890,6 +891,28 @@ def test_the_resolver_takes_the_environment_when_given_no_url(
     with closing(open_store(None, mode="create")) as store:
         assert isinstance(store, SQLiteStore)
     assert (tmp_path / "env.db").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://user:s3cret@127.0.0.1:notaport/db",
+        "postgresql://user:s3cret@127.0.0.1:99999/db",
+        "postgresql://user:s3cret@h1:5432,h2:x/db",
+        "postgresql://user:s3cret@127.0.0.1/db?connect_timeout=x",
+    ],
+)
+def test_a_postgresql_url_with_a_port_or_timeout_no_server_has_is_refused_at_once(
+    url: str,
+) -> None:
+    """Not tried for the connect timeout as an unreachable server would be: no connection
+    can ever be made with it."""
+    started = time.monotonic()
+    with pytest.raises(WorkloadError) as refused:
+        open_store(url)
+    assert refused.value.code == URL_INVALID
+    assert "s3cret" not in str(refused.value)
+    assert time.monotonic() - started < 2
 
 
 def test_a_bad_postgresql_url_is_refused_without_repeating_it() -> None:
