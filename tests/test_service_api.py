@@ -311,6 +311,32 @@ def test_the_client_answers_and_refuses_exactly_as_the_library(fresh: RunningSer
         assert _script(client) == _script(library)
 
 
+def _fields_of_too_many_names(warden: Any) -> list[tuple[str, list[str]]]:
+    """Calls naming more capabilities than a claim takes: each refusal's code and fields."""
+    admitted = warden.admit(request(idempotency_key="names"), 20_000).workload.workload_id
+    names = [f"cap-{n}" for n in range(300)]
+    answers = []
+    for call in (
+        lambda: warden.claim(admitted, "w1", names, 20_001, 1_000),
+        lambda: warden.claim_next("t", "app", "w1", names, 20_001, 1_000),
+    ):
+        with pytest.raises(WorkloadError) as refused:
+            call()
+        details = refused.value.details or {}
+        answers.append((refused.value.code, [e["field"] for e in details.get("errors", [])]))
+    return answers
+
+
+def test_the_client_names_a_list_of_names_too_long_as_the_library_does(
+    fresh: RunningService,
+) -> None:
+    library = Authority(MemoryStore(), grants=GrantVerifier({KEY_ID: SECRET}))
+    with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as client:
+        answered = _fields_of_too_many_names(client)
+    assert answered == _fields_of_too_many_names(library)
+    assert answered == [("WORKLOAD_INVALID", ["capabilities"])] * 2
+
+
 def _bad_calls(warden: Any) -> list[tuple[str, Any]]:
     """Calls with bad arguments, each answered by the refusal's code (or "ok" and the answer)."""
     admitted = warden.admit(request(idempotency_key="base"), 20_000).workload.workload_id

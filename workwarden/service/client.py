@@ -275,7 +275,7 @@ class HttpAuthority:
             ClaimCommand,
             workload_id=workload_id,
             worker_id=worker_id,
-            capabilities=inputs.as_names(capabilities),
+            capabilities=inputs.as_names(capabilities, "capabilities"),
             lease_ms=lease_ms,
             request_id=request_id,
         )
@@ -298,7 +298,7 @@ class HttpAuthority:
             tenant_id=tenant,
             application_id=application,
             worker_id=worker_id,
-            capabilities=inputs.as_names(capabilities),
+            capabilities=inputs.as_names(capabilities, "capabilities"),
             lease_ms=lease_ms,
             request_id=request_id,
         )
@@ -324,7 +324,7 @@ class HttpAuthority:
             ExecutionContextCommand,
             workload_id=workload_id,
             fence=fence,
-            secret_references=inputs.as_names(secret_references),
+            secret_references=inputs.as_names(secret_references, "secret_references"),
         )
         return self._post("execution_context", command, now, ExecutionContext)
 
@@ -361,7 +361,7 @@ class HttpAuthority:
             fence=fence,
             result_id=result_id,
             output=output,
-            artifacts=inputs.as_names(artifacts),
+            artifacts=inputs.as_names(artifacts, "artifacts"),
             schema_version=schema_version,
         )
         return self._post("complete", command, now, Result)
@@ -466,7 +466,7 @@ class HttpAuthority:
             ClaimCommand,
             workload_id="-",
             worker_id=worker_id,
-            capabilities=inputs.as_names(capabilities),
+            capabilities=inputs.as_names(capabilities, "capabilities"),
             lease_ms=lease_ms,
             request_id=request_id,
         )
