@@ -356,6 +356,24 @@ def test_the_adapter_answers_one_line_per_request_and_refuses_what_is_not_the_pr
     assert lines[4] == '{"ok":[]}'
 
 
+def test_the_adapter_refuses_json_nested_too_deeply_and_answers_on() -> None:
+    requests = "\n".join(["[" * 100_000 + "]" * 100_000, '{"type": "store"}'])
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden.adapter"],
+        input=requests + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    assert '"code":"WORKLOAD_INVALID"' in lines[0]
+    assert "nested too deeply" in lines[0]
+    assert lines[1] == '{"ok":[]}'
+
+
 @pytest.mark.parametrize("timeout", ["-1", "0", "inf", "nan", "1e300", "3601", "soon"])
 def test_a_timeout_that_is_not_positive_finite_and_at_most_an_hour_is_a_usage_error(
     timeout: str, capsys: pytest.CaptureFixture[str]

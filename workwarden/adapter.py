@@ -2,7 +2,8 @@
 
 Reads one JSON request a line on standard input (`reset`, `command`,
 `store`; see `docs/conformance.md`) and writes one JSON response a line on
-standard output, flushed after each, until its input ends. Behind it is an
+standard output, flushed after each, until its input ends (a line that is
+not JSON, or nested too deeply to read, is answered `WORKLOAD_INVALID`). Behind it is an
 `Authority` over a `MemoryStore`, under the shipped spec or `--spec FILE`.
 This is the program `workwarden conform` holds other implementations' adapters
 beside: it passes every vector, because the vectors were generated with it.
@@ -36,6 +37,10 @@ def serve(reference: ReferenceImplementation, requests: TextIO, responses: TextI
             request = json.loads(line)
         except json.JSONDecodeError as exc:
             response = {"error": {"code": "WORKLOAD_INVALID", "message": f"not JSON: {exc}"}}
+        except RecursionError:
+            response = {
+                "error": {"code": "WORKLOAD_INVALID", "message": "JSON nested too deeply to read"}
+            }
         else:
             response = reference.handle(request)
         responses.write(json.dumps(response, sort_keys=True, separators=(",", ":")) + "\n")
