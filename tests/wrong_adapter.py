@@ -32,7 +32,8 @@
 - `endless-line`: it answers its first request, then writes a line that never
   ends (a mebibyte at a time, until it is stopped);
 - `endless-stderr`: it writes 100 MiB on standard error without a line break,
-  then exits.
+  then exits;
+- `version-zero`: its store read-back says every document is at version 0.
 """
 
 from __future__ import annotations
@@ -167,6 +168,17 @@ class NoInputHash(ReferenceImplementation):
         return response
 
 
+class VersionZero(ReferenceImplementation):
+    """Reads back every document at version 0."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("type") == "store" and "ok" in response:
+            for entry in response["ok"]:
+                entry["version"] = 0
+        return response
+
+
 class RefusesAll(ReferenceImplementation):
     """Refuses every request, as an adapter whose backend cannot be reached does."""
 
@@ -286,6 +298,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         reference = LateUpdates(load_spec(spec))
     elif mistake == "no-input-hash":
         reference = NoInputHash()
+    elif mistake == "version-zero":
+        reference = VersionZero()
     elif mistake == "refuses-reset":
         reference = RefusesAll()
     elif mistake == "codeless-refusal":

@@ -363,8 +363,10 @@ def snapshot(entries: Iterable[Mapping[str, Any]]) -> Snapshot:
         if missing:
             raise ValueError(f"entry {number} has no {', '.join(missing)}")
         key, version = entry["key"], entry["version"]
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise ValueError(f"entry {number} ({key}): version {version!r} is not a whole number")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(
+                f"entry {number} ({key}): version {version!r} is not a whole number of at least 1"
+            )
         try:
             out[str(key)] = (version, normalise_document(entry["document"]))
         except ValueError as exc:
