@@ -437,6 +437,19 @@ def test_a_store_read_back_at_version_zero_fails_the_scenario_not_the_run(
     ) in out
 
 
+def test_a_store_read_back_listing_a_key_twice_fails_the_scenario(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "admission/a_one_millisecond_timeout_is_accepted"
+    assert main(["conform", "--cmd", wrong("lists-twice"), "-k", selected]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {selected}" in out
+    assert (
+        "at step 1 of 1: the store read-back does not hold workload documents: entry 2 "
+        "(workload_a905c442ee731da96617b295): the key of entry 1 again"
+    ) in out
+
+
 def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -33,7 +33,8 @@
   ends (a mebibyte at a time, until it is stopped);
 - `endless-stderr`: it writes 100 MiB on standard error without a line break,
   then exits;
-- `version-zero`: its store read-back says every document is at version 0.
+- `version-zero`: its store read-back says every document is at version 0;
+- `lists-twice`: its store read-back lists every document twice.
 """
 
 from __future__ import annotations
@@ -179,6 +180,16 @@ class VersionZero(ReferenceImplementation):
         return response
 
 
+class ListsTwice(ReferenceImplementation):
+    """Reads back every document twice."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("type") == "store" and "ok" in response:
+            response["ok"] = response["ok"] + response["ok"]
+        return response
+
+
 class RefusesAll(ReferenceImplementation):
     """Refuses every request, as an adapter whose backend cannot be reached does."""
 
@@ -300,6 +311,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         reference = NoInputHash()
     elif mistake == "version-zero":
         reference = VersionZero()
+    elif mistake == "lists-twice":
+        reference = ListsTwice()
     elif mistake == "refuses-reset":
         reference = RefusesAll()
     elif mistake == "codeless-refusal":

@@ -356,6 +356,7 @@ def snapshot(entries: Iterable[Mapping[str, Any]]) -> Snapshot:
     Raises `ValueError` naming the entry and the field at fault.
     """
     out: Snapshot = {}
+    seen: dict[str, int] = {}
     for number, entry in enumerate(entries, start=1):
         if not isinstance(entry, Mapping):
             raise ValueError(f"entry {number} is not an object")
@@ -363,12 +364,18 @@ def snapshot(entries: Iterable[Mapping[str, Any]]) -> Snapshot:
         if missing:
             raise ValueError(f"entry {number} has no {', '.join(missing)}")
         key, version = entry["key"], entry["version"]
+        if not isinstance(key, str):
+            raise ValueError(f"entry {number}: key {key!r} is not a string")
+        if key in seen:
+            # A store holds one document a key: a second would hide the first.
+            raise ValueError(f"entry {number} ({key}): the key of entry {seen[key]} again")
+        seen[key] = number
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise ValueError(
                 f"entry {number} ({key}): version {version!r} is not a whole number of at least 1"
             )
         try:
-            out[str(key)] = (version, normalise_document(entry["document"]))
+            out[key] = (version, normalise_document(entry["document"]))
         except ValueError as exc:
             raise ValueError(f"entry {number} ({key}): {exc}") from None
     return out
