@@ -450,6 +450,18 @@ def test_a_store_read_back_listing_a_key_twice_fails_the_scenario(
     ) in out
 
 
+def test_a_reply_nested_too_deeply_fails_the_scenario_not_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "admission/a_one_millisecond_timeout_is_accepted"
+    for depth, says in ((100_000, "to read"), (300, "to compare")):
+        program = f"{wrong('nested-reply')} {depth}"
+        assert main(["conform", "--cmd", program, "-k", selected]) == 1
+        out = capsys.readouterr().out
+        assert f"FAIL {selected}" in out
+        assert f"at step 1 of 1: the response is JSON nested too deeply {says}" in out
+
+
 def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -34,7 +34,8 @@
 - `endless-stderr`: it writes 100 MiB on standard error without a line break,
   then exits;
 - `version-zero`: its store read-back says every document is at version 0;
-- `lists-twice`: its store read-back lists every document twice.
+- `lists-twice`: its store read-back lists every document twice;
+- `nested-reply DEPTH`: it answers every command with a reply nested DEPTH deep.
 """
 
 from __future__ import annotations
@@ -277,12 +278,26 @@ def endless_stderr() -> int:
     return 3
 
 
+def nested_reply(depth: int) -> int:
+    """Answer a reset and a store read-back as the reference does, a command with a deep reply."""
+    reference = ReferenceImplementation()
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("type") == "command":
+            print('{"ok":' + "[" * depth + "]" * depth + "}", flush=True)
+        else:
+            print(json.dumps(reference.handle(request)), flush=True)
+    return 0
+
+
 def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
     if mistake == "lingers":
         return lingers()
     if mistake == "not-utf8":
         return not_utf8()
+    if mistake == "nested-reply":
+        return nested_reply(int(spec or 0))
     if mistake == "endless-line":
         return endless_line()
     if mistake == "endless-stderr":

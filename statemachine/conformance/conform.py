@@ -269,6 +269,10 @@ class ConformanceProgram:
             response = json.loads(line)
         except json.JSONDecodeError:
             raise ProgramError(f"the response is not one line of JSON: {line[:200]!r}") from None
+        except RecursionError:
+            raise ProgramError(
+                f"the response is JSON nested too deeply to read: {line[:200]!r}"
+            ) from None
         if (
             not isinstance(response, dict)
             or len(response) != 1
@@ -537,7 +541,11 @@ def _run_one(
                 {"type": "command", "command": step.command, "now": step.now}
             )
             after = _actual_snapshot(program.request({"type": "store"}))
-            actual = observe(step.command, response, before, after)
+            try:
+                actual = observe(step.command, response, before, after)
+            except ValidationError:
+                # A reply deeper than a JSON value is held (the reference's never are).
+                raise ProgramError("the response is JSON nested too deeply to compare") from None
             if references is None:
                 references = _reference_documents(spec, vector)
             mine = next(references, None)
