@@ -21,7 +21,8 @@ for; `adapter`, the default without the harness: pace itself, crediting
 file holding the current rate, re-read every tick) and `BENCH_INSTANCE_ID`
 (stamped on every line; only instance 0 reports `queue_depth`). Its own
 settings: `WORKWARDEN_BATCHED` (1: `admit_many`, `claim_many` and
-`report_many`; 0: one call per admission, claim, start and completion),
+`report_many`; 0: one call per admission, claim, start and completion, each
+job stamped and counted as its own admission is made),
 `WORKWARDEN_CLAIM_BATCH` (16, the claim limit), `WORKWARDEN_CLAIM_STARTS`
 (1: the `specs/examples/claim_starts.toml` spec, whose claim starts the
 attempt in its own commit), `WORKWARDEN_LEASE_MS` (30000) and
@@ -432,15 +433,18 @@ class HarnessAdapter:
         done = 0
         while done < count and not self.stop.is_set():
             chunk = min(count - done, self.settings.producer_batch_max)
-            requests = [self._request(seq + done + i) for i in range(chunk)]
             try:
                 if self.settings.batched and chunk > 1:
+                    requests = [self._request(seq + done + i) for i in range(chunk)]
                     replies = self.authority.admit_many(requests, _now_ms())
                     refused = [r for r in replies if isinstance(r, WorkloadError)]
                 else:
-                    refused = []
-                    for request in requests:
-                        self.authority.admit(request, _now_ms())
+                    for _ in range(chunk):
+                        # Stamped as it is sent, not when its chunk began; counted as it commits.
+                        self.authority.admit(self._request(seq + done), _now_ms())
+                        self.enqueued.add(1)
+                        done += 1
+                    continue
             except (WorkloadError, StoreError) as exc:
                 self.say(f"admission failed: {exc}")
                 self.stop.wait(0.1)

@@ -12,6 +12,7 @@ did is checked against the database.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import itertools
 import json
 import math
@@ -314,3 +315,52 @@ def test_the_rolling_histogram_keeps_three_figures_and_forgets_after_the_window(
     # Thirty seconds on, the first second's values have left the window.
     assert histogram.percentiles(at + WINDOW_S, (50,)) == [pytest.approx(5000, rel=1e-3)]
     assert histogram.percentiles(at + 2 * WINDOW_S, (50, 99)) == [0.0, 0.0]
+
+
+@pytest.mark.postgres
+def test_one_call_at_a_time_stamps_each_job_when_it_is_admitted(dsn: str) -> None:
+    # A claim latency runs from the job's insert: a job admitted after others of its
+    # chunk must not carry the time the chunk began as its enqueue time.
+    from bench.harness_adapter import HarnessAdapter, Settings
+
+    settings = Settings.from_env({"DATABASE_URL": dsn, "WORKWARDEN_BATCHED": "0"})
+    adapter = HarnessAdapter(settings, out=sys.stdout, log=sys.stderr)
+    lags_ms: list[float] = []
+    admit = adapter.authority.admit
+
+    def slow_admit(request: Any, now: int) -> Any:
+        lags_ms.append(time.time() * 1000 - request.input["enqueued_us"] / 1000)
+        time.sleep(0.02)
+        return admit(request, now)
+
+    try:
+        adapter.authority.admit = slow_admit  # type: ignore[method-assign]
+        assert adapter.admit(10, 0) == 10
+        assert adapter.enqueued.value == 10
+    finally:
+        adapter.store.close()
+    assert max(lags_ms) < 15, lags_ms
+
+
+@pytest.mark.postgres
+def test_one_call_at_a_time_counts_the_admissions_made_before_a_failure(dsn: str) -> None:
+    # Each admission that committed is enqueued (and will be completed): a store
+    # failure later in its chunk must not drop it from enqueue_rate.
+    from bench.harness_adapter import HarnessAdapter, Settings
+    from workwarden.storage import StoreError
+
+    settings = Settings.from_env({"DATABASE_URL": dsn, "WORKWARDEN_BATCHED": "0"})
+    adapter = HarnessAdapter(settings, out=sys.stdout, log=io.StringIO())
+    admit, calls = adapter.authority.admit, itertools.count()
+
+    def failing_admit(request: Any, now: int) -> Any:
+        if next(calls) == 4:
+            raise StoreError("the server went away")
+        return admit(request, now)
+
+    try:
+        adapter.authority.admit = failing_admit  # type: ignore[method-assign]
+        assert adapter.admit(10, 0) == 4
+        assert adapter.enqueued.value == 4 == _database(dsn)["documents"]
+    finally:
+        adapter.store.close()
