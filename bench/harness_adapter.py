@@ -11,7 +11,9 @@ for workwarden on PostgreSQL:
 
 What it reads (defaults as the contract and the harness's launcher give them):
 `DATABASE_URL` (required), `SCENARIO` (`long_horizon`, the only one),
-`PRODUCER_MODE` (`fixed` or `depth-target`), `PRODUCER_RATE` (800 jobs/s),
+`PRODUCER_MODE` (`fixed` or `depth-target`: admits up to `TARGET_DEPTH` less the
+last depth read and what it admitted since, in calls of up to `PRODUCER_BATCH_MAX`),
+`PRODUCER_RATE` (800 jobs/s),
 `PRODUCER_BATCH_MAX` (128), `PRODUCER_BATCH_MS` (25), `TARGET_DEPTH` (1000),
 `WORKER_COUNT` (32), `JOB_PAYLOAD_BYTES` (256), `JOB_WORK_MS` (1),
 `SAMPLE_EVERY_S` (5); and what the harness's launcher adds:
@@ -352,6 +354,9 @@ class HarnessAdapter:
         self.end_to_end = RollingHistogram()
         self.enqueued, self.completed, self.refused = _Counter(), _Counter(), _Counter()
         self.queue_depth = 0
+        # The last depth read and how many this process had admitted when it began: what
+        # was admitted since is not in it yet (one assignment, so read as one pair).
+        self._depth_reading = (0, 0)
         self.target_rate = float(settings.producer_rate)
         self._tokens: queue.Queue[int] = queue.Queue(maxsize=4096)
         self._wake = _Wake()
@@ -473,12 +478,13 @@ class HarnessAdapter:
         while not self.stop.is_set():
             if settings.producer_mode == "depth-target":
                 self.target_rate = 0.0
-                wanted = settings.target_depth - self.queue_depth
+                depth, admitted_before = self._depth_reading
+                unseen = self.enqueued.value - admitted_before  # admitted after that read began
+                wanted = settings.target_depth - depth - unseen
                 if wanted <= 0:
                     self.stop.wait(0.05)
                     continue
                 seq += self.admit(min(wanted, settings.producer_batch_max), seq)
-                self.stop.wait(0.2)  # the depth poller's cadence: let it see what was admitted
             elif settings.producer_pacing == "harness":
                 self.target_rate = float(self._rate())
                 try:
@@ -630,9 +636,11 @@ class HarnessAdapter:
         """Keep `queue_depth` fresh: the scope's claimable workloads, every 200 ms."""
         while not self.stop.is_set():
             try:
+                admitted = self.enqueued.value
                 with self.store.connection() as conn:
                     row = conn.execute(_DEPTH, (TENANT, APPLICATION, _now_ms())).fetchone()
                 self.queue_depth = int(row[0]) if row else 0
+                self._depth_reading = (self.queue_depth, admitted)
             except (StoreError, psycopg.Error) as exc:  # reported, and tried again
                 self.say(f"queue depth unavailable: {exc}")
             self.stop.wait(0.2)

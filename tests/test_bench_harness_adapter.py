@@ -364,3 +364,22 @@ def test_one_call_at_a_time_counts_the_admissions_made_before_a_failure(dsn: str
         assert adapter.enqueued.value == 4 == _database(dsn)["documents"]
     finally:
         adapter.store.close()
+
+
+@pytest.mark.postgres
+def test_depth_target_mode_fills_the_queue_one_job_per_call_too(dsn: str) -> None:
+    # With PRODUCER_BATCH_MAX=1 (a row-by-row run) the producer still keeps the queue
+    # at the target: it is not held to one admission per look at the depth.
+    env = {
+        "PRODUCER_MODE": "depth-target",
+        "TARGET_DEPTH": "40",
+        "PRODUCER_BATCH_MAX": "1",
+        "WORKER_COUNT": "1",
+        "JOB_WORK_MS": "100",
+        "WORKWARDEN_CLAIM_BATCH": "2",
+    }
+    run = _run(dsn, 5, env)
+    ticks = _contract(run, 1)
+    depths = _series(ticks, "queue_depth")
+    assert max(depths) <= 40 + 1, depths
+    assert max(depths[2:]) >= 20, depths
