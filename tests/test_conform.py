@@ -462,6 +462,17 @@ def test_a_reply_nested_too_deeply_fails_the_scenario_not_the_run(
         assert f"at step 1 of 1: the response is JSON nested too deeply {says}" in out
 
 
+def test_a_store_read_back_that_is_not_a_list_is_said_so_not_called_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "admission/a_one_millisecond_timeout_is_accepted"
+    assert main(["conform", "--cmd", wrong("store-object"), "-k", selected]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {selected}" in out
+    assert 'at reset: the store read-back is not a list of entries: {"ok":{}}' in out
+    assert "refused" not in out
+
+
 def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

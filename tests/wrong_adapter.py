@@ -35,7 +35,8 @@
   then exits;
 - `version-zero`: its store read-back says every document is at version 0;
 - `lists-twice`: its store read-back lists every document twice;
-- `nested-reply DEPTH`: it answers every command with a reply nested DEPTH deep.
+- `nested-reply DEPTH`: it answers every command with a reply nested DEPTH deep;
+- `store-object`: its store read-back is an object, not a list.
 """
 
 from __future__ import annotations
@@ -191,6 +192,16 @@ class ListsTwice(ReferenceImplementation):
         return response
 
 
+class StoreObject(ReferenceImplementation):
+    """Reads the store back as an object of documents by key, not a list."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("type") == "store" and "ok" in response:
+            return {"ok": {entry["key"]: entry for entry in response["ok"]}}
+        return response
+
+
 class RefusesAll(ReferenceImplementation):
     """Refuses every request, as an adapter whose backend cannot be reached does."""
 
@@ -328,6 +339,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         reference = VersionZero()
     elif mistake == "lists-twice":
         reference = ListsTwice()
+    elif mistake == "store-object":
+        reference = StoreObject()
     elif mistake == "refuses-reset":
         reference = RefusesAll()
     elif mistake == "codeless-refusal":

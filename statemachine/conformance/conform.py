@@ -502,8 +502,12 @@ def _reference_documents(spec: Spec | None, vector: VectorScenario) -> Iterator[
 
 def _actual_snapshot(response: Mapping[str, Any]) -> Snapshot:
     entries = response.get("ok")
-    if "error" in response or not isinstance(entries, list):
+    if "error" in response:
         raise ProgramError(f"the store read-back was refused: {_compact(response, 300)}")
+    if not isinstance(entries, list):
+        raise ProgramError(
+            f"the store read-back is not a list of entries: {_compact(response, 300)}"
+        )
     try:
         return snapshot(entries)
     except (KeyError, TypeError, ValueError) as exc:
