@@ -25,7 +25,8 @@ file holding the current rate, re-read every tick) and `BENCH_INSTANCE_ID`
 settings: `WORKWARDEN_BATCHED` (1: `admit_many`, `claim_many` and
 `report_many`; 0: one call per admission, claim, start and completion, each
 job stamped and counted as its own admission is made),
-`WORKWARDEN_CLAIM_BATCH` (16, the claim limit), `WORKWARDEN_CLAIM_STARTS`
+`WORKWARDEN_CLAIM_BATCH` (16, the claim limit; with `JOB_WORK_MS` set, no more jobs than run
+in half a lease), `WORKWARDEN_CLAIM_STARTS`
 (1: the `specs/examples/claim_starts.toml` spec, whose claim starts the
 attempt in its own commit), `WORKWARDEN_LEASE_MS` (30000) and
 `WORKWARDEN_POLL_MS` (50, the longest an idle worker waits between looks,
@@ -120,6 +121,15 @@ SYSTEM = "workwarden"
 
 TENANT, APPLICATION = "bench", "harness"
 WINDOW_S = 30
+
+#: How long a report that met a store failure is sent again before it counts as refused.
+REPORT_RETRY_S = 30.0
+
+#: The longest a batched worker holds a finished job's completion to send it with others.
+REPORT_WINDOW_S = 0.025
+
+#: The answers a report is sent again after (the same command: a replay if it committed).
+_SEND_AGAIN = frozenset({errors.STORAGE_FAILURE, errors.OUTCOME_UNKNOWN})
 """The window of the latency percentiles, as the contract asks."""
 
 _EVENT_TABLES = ("public.workwarden_audit", "public.workwarden_documents")
@@ -226,6 +236,18 @@ class Settings:
     claim_starts: bool = True
     lease_ms: int = 30_000
     poll_ms: int = 50
+
+    @property
+    def claim_limit(self) -> int:
+        """How many jobs one claim takes: `claim_batch`, fewer when the jobs are long.
+
+        A batch's jobs run one after another under leases taken together, so at
+        most as many as run in half a lease are claimed at once; the rest stay
+        claimable by other workers.
+        """
+        if self.job_work_ms <= 0:
+            return self.claim_batch
+        return max(1, min(self.claim_batch, self.lease_ms // (2 * self.job_work_ms)))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -525,7 +547,7 @@ class HarnessAdapter:
                 ("bench",),
                 now,
                 settings.lease_ms,
-                settings.claim_batch,
+                settings.claim_limit,
             )
         claim = self.authority.claim_next(
             TENANT, APPLICATION, worker, ("bench",), now, settings.lease_ms
@@ -533,10 +555,20 @@ class HarnessAdapter:
         return [] if claim is None else [claim]
 
     def report(self, commands: Sequence[Command]) -> list[Any]:
-        """Report `commands` (batched, or one call each); a lost race is decided once more."""
+        """Report `commands` (batched, or one call each), until each is answered.
+
+        A lost race (`WORKLOAD_CONFLICT`) is decided again at once, up to
+        twice more. A store failure or an unknown outcome is sent again, the
+        same command, after a backoff (0.1 s doubling to 2 s) for up to
+        `REPORT_RETRY_S` or until the adapter stops: the replay rules make a
+        report that did commit answer as it did, so a completion made during
+        an outage is counted once, not as refused.
+        """
         answers: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        for _ in range(3):
+        races, pause = 0, 0.1
+        deadline = time.monotonic() + REPORT_RETRY_S
+        while todo:
             batch = [commands[i] for i in todo]
             replies: list[Any]
             if self.settings.batched and len(batch) > 1:
@@ -545,13 +577,19 @@ class HarnessAdapter:
                 replies = [self._one(command) for command in batch]
             for i, reply in zip(todo, replies, strict=True):
                 answers[i] = reply
-            todo = [
-                i
-                for i in todo
-                if isinstance(answers[i], WorkloadError) and answers[i].code == errors.CONFLICT
-            ]
-            if not todo:
-                break
+            codes = {i: getattr(answers[i], "code", None) for i in todo}
+            raced = [i for i in todo if codes[i] == errors.CONFLICT]
+            failed = [i for i in todo if codes[i] in _SEND_AGAIN]
+            if raced and races < 2:
+                races += 1
+            else:
+                raced = []
+            if failed and (self.stop.is_set() or time.monotonic() >= deadline):
+                failed = []
+            if failed and not raced:
+                self.stop.wait(pause)
+                pause = min(pause * 2, 2.0)
+            todo = sorted(raced + failed)
         return answers
 
     def _one(self, command: Command) -> Any:
@@ -589,7 +627,7 @@ class HarnessAdapter:
             if not claims:
                 seen = self._wake.wait(seen, self.settings.poll_ms / 1000)
                 continue
-            if len(claims) == self.settings.claim_batch:
+            if len(claims) == self.settings.claim_limit:
                 self._wake.nudge()  # there may be more: let another idle worker look
             self._run(claims)
 
@@ -605,22 +643,34 @@ class HarnessAdapter:
                     claims.remove(claim)
                 else:
                     self._observe(self.claims, claim)
-        completions: list[Command] = []
+        # Batched, a finished job's completion waits at most REPORT_WINDOW_S for others
+        # to be sent with: short jobs go together, a long one as it finishes.
+        held: list[tuple[ClaimReply, Command]] = []
+        since, work_s = 0.0, self.settings.job_work_ms / 1000
         for claim in claims:
-            if self.settings.job_work_ms:
-                time.sleep(self.settings.job_work_ms / 1000)
+            if held and time.monotonic() - since + work_s >= REPORT_WINDOW_S:
+                self._flush(held)  # they would wait past the window for this job
+            if work_s:
+                time.sleep(work_s)
             completion = CompleteCommand(
                 workload_id=claim.workload_id,
                 fence=claim.fence,
                 result_id=f"result-{claim.workload_id}",
                 output=None,
             )
-            if self.settings.batched:
-                completions.append(completion)
-            else:
+            if not self.settings.batched:
                 self._completed([claim], self.report([completion]))
-        if completions:
-            self._completed(claims, self.report(completions))
+                continue
+            if not held:
+                since = time.monotonic()
+            held.append((claim, completion))
+        self._flush(held)
+
+    def _flush(self, held: list[tuple[ClaimReply, Command]]) -> None:
+        """Report the completions `held` (emptied)."""
+        if held:
+            done, held[:] = list(held), []
+            self._completed([c for c, _ in done], self.report([m for _, m in done]))
 
     def _completed(self, claims: Sequence[ClaimReply], replies: Sequence[Any]) -> None:
         done = 0

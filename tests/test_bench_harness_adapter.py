@@ -383,3 +383,72 @@ def test_depth_target_mode_fills_the_queue_one_job_per_call_too(dsn: str) -> Non
     depths = _series(ticks, "queue_depth")
     assert max(depths) <= 40 + 1, depths
     assert max(depths[2:]) >= 20, depths
+
+
+def _adapter(dsn: str, **env: str) -> Any:
+    from bench.harness_adapter import HarnessAdapter, Settings
+
+    settings = Settings.from_env({"DATABASE_URL": dsn, **env})
+    return HarnessAdapter(settings, out=io.StringIO(), log=io.StringIO())
+
+
+@pytest.mark.postgres
+def test_a_long_jobs_completion_is_reported_as_it_finishes_not_with_its_batch(dsn: str) -> None:
+    # Completions wait at most REPORT_WINDOW_S for others: with 100 ms jobs each goes
+    # as it finishes, so completion_rate does not wait for the whole claimed batch.
+    adapter = _adapter(dsn, JOB_WORK_MS="100", WORKWARDEN_CLAIM_BATCH="16")
+    sent: list[int] = []
+    report = adapter.report
+
+    def counted(commands: Any) -> Any:
+        sent.append(len(commands))
+        return report(commands)
+
+    try:
+        assert adapter.admit(3, 0) == 3
+        claims = adapter._claim("w1")
+        assert len(claims) == 3
+        adapter.report = counted
+        adapter._run(claims)
+        assert adapter.completed.value == 3
+    finally:
+        adapter.store.close()
+    assert sent == [1, 1, 1]
+
+
+@pytest.mark.postgres
+def test_a_claim_takes_no_more_long_jobs_than_run_in_half_a_lease(dsn: str) -> None:
+    adapter = _adapter(dsn, JOB_WORK_MS="5000", WORKWARDEN_LEASE_MS="30000")
+    try:
+        assert adapter.settings.claim_limit == 3
+        assert adapter.admit(10, 0) == 10
+        assert len(adapter._claim("w1")) == 3
+    finally:
+        adapter.store.close()
+
+
+@pytest.mark.postgres
+def test_a_completion_whose_outcome_was_lost_is_sent_again_and_counted_once(dsn: str) -> None:
+    # The store committed the completions but the answer was lost: sent again, the
+    # same commands are replays, each counted completed once and none refused.
+    from workwarden.statemachine import errors
+    from workwarden.statemachine.errors import WorkloadError
+
+    adapter = _adapter(dsn, JOB_WORK_MS="0")
+    report_many, calls = adapter.authority.report_many, itertools.count()
+
+    def lost_once(commands: Any, now: int) -> Any:
+        replies = report_many(commands, now)
+        if next(calls) == 0:  # the claims started the attempts: the first is the completions'
+            return [WorkloadError(errors.OUTCOME_UNKNOWN, "lost") for _ in replies]
+        return replies
+
+    try:
+        assert adapter.admit(4, 0) == 4
+        claims = adapter._claim("w1")
+        adapter.authority.report_many = lost_once  # type: ignore[method-assign]
+        adapter._run(claims)
+        assert (adapter.completed.value, adapter.refused.value) == (4, 0)
+    finally:
+        adapter.store.close()
+    assert _database(dsn)["complete"] == 4
