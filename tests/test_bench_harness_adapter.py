@@ -243,22 +243,25 @@ def test_one_call_at_a_time_admits_exactly_the_harness_tokens(dsn: str) -> None:
 
 
 @pytest.mark.postgres
-def test_depth_target_mode_keeps_the_queue_near_the_target(dsn: str) -> None:
+@pytest.mark.parametrize("batch_max", [10, 1], ids=["batches", "one-job-per-call"])
+def test_depth_target_mode_keeps_the_queue_near_the_target(dsn: str, batch_max: int) -> None:
+    # With PRODUCER_BATCH_MAX=1 (a row-by-row run) too: the producer is not held to
+    # one admission per look at the depth.
     env = {
         "PRODUCER_MODE": "depth-target",
         "TARGET_DEPTH": "40",
-        "PRODUCER_BATCH_MAX": "10",
+        "PRODUCER_BATCH_MAX": str(batch_max),
         "WORKER_COUNT": "1",
         # Jobs slow enough that the producer outpaces the worker even on a loaded
         # machine: the depth then rises to the target and is held there.
         "JOB_WORK_MS": "100",
         "WORKWARDEN_CLAIM_BATCH": "2",
     }
-    run = _run(dsn, 4, env)
+    run = _run(dsn, 5, env)
     ticks = _contract(run, 1)
     depths = _series(ticks, "queue_depth")
-    assert max(depths) <= 40 + 10, depths
-    assert max(depths[1:]) >= 20, "the producer refills the queue as it drains"
+    assert max(depths) <= 40 + batch_max, depths
+    assert max(depths[2:]) >= 20, "the producer refills the queue as it drains"
     assert set(_series(ticks, "producer_target_rate")) == {0.0}
     assert run.counts()["completed"] > 0
 
@@ -364,25 +367,6 @@ def test_one_call_at_a_time_counts_the_admissions_made_before_a_failure(dsn: str
         assert adapter.enqueued.value == 4 == _database(dsn)["documents"]
     finally:
         adapter.store.close()
-
-
-@pytest.mark.postgres
-def test_depth_target_mode_fills_the_queue_one_job_per_call_too(dsn: str) -> None:
-    # With PRODUCER_BATCH_MAX=1 (a row-by-row run) the producer still keeps the queue
-    # at the target: it is not held to one admission per look at the depth.
-    env = {
-        "PRODUCER_MODE": "depth-target",
-        "TARGET_DEPTH": "40",
-        "PRODUCER_BATCH_MAX": "1",
-        "WORKER_COUNT": "1",
-        "JOB_WORK_MS": "100",
-        "WORKWARDEN_CLAIM_BATCH": "2",
-    }
-    run = _run(dsn, 5, env)
-    ticks = _contract(run, 1)
-    depths = _series(ticks, "queue_depth")
-    assert max(depths) <= 40 + 1, depths
-    assert max(depths[2:]) >= 20, depths
 
 
 def _adapter(dsn: str, **env: str) -> Any:

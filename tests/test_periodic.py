@@ -564,6 +564,19 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+_SCHEDULES = ("--schedules", "cron_jobs:schedules", "--no-grant-signatures")
+
+
+def _scheduler_process(tmp_path: Path, db: Path, *how: str) -> subprocess.Popen[str]:
+    """`python HOW scheduler` on `db` with the schedules of `cron_jobs.py` in `tmp_path`."""
+    return subprocess.Popen(
+        [sys.executable, *how, "scheduler", "--store", str(db), *_SCHEDULES],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_a_stop_signal_while_the_scheduler_starts_is_never_lost(tmp_path: Path) -> None:
     (tmp_path / "cron_jobs.py").write_text(
         textwrap.dedent(SCHEDULES_MODULE)
@@ -572,22 +585,7 @@ def test_a_stop_signal_while_the_scheduler_starts_is_never_lost(tmp_path: Path) 
     )
     db = tmp_path / "work.db"
     SQLiteStore(db).close()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _STOPPED_WHILE_STARTING,
-            "scheduler",
-            "--store",
-            str(db),
-            "--schedules",
-            "cron_jobs:schedules",
-            "--no-grant-signatures",
-        ],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _scheduler_process(tmp_path, db, "-c", _STOPPED_WHILE_STARTING)
     try:
         _, err = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -614,22 +612,7 @@ def test_a_second_signal_ends_a_scheduler_whose_pass_does_not_end(tmp_path: Path
     )
     db = tmp_path / "work.db"
     SQLiteStore(db).close()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workwarden",
-            "scheduler",
-            "--store",
-            str(db),
-            "--schedules",
-            "cron_jobs:schedules",
-            "--no-grant-signatures",
-        ],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _scheduler_process(tmp_path, db, "-m", "workwarden")
     try:
         time.sleep(3)  # started, and in its first pass
         process.send_signal(signal.SIGTERM)
