@@ -33,6 +33,8 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pydantic_core import PydanticSerializationError
+
 from workwarden.statemachine import (
     batches,
     errors,
@@ -83,7 +85,7 @@ from workwarden.statemachine.models import (
     shallow_copy,
 )
 from workwarden.statemachine.remembered import DEFAULT_REMEMBER, Remembered
-from workwarden.statemachine.safety import check_json
+from workwarden.statemachine.safety import as_interrupt, check_json
 from workwarden.statemachine.spec import Spec, default_spec
 from workwarden.storage.base import (
     AuditRecord,
@@ -124,7 +126,11 @@ _DECIDE_AGAIN = frozenset({errors.CONFLICT, errors.CONCURRENCY_LIMITED, errors.R
 def serialise(workload: Workload) -> str:
     """The document text a store keeps for `workload`."""
     # `model_dump_json(by_alias=True)` exactly, without its keyword handling on every write.
-    return _DOCUMENT.to_json(workload, by_alias=True).decode()
+    try:
+        return _DOCUMENT.to_json(workload, by_alias=True).decode()
+    except PydanticSerializationError as exc:
+        # A signal that landed inside the serialiser (Ctrl-C, SIGTERM) stops as itself.
+        raise as_interrupt(exc) from None
 
 
 _DOCUMENT = Workload.__pydantic_serializer__

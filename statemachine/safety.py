@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import string
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,15 @@ from workwarden.statemachine.identity import ByIdentity
 if TYPE_CHECKING:
     from workwarden.statemachine.spec import Spec
 
-__all__ = ["ascii_lower", "canonical_json", "check_json", "check_text", "digest", "text_digest"]
+__all__ = [
+    "as_interrupt",
+    "ascii_lower",
+    "canonical_json",
+    "check_json",
+    "check_text",
+    "digest",
+    "text_digest",
+]
 
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
@@ -40,6 +49,28 @@ def _sorted(value: Any) -> Any:
     return value
 
 
+# What pydantic-core makes of a KeyboardInterrupt or a SystemExit raised (by a signal
+# handler: Ctrl-C, or SIGTERM under the command line) while it serialises: its own error,
+# with the interrupt's name and argument in the message and nowhere else.
+_INTERRUPTED = re.compile(r"^Error serializing to JSON: (KeyboardInterrupt|SystemExit)(?:: (.*))?$")
+
+
+def as_interrupt(exc: pydantic_core.PydanticSerializationError) -> BaseException:
+    """The KeyboardInterrupt or SystemExit a signal raised inside pydantic-core's
+    serialiser, which reports it as a `PydanticSerializationError`; else `exc` itself.
+
+    Raise what this returns, so that a signal that lands while a document is serialised
+    stops the program as it would anywhere else, not as a serialisation error.
+    """
+    found = _INTERRUPTED.match(str(exc))
+    if found is None:
+        return exc
+    if found.group(1) == "KeyboardInterrupt":
+        return KeyboardInterrupt()
+    code = found.group(2)
+    return SystemExit(int(code) if code is not None and code.lstrip("-").isdigit() else code)
+
+
 def _canonical(value: Any, has_float: bool) -> str:
     if not has_float:
         return json.dumps(
@@ -48,7 +79,10 @@ def _canonical(value: Any, has_float: bool) -> str:
     # Floats as serde_json writes them, as the seed hashed them: the shortest
     # round-trip digits, fixed notation for exponents -5 to 15 (`0.00001`),
     # else `1.5e-7` / `1e+16`. Python's own form (`1e-05`) would hash differently.
-    return pydantic_core.to_json(_sorted(value)).decode("utf-8")
+    try:
+        return pydantic_core.to_json(_sorted(value)).decode("utf-8")
+    except pydantic_core.PydanticSerializationError as exc:
+        raise as_interrupt(exc) from None
 
 
 def _floats(value: Any) -> list[float]:
