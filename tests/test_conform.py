@@ -39,6 +39,16 @@ def scenarios() -> int:
     return len(SHIPPED.read_text("ascii").splitlines())
 
 
+def _failed_scenario(
+    capsys: pytest.CaptureFixture[str], program: str, selected: str, *options: str
+) -> str:
+    """`conform --cmd PROGRAM -k SELECTED OPTIONS`: it exits 1, failing SELECTED; its output."""
+    assert main(["conform", "--cmd", program, "-k", selected, *options]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {selected}" in out
+    return out
+
+
 def test_the_repository_adapter_passes_every_vector_and_says_so_in_junit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -170,9 +180,7 @@ def test_an_error_without_a_code_is_outside_the_protocol_and_never_passes_for_a_
     # Where the reference answers `{"ok": null}`, an error without a catalogue code must not
     # compare equal to it: every scenario with a null reply fails, naming the step.
     selected = "scheduler/the_scheduler_skips_work_that_is_not_yet_eligible"
-    assert main(["conform", "--cmd", wrong(mistake), "-k", selected]) == 1
-    out = capsys.readouterr().out
-    assert f"FAIL {selected}" in out
+    out = _failed_scenario(capsys, wrong(mistake), selected)
     assert "an error must be an object with a string code" in out
     assert "0 of 1 scenarios passed" in out
     assert main(["conform", "--cmd", wrong(mistake), "-k", "scheduler/", "--quiet"]) == 1
@@ -212,10 +220,7 @@ def test_a_line_that_never_ends_is_cut_off_at_the_longest_response_not_read_into
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
-    status = main(["conform", "--cmd", wrong("endless-line"), "-k", selected, "--timeout", "60"])
-    assert status == 1
-    out = capsys.readouterr().out
-    assert f"FAIL {selected}" in out
+    out = _failed_scenario(capsys, wrong("endless-line"), selected, "--timeout", "60")
     assert (
         f"at reset: the response is longer than {MAX_RESPONSE_BYTES} bytes without a line "
         "break; the program was stopped"
@@ -268,10 +273,7 @@ def test_a_program_that_does_not_answer_is_stopped_after_the_timeout(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     selected = "failures/a_worker_that_could_not_start_reports_a_failure_with_no_effect"
-    status = main(["conform", "--cmd", wrong("hang"), "-k", selected, "--timeout", "0.5"])
-    assert status == 1
-    out = capsys.readouterr().out
-    assert f"FAIL {selected}" in out
+    out = _failed_scenario(capsys, wrong("hang"), selected, "--timeout", "0.5")
     assert "at step 3 of 3: no response within 0.5 s to a command request" in out
 
 
@@ -293,10 +295,7 @@ def test_a_program_that_closes_its_output_but_lives_on_is_stopped_and_reported(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
-    status = main(["conform", "--cmd", wrong("closes-stdout"), "-k", selected])
-    assert status == 1
-    out = capsys.readouterr().out
-    assert f"FAIL {selected}" in out
+    out = _failed_scenario(capsys, wrong("closes-stdout"), selected)
     assert (
         "at step 1 of 3: the program closed its standard output instead of answering a "
         "command request, and did not exit within 5 s; the program was stopped"
@@ -439,9 +438,7 @@ def test_a_store_read_back_that_is_not_a_list_of_documents_fails_the_scenario_sa
     """A field missing, a version below 1, a key listed twice, an object for a list: each
     fails its scenario, named as such (never the run, never called a refusal)."""
     selected = "admission/a_one_millisecond_timeout_is_accepted"
-    assert main(["conform", "--cmd", wrong(mode), "-k", selected]) == 1
-    out = capsys.readouterr().out
-    assert f"FAIL {selected}" in out
+    out = _failed_scenario(capsys, wrong(mode), selected)
     for text in says:
         assert text in out
     assert "refused" not in out
@@ -453,9 +450,7 @@ def test_a_reply_nested_too_deeply_fails_the_scenario_not_the_run(
     selected = "admission/a_one_millisecond_timeout_is_accepted"
     for depth, says in ((100_000, "to read"), (300, "to compare")):
         program = f"{wrong('nested-reply')} {depth}"
-        assert main(["conform", "--cmd", program, "-k", selected]) == 1
-        out = capsys.readouterr().out
-        assert f"FAIL {selected}" in out
+        out = _failed_scenario(capsys, program, selected)
         assert f"at step 1 of 1: the response is JSON nested too deeply {says}" in out
 
 
