@@ -408,6 +408,8 @@ class SQLiteStore:
         """
         conn = self._connection()
         with self._lock:
+            if self._closed:  # closed since `_connection`: `close` closed it, idle then
+                raise StoreFailure(f"{self.path}: the store is closed")
             self._in_use[conn] = self._in_use.get(conn, 0) + 1
         try:
             yield conn
