@@ -186,6 +186,10 @@ def test_no_tick_before_the_schedule_starts_is_admitted() -> None:
         ({"lookback": 0}, "lookback"),
         ({"cron": "0 0 31 2 *"}, "cron"),
         ({"cron": "0 0 30 2 *"}, "cron"),
+        # croniter draws a random field again at every read: ticks no two schedulers share.
+        ({"cron": "R * * * *"}, "cron"),
+        ({"cron": "0 r(1-5) * * *"}, "cron"),
+        ({"cron": "R/15 * * * *"}, "cron"),
         ({"name": "n" * (SCHEDULE_NAME_MAX + 1)}, "name"),
     ],
 )
@@ -435,7 +439,11 @@ def test_on_the_night_clocks_go_back_a_fixed_hour_runs_once_and_a_wildcard_hour_
     assert between == [night + 2 * HOUR + k * 30 * MINUTE for k in range(4)]
 
 
-@pytest.mark.parametrize("zone", ["Europe", "a" * 300, "../etc/passwd", "Nowhere/City"])
+@pytest.mark.parametrize(
+    # `localtime` and `posixrules` (where the zone database holds them) are the host's zone.
+    "zone",
+    ["Europe", "a" * 300, "../etc/passwd", "Nowhere/City", "localtime", "posixrules"],
+)
 def test_a_time_zone_that_is_not_a_zone_is_refused_naming_it(zone: str) -> None:
     with pytest.raises(WorkloadError) as caught:
         Schedule(name="x", request=_template(), cron="0 * * * *", timezone=zone)

@@ -47,6 +47,7 @@ elapsed time says.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -84,6 +85,12 @@ SCHEDULE_NAME_MAX = 256 - len("schedule/") - len("/") - len(str(MAX_INSTANT))
 
 # A cron expression is read from here once, to refuse one whose date never comes.
 _CRON_PROBE = datetime(2000, 1, 1, tzinfo=UTC)
+
+# croniter's random field (`R`, `R(0-29)`, `R/15`), drawn anew each time it is read.
+_RANDOM_FIELD = re.compile(r"r(\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE | re.ASCII)
+
+# Names the zone database may hold that stand for the host's configured zone, not a zone.
+_HOST_ZONES = frozenset({"localtime", "posixrules"})
 
 
 def tick_key(name: str, tick: int) -> str:
@@ -123,6 +130,13 @@ class Schedule(errors.ValidatedModel):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
+        if value in _HOST_ZONES:
+            # The host's own zone under a zone's name: schedulers on two hosts would tick
+            # at different instants, and each tick would be admitted once per host.
+            raise ValueError(
+                f"{value!r} names the host's configured zone, not a zone: give an IANA"
+                " name (Europe/Paris, UTC)"
+            )
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -135,6 +149,13 @@ class Schedule(errors.ValidatedModel):
     def _valid_cron(cls, value: str | None) -> str | None:
         if value is not None and (len(value.split()) != 5 or not croniter.is_valid(value)):
             raise ValueError(f"not a five-field cron expression: {value!r}")
+        if value is not None and any(_RANDOM_FIELD.match(part) for part in value.split()):
+            # croniter draws an `R` field again each time it reads the expression: the
+            # ticks would differ between schedulers and between two looks of one.
+            raise ValueError(
+                f"the cron expression {value!r} has a random field (R): a schedule's"
+                " ticks must be the same for every scheduler"
+            )
         if value is not None:
             try:
                 croniter(value, _CRON_PROBE).get_next(datetime)
