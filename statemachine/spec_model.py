@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from workwarden.statemachine.models import Name
+
 __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
@@ -179,7 +181,9 @@ class OperationSpec(_Strict):
     acting_as: str | None = Field(default=None, min_length=1)
     fenced: bool = False
     deadlines: bool = False
-    attempt_status: str | None = Field(default=None, min_length=1)
+    #: Stored on the attempt the operation acts on, which a stored document's
+    #: reader holds to a name (`models.AttemptStatus`): 1 to 256 printable characters.
+    attempt_status: Name | None = None
     policy: str | None = None
     effect: str
     denied: str = "WORKLOAD_TRANSITION_DENIED"

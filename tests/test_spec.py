@@ -584,6 +584,21 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "concurrency.limits.k",
         "less than or equal to 9007199254740991",
     ),
+    # An operation's attempt status is written on the attempt it acts on, and a stored
+    # document's reader holds it to a name: a spec that gave another would write work
+    # no call could read back.
+    (
+        "an attempt status with a control character",
+        edited('attempt_status = "RUNNING"', 'attempt_status = "RUN\\nNING"'),
+        "operations.start.attempt_status",
+        "String should match pattern",
+    ),
+    (
+        "an attempt status longer than a name",
+        edited('attempt_status = "RUNNING"', 'attempt_status = "' + "R" * 257 + '"'),
+        "operations.start.attempt_status",
+        "at most 256 characters",
+    ),
     (
         "TOML nested deeper than the parser goes",
         "a = " + "[" * 100_000 + "]" * 100_000,
