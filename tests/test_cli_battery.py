@@ -407,6 +407,7 @@ BATTERY: dict[str, list[Bad]] = {
     ],
     "scheduler": [
         bad("scheduler", "--store", "bogus://x", "--schedules", "x:y", "--no-grant-signatures"),
+        # The schedules are read before the store is opened, as a worker's app is.
         bad(
             "scheduler",
             "--store",
@@ -414,7 +415,7 @@ BATTERY: dict[str, list[Bad]] = {
             "--schedules",
             "x:y",
             "--no-grant-signatures",
-            code=NOT_FOUND,
+            code=INVALID,
         ),
         bad(
             "scheduler",
@@ -453,6 +454,17 @@ BATTERY: dict[str, list[Bad]] = {
             "{store}",
             "--schedules",
             "../tasks:schedules",
+            "--no-grant-signatures",
+            code=INVALID,
+        ),
+        # Bad schedules are refused before the store is opened: --create leaves no file.
+        bad(
+            "scheduler",
+            "--store",
+            "{missing}",
+            "--create",
+            "--schedules",
+            "no_such_module_here:schedules",
             "--no-grant-signatures",
             code=INVALID,
         ),

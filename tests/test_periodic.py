@@ -516,6 +516,30 @@ def test_scheduler_once_exits_1_when_a_due_tick_is_refused(tmp_path: Path) -> No
     assert "more than 3600 seconds" in endless.stderr
 
 
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [("none", "no schedules"), ("twice", "two schedules are named every-second")],
+)
+def test_scheduler_refuses_bad_schedules_before_it_creates_the_store(
+    tmp_path: Path, attr: str, message: str
+) -> None:
+    module = SCHEDULES_MODULE + "none = []\ntwice = schedules * 2\n"
+    (tmp_path / "cron_jobs.py").write_text(textwrap.dedent(module), encoding="utf-8")
+    db = tmp_path / "work.db"
+    command = [sys.executable, "-m", "workwarden", "scheduler", "--store", str(db), "--create"]
+    refused = subprocess.run(
+        [*command, "--schedules", f"cron_jobs:{attr}", "--no-grant-signatures", "--once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith(f"WORKLOAD_INVALID: {message}"), refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert sorted(path.name for path in tmp_path.iterdir() if path.suffix != "") == ["cron_jobs.py"]
+
+
 class _FailingReads(MemoryStore):
     """A store whose reads fail with a message of several lines, as a driver's do."""
 

@@ -73,6 +73,7 @@ __all__ = [
     "PeriodicScheduler",
     "Schedule",
     "tick_key",
+    "validated_schedules",
 ]
 
 CatchUp = Literal["skip", "one", "all"]
@@ -274,7 +275,12 @@ def _schedule(fields: Any) -> Schedule:
     return Schedule(**fields)
 
 
-def _validated(schedules: Iterable[Any]) -> list[Schedule]:
+def validated_schedules(schedules: Iterable[Any]) -> list[Schedule]:
+    """`schedules` as a list of `Schedule`: at least one, each named once.
+
+    A mapping stands for a schedule's fields; anything else, an empty list or
+    two schedules of one name is `WORKLOAD_INVALID` naming `schedules`.
+    """
     if isinstance(schedules, (str, bytes, Schedule)) or not isinstance(schedules, Iterable):
         raise errors.bad_argument("schedules", "schedules must be a list of Schedule")
     chosen = [s if isinstance(s, Schedule) else _schedule(s) for s in schedules]
@@ -322,7 +328,7 @@ class PeriodicScheduler:
         if clock is not None:
             arguments.calls(clock, "clock", ["now"], "a Clock")
         self.authority = authority
-        self.schedules: tuple[Schedule, ...] = tuple(_validated(schedules))
+        self.schedules: tuple[Schedule, ...] = tuple(validated_schedules(schedules))
         self.clock: Clock = clock if clock is not None else WallClock()
         self.poll_s = float(poll_s)
         self.counts = {"admitted": 0, "replayed": 0, "refused": 0}

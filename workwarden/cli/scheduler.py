@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from workwarden.cli import STORE_HELP, opened_store, seconds
-from workwarden.periodic import PeriodicScheduler, Schedule
+from workwarden.periodic import PeriodicScheduler, Schedule, validated_schedules
 from workwarden.runtime.clock import MAX_WAIT_S
 from workwarden.runtime.signals import from_handler
 from workwarden.statemachine import Authority, GrantVerifier
@@ -37,7 +37,10 @@ __all__ = ["load_schedules", "register"]
 
 
 def load_schedules(target: str) -> list[Schedule]:
-    """The schedules named by `MODULE:ATTR`: a list (or tuple) of `Schedule`."""
+    """The schedules named by `MODULE:ATTR`: a list (or tuple) of `Schedule`.
+
+    At least one, each named once (`WORKLOAD_INVALID` naming `schedules` otherwise).
+    """
     from workwarden.cli.worker import import_target
 
     module, attr = import_target(target, "--schedules", "tasks:schedules")
@@ -47,7 +50,7 @@ def load_schedules(target: str) -> list[Schedule]:
         raise WorkloadError(
             codes.INVALID, f"--schedules {target}: {attr} is {kind}, not a list of Schedule"
         )
-    return list(found)
+    return validated_schedules(found)
 
 
 def _grants(args: argparse.Namespace) -> GrantVerifier:
@@ -96,8 +99,10 @@ def _scheduler(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
     grants = _grants(args)
+    # The schedules before the store: a bad one refused after `--create` made a file
+    # would leave that file behind.
+    schedules = load_schedules(args.schedules)
     with opened_store(args.store, "create" if args.create else "write") as store:
-        schedules = load_schedules(args.schedules)
         scheduler = PeriodicScheduler(
             Authority(store, grants=grants), schedules, poll_s=args.poll_s
         )
