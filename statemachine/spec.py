@@ -21,7 +21,7 @@ from workwarden.statemachine import errors
 from workwarden.statemachine.effects import EFFECTS
 from workwarden.statemachine.machine import build_machine
 from workwarden.statemachine.predicates import PREDICATES, Facts, Roles
-from workwarden.statemachine.spec_checks import parse_spec_text, raised_codes
+from workwarden.statemachine.spec_checks import MAX_SPEC_BYTES, parse_spec_text, raised_codes
 from workwarden.statemachine.spec_model import (
     ACTOR_CLASSES,
     BACKOFF_SHAPES,
@@ -53,6 +53,7 @@ __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
     "DEADLINE_KINDS",
+    "MAX_SPEC_BYTES",
     "STATE_KINDS",
     "BackoffSpec",
     "CompiledOperation",
@@ -394,9 +395,16 @@ def _read(path: str | Path) -> str | Problem:
     if "\x00" in name:
         return Problem(repr(name), "(file)", "a spec path holds no NUL character")
     try:
-        return Path(name).read_text(encoding="utf-8")
+        # At most one byte past the bound: a device that never ends (/dev/zero) or a
+        # file of gigabytes is refused for its size, not read into memory.
+        with open(name, "rb") as file:
+            data = file.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         return Problem(str(path), "(file)", f"cannot read the file: {exc.strerror or exc}")
+    if len(data) > MAX_SPEC_BYTES:
+        return Problem(str(path), "(file)", f"larger than {MAX_SPEC_BYTES:,} bytes: not a spec")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return Problem(str(path), "(file)", f"not UTF-8 text: {exc.reason} at byte {exc.start}")
 

@@ -44,12 +44,31 @@ from workwarden.statemachine.spec_model import (
     split_test,
 )
 
-__all__ = ["parse_spec_text", "raised_codes"]
+__all__ = ["MAX_SPEC_BYTES", "parse_spec_text", "raised_codes"]
+
+#: The largest spec read, in bytes of UTF-8 (the shipped one is about 30 KiB): a
+#: bigger file is refused whole, before it is parsed, so a wrong path (a disk image,
+#: a device that never ends) costs no memory and no time.
+MAX_SPEC_BYTES = 4 * 1024 * 1024
 
 _STATE_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _FAILURE_KIND = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+
+
+#: How many valid names a message lists before it says how many more there are: a
+#: spec of thousands of states would otherwise repeat them all in every problem that
+#: names an unknown one, and its report would grow with the square of the file.
+_LISTED = 20
+
+
+def _listed(names: Iterable[str]) -> str:
+    """Names for a message, comma-separated: the first `_LISTED`, then how many more."""
+    names = list(names)
+    shown = ", ".join(names[:_LISTED])
+    rest = len(names) - _LISTED
+    return f"{shown}, ... ({rest} more)" if rest > 0 else shown
 
 
 def _field_path(loc: Iterable[Any]) -> str:
@@ -204,12 +223,27 @@ class _Checker:
         self.file = file
         self.problems: list[Problem] = []
         states = parts.states
-        self.valid_states = ", ".join(states) if states is not None else ""
+        self.valid_states = _listed(states) if states is not None else ""
         self.edges: dict[tuple[str, str], TransitionSpec] = {}
         for _, edge in parts.transitions:
             self.edges.setdefault((edge.from_state, edge.to), edge)
+        # The edges by what they answer, looked up once per rule, operation and deadline
+        # rather than searched each time (a spec of many edges and rules would take the
+        # product of the two).
+        #: Operation -> the edges listing it, in table order.
+        self.listing: dict[str, list[TransitionSpec]] = {}
+        #: (from, to, operation) of every edge the system may take by that operation.
+        self.system_edges: set[tuple[str, str, str]] = set()
+        #: (to, operation) of every edge the system may take by that operation.
+        self.system_entries: set[tuple[str, str]] = set()
+        for edge in self.edges.values():
+            for operation in dict.fromkeys(edge.operations):
+                self.listing.setdefault(operation, []).append(edge)
+                if "system" in edge.actors:
+                    self.system_edges.add((edge.from_state, edge.to, operation))
+                    self.system_entries.add((edge.to, operation))
         operations = parts.operations or {}
-        self.valid_operations = ", ".join(operations)
+        self.valid_operations = _listed(operations)
         #: Policy name -> the operations that consult it, in declaration order.
         self.consulted_by: dict[str, list[str]] = {}
         for name, op in operations.items():
@@ -343,13 +377,9 @@ class _Checker:
 
     def edge_taking(self, source: str | None, target: str, operation: str) -> bool:
         """Does an edge into `target` (from `source`, or from anywhere) let the system take it?"""
-        return any(
-            (source is None or edge.from_state == source)
-            and edge.to == target
-            and operation in edge.operations
-            and "system" in edge.actors
-            for edge in self.edges.values()
-        )
+        if source is None:
+            return (target, operation) in self.system_entries
+        return (source, target, operation) in self.system_edges
 
     def operations(self) -> None:
         operations = self.parts.operations
@@ -380,7 +410,7 @@ class _Checker:
         elif then is None:
             self.add(
                 f"{where}.then",
-                f"unknown operation {op.then!r} (valid: {', '.join(sorted(operations))})",
+                f"unknown operation {op.then!r} (valid: {_listed(sorted(operations))})",
             )
         elif op.then != "start" or then.effect != "start_attempt" or not then.fenced:
             self.add(
@@ -421,7 +451,7 @@ class _Checker:
             if op.policy not in self.parts.policies:
                 self.add(
                     f"{where}.policy",
-                    f"unknown policy {op.policy!r} (valid: {', '.join(self.parts.policies)})",
+                    f"unknown policy {op.policy!r} (valid: {_listed(self.parts.policies)})",
                 )
             else:
                 policy = self.parts.policies[op.policy]
@@ -442,7 +472,7 @@ class _Checker:
             self.chained(where, op)
         if not self.parts.transitions_complete:
             return
-        edges = [e for e in self.edges.values() if name in e.operations]
+        edges = self.listing.get(name, [])
         if op.stays and edges:
             self.add(f"{where}.stays", f"{name!r} is listed on edges, so it does not stay")
         elif not op.stays and not edges:
@@ -516,7 +546,7 @@ class _Checker:
             and via is not None
             and operation is not None
             and self.parts.transitions_complete
-            and not any(e.to == via and operation in e.operations for e in self.edges.values())
+            and not any(e.to == via for e in self.listing.get(operation, []))
         ):
             self.add(f"{where}.via", f"no edge into {via} lists the operation {operation!r}")
         always: int | None = None
@@ -698,7 +728,7 @@ class _Checker:
         kinds = self.parts.failure_kinds
         if kinds is None:
             return
-        valid = ", ".join(sorted(kinds))
+        valid = _listed(sorted(kinds))
         for name in kinds:
             if not _FAILURE_KIND.match(name):
                 self.add(f"failures.kinds.{name}", "a failure kind is snake_case")
@@ -760,6 +790,8 @@ def _toml_problem(exc: tomllib.TOMLDecodeError, text: str, file: str) -> Problem
 
 def parse_spec_text(text: str, file: str) -> tuple[SpecFile | None, list[Problem]]:
     """Parse and check spec text: its model (None if its structure is broken), every problem."""
+    if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        return None, [Problem(file, "(file)", f"larger than {MAX_SPEC_BYTES:,} bytes: not a spec")]
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -9,6 +9,7 @@ by `spec_checks`; the compiled form the core uses is `spec.Spec`.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -294,7 +295,7 @@ class RetentionSpec(_Strict):
 
     @model_validator(mode="after")
     def _each_kept_once(self) -> RetentionSpec:
-        twice = sorted({state for state in self.keep if self.keep.count(state) > 1})
+        twice = sorted(state for state, times in Counter(self.keep).items() if times > 1)
         if twice:
             raise ValueError(f"keep names {', '.join(twice)} more than once")
         return self

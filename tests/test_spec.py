@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import time
 import tomllib
 import typing
 from pathlib import Path
@@ -25,6 +26,7 @@ from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.machine import StateCursor, fire
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
 from workwarden.statemachine.spec import (
+    MAX_SPEC_BYTES,
     Problem,
     SpecFile,
     TransitionSpec,
@@ -690,6 +692,58 @@ def test_an_unreadable_spec_is_reported_as_a_problem_not_raised(tmp_path: Path) 
         load_spec(missing)
     assert raised.value.code == errors.SPEC_INVALID
     assert str(missing) in raised.value.message
+
+
+def test_a_spec_file_larger_than_the_bound_is_refused_unparsed(tmp_path: Path) -> None:
+    # A wrong path (a disk image, a log) is refused for its size, before it is parsed.
+    text = "# padding\n" * (MAX_SPEC_BYTES // 10 + 1)
+    path = tmp_path / "huge.toml"
+    path.write_text(text, encoding="utf-8")
+    expected = [("(file)", f"larger than {MAX_SPEC_BYTES:,} bytes: not a spec")]
+    assert [(p.field, p.message) for p in check_spec_file(path)] == expected
+    for load in (lambda: load_spec(path), lambda: load_spec_text(text)):
+        with pytest.raises(WorkloadError) as raised:
+            load()
+        assert raised.value.code == errors.SPEC_INVALID
+        assert "larger than" in raised.value.message
+
+
+def _large_spec(states: int, rules: int, kept: int) -> str:
+    """The shipped spec with `states` held states the claim policy may divert to, `rules`
+    more rules in that policy, and DEAD_LETTER kept from purges `kept` times."""
+    held = "".join(f'\n[states.H{i}]\nkind = "held"\nmeaning = ""\n' for i in range(states))
+    edges = "".join(
+        f'  {{ from = "READY", to = "H{i}", event = "workload.h{i}", actors = ["system"], '
+        'operations = ["claim"] },\n'
+        for i in range(states)
+    )
+    more = '  { when = ["budget_exhausted"], decision = "d", to = "DEAD_LETTER" },\n' * rules
+    text = edited("transitions = [\n", "transitions = [\n" + edges)
+    text = edited(_CLAIMABLE, more + "  " + _CLAIMABLE, text)
+    keep = ", ".join(['"DEAD_LETTER"'] * kept)
+    return edited('keep = ["DEAD_LETTER"]', f"keep = [{keep}]", text) + held
+
+
+def test_a_large_spec_is_checked_in_time_and_space_that_grow_with_its_size(
+    tmp_path: Path,
+) -> None:
+    # A problem naming an unknown state lists some valid ones, not all eight thousand:
+    # a report naming every state in every such problem would grow as the square.
+    typo = edited('while = ["READY"]', 'while = ["REDY"]', _large_spec(8_000, 0, 1))
+    (problem,) = problems_in(typo, tmp_path)
+    assert problem.field == "deadlines.kinds.queue.while[0]"
+    assert problem.message.startswith("unknown state 'REDY' (valid: CREATED, READY, CLAIMED,")
+    assert problem.message.endswith(", H6, H7, ... (7992 more))")
+    # Thousands of edges and rules, and a long list: each rule's edge is looked up, not
+    # searched for, and a repeated name is counted once, so the check takes seconds.
+    text = _large_spec(states=8_000, rules=15_000, kept=100_000)
+    assert len(text.encode("utf-8")) <= MAX_SPEC_BYTES
+    started = time.monotonic()
+    problems = problems_in(text, tmp_path)
+    assert time.monotonic() - started < 30
+    assert [(p.field, p.message) for p in problems] == [
+        ("retention", "Value error, keep names DEAD_LETTER more than once")
+    ]
 
 
 def test_a_spec_with_problems_is_never_compiled(tmp_path: Path) -> None:
