@@ -25,6 +25,7 @@ from workwarden.statemachine.spec_checks import MAX_SPEC_BYTES, parse_spec_text,
 from workwarden.statemachine.spec_model import (
     ACTOR_CLASSES,
     BACKOFF_SHAPES,
+    CHECK_DEFAULT_DELAYS_MS,
     DEADLINE_KINDS,
     STATE_KINDS,
     BackoffSpec,
@@ -52,6 +53,7 @@ from workwarden.statemachine.spec_model import (
 __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
+    "CHECK_DEFAULT_DELAYS_MS",
     "DEADLINE_KINDS",
     "MAX_SPEC_BYTES",
     "STATE_KINDS",

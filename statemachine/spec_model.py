@@ -20,6 +20,7 @@ from workwarden.statemachine.models import Name
 __all__ = [
     "ACTOR_CLASSES",
     "BACKOFF_SHAPES",
+    "CHECK_DEFAULT_DELAYS_MS",
     "DEADLINE_KINDS",
     "ERROR_CLASSES",
     "KIND_PREDICATES",
@@ -356,11 +357,21 @@ class ConcurrencySpec(_Strict):
     )
 
 
+#: A workload's timeouts as the checker's universe admits them: one `<kind>_ms` per deadline.
+_TimeoutField = Literal["overall_ms", "queue_ms", "claim_ms", "execution_ms", "heartbeat_ms"]
+
+#: The checker's retry delays when `[check]` leaves them out (`Universe`'s defaults).
+CHECK_DEFAULT_DELAYS_MS: tuple[int, int] = (3, 6)
+
+
 class CheckSpec(_Strict):
     """`[check]`: the bounded universe `workwarden check` explores (every key optional).
 
     Unset keys take the checker's defaults; command-line options override
     both. See `workwarden.statemachine.check.universe.Universe` for each meaning.
+    The timeouts name deadline kinds and the delays make a retry policy, so a
+    table the checker could not admit work under is refused here, not when
+    the checker first runs.
     """
 
     workers: Annotated[int, Field(ge=1, le=4)] | None = None
@@ -379,10 +390,22 @@ class CheckSpec(_Strict):
     racer: bool | None = None
     stale_workers: bool | None = None
     request_ids: bool | None = None
-    first_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
-    second_timeouts: dict[str, Annotated[int, Field(ge=1, le=1000)]] | None = None
+    first_timeouts: dict[_TimeoutField, Annotated[int, Field(ge=1, le=1000)]] | None = None
+    second_timeouts: dict[_TimeoutField, Annotated[int, Field(ge=1, le=1000)]] | None = None
     second_retry_on: list[str] | None = None
     first_retry_on: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _delays_in_order(self) -> CheckSpec:
+        initial, most = CHECK_DEFAULT_DELAYS_MS
+        initial = initial if self.initial_delay_ms is None else self.initial_delay_ms
+        most = most if self.max_delay_ms is None else self.max_delay_ms
+        if initial > most:
+            raise ValueError(
+                f"initial_delay_ms ({initial}) exceeds max_delay_ms ({most}): no retry policy"
+                " waits longer at first than at most (unset, they are 3 and 6)"
+            )
+        return self
 
 
 class SpecFile(_Strict):

@@ -21,11 +21,13 @@ from pydantic import BaseModel
 from transitions import Machine, MachineError
 
 from workwarden.statemachine import errors
+from workwarden.statemachine.check.state import Universe
 from workwarden.statemachine.effects import EFFECTS, REPLAYS
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.machine import StateCursor, fire
 from workwarden.statemachine.predicates import ANCHORS, PREDICATES
 from workwarden.statemachine.spec import (
+    CHECK_DEFAULT_DELAYS_MS,
     MAX_SPEC_BYTES,
     Problem,
     SpecFile,
@@ -601,6 +603,21 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "operations.start.attempt_status",
         "at most 256 characters",
     ),
+    # The [check] table is read by `workwarden check`, not by the authority: a table the
+    # checker cannot admit its workloads under is refused with the spec, not at the
+    # checker's first run.
+    (
+        "a checker timeout that is no deadline kind",
+        edited("first_timeouts = { claim_ms = 8 }", "first_timeouts = { claim = 8 }"),
+        "check.first_timeouts.claim.[key]",
+        "Input should be 'overall_ms', 'queue_ms', 'claim_ms', 'execution_ms' or 'heartbeat_ms'",
+    ),
+    (
+        "checker retry delays out of order",
+        edited("initial_delay_ms = 3\n", "initial_delay_ms = 7\n"),
+        "check",
+        "initial_delay_ms (7) exceeds max_delay_ms (6)",
+    ),
     (
         "TOML nested deeper than the parser goes",
         "a = " + "[" * 100_000 + "]" * 100_000,
@@ -692,6 +709,16 @@ def test_an_unreadable_spec_is_reported_as_a_problem_not_raised(tmp_path: Path) 
         load_spec(missing)
     assert raised.value.code == errors.SPEC_INVALID
     assert str(missing) in raised.value.message
+
+
+def test_the_check_tables_default_delays_are_the_checkers() -> None:
+    # The loader compares a [check] table's delays with the ones it leaves to the checker.
+    universe = Universe()
+    assert (universe.initial_delay_ms, universe.max_delay_ms) == CHECK_DEFAULT_DELAYS_MS
+    text = edited("initial_delay_ms = 3\nmax_delay_ms = 6\n", "max_delay_ms = 2\n")
+    with pytest.raises(WorkloadError) as raised:
+        load_spec_text(text)
+    assert "initial_delay_ms (3) exceeds max_delay_ms (2)" in raised.value.message
 
 
 def test_a_spec_file_larger_than_the_bound_is_refused_unparsed(tmp_path: Path) -> None:
