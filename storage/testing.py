@@ -1,9 +1,12 @@
 """The store conformance suite: the checks every `Store` backend must pass.
 
 Point it at a factory of your own backend: a zero-argument callable that
-returns a fresh, empty store each time it is called. Every check takes its
-own store from the factory and closes it when done (so `close` may be called
-on a store the factory also cleans up later: make it harmless twice).
+returns a fresh, empty store each time it is called, or a context manager
+that yields one (the factory of the stateful suite, `workwarden.testing`,
+serves both). Every check takes its own store from the factory and closes
+it when done, then exits the factory's context (so `close` may be called on
+a store the factory also cleans up later: make it harmless twice). A close
+that raises fails the check it ended.
 
     import itertools
     from workwarden.storage.testing import run_store_conformance
@@ -63,6 +66,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import replace
 from functools import partial
 from itertools import pairwise
@@ -2063,13 +2067,51 @@ CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
 """The name of every check, in the order `run_store_conformance` runs them."""
 
 
+class _NotAStore(Exception):
+    """The factory gave something that is not a store."""
+
+
+def _fresh_store(factory: Callable[[], Any], resources: ExitStack) -> Store:
+    """A fresh store from `factory`, closed (and its context exited) with `resources`.
+
+    The factory returns the store, or a context manager that yields it (as the
+    stateful suite's factories may): the context is exited after the store is
+    closed. Anything else is refused, naming what the factory returned.
+    """
+    made = factory()
+    store: Store = (
+        resources.enter_context(made) if isinstance(made, AbstractContextManager) else made
+    )
+    if not callable(getattr(store, "close", None)) or not callable(getattr(store, "read", None)):
+        raise _NotAStore(
+            f"the factory returned {type(store).__name__}, not a store"
+            " (nor a context manager that yields one)"
+        )
+    resources.callback(store.close)
+    return store
+
+
+def _close(resources: ExitStack) -> str | None:
+    """Close what `_fresh_store` opened; why that failed, if it did."""
+    try:
+        resources.close()
+    except Exception as exc:  # noqa: BLE001 - reported as the check's failure
+        return f"closing the store raised {type(exc).__name__}: {exc}"
+    return None
+
+
 def run_store_conformance(
-    factory: Callable[[], Store],
+    factory: Callable[[], Store | AbstractContextManager[Store]],
     *,
     checks: Iterable[str] | None = None,
     reopen: Callable[[Store], Store] | None = None,
 ) -> tuple[str, ...]:
     """Run every check (or the ones named in `checks`) on fresh stores from `factory`.
+
+    `factory` returns a fresh, empty store, or a context manager that yields
+    one (as the stateful suite's factories may); the store is closed after
+    its check, and then the context exited. A factory that raises or returns
+    no store, and a store whose `close` raises, fail the check, naming why.
 
     `reopen`, when given, opens another store object on the same data as
     the store it is passed (the check closes it): the check of concurrent
@@ -2094,21 +2136,29 @@ def run_store_conformance(
     passed: list[str] = []
     failures: dict[str, str] = {}
     for name in selected:
-        try:
-            store = factory()
-        except Exception as exc:  # noqa: BLE001 - reported as the check's failure
-            failures[name] = f"the factory raised {type(exc).__name__}: {exc}"
-            continue
-        try:
-            registry[name](store)
-        except AssertionError as exc:
-            failures[name] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - reported as the check's failure
-            failures[name] = f"raised {type(exc).__name__}: {exc}"
-        else:
-            passed.append(name)
-        finally:
-            store.close()
+        with ExitStack() as resources:
+            try:
+                store = _fresh_store(factory, resources)
+            except _NotAStore as exc:
+                failures[name] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - reported as the check's failure
+                failures[name] = f"the factory raised {type(exc).__name__}: {exc}"
+            if name in failures:
+                closed = _close(resources)
+                failures[name] = "; ".join(filter(None, (failures[name], closed)))
+                continue
+            try:
+                registry[name](store)
+            except AssertionError as exc:
+                failures[name] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - reported as the check's failure
+                failures[name] = f"raised {type(exc).__name__}: {exc}"
+            finally:
+                closed = _close(resources)
+            if closed is not None:
+                failures[name] = "; ".join(filter(None, (failures.get(name), closed)))
+            elif name not in failures:
+                passed.append(name)
     if failures:
         raise ConformanceFailure(failures, passed)
     return tuple(passed)

@@ -222,6 +222,44 @@ def test_a_store_that_raises_fails_the_check_with_what_it_raised(tmp_path: Path)
     assert "raised StoreFailure" in caught.value.failures["versions_count_from_one"]
 
 
+def test_the_stateful_suites_factory_of_context_managers_runs_the_suite(tmp_path: Path) -> None:
+    numbers = itertools.count()
+    entered: list[Path] = []
+
+    @contextmanager
+    def fresh_store() -> Iterator[Store]:
+        path = tmp_path / f"{next(numbers)}.db"
+        entered.append(path)
+        yield SQLiteStore(path)
+        path.unlink()
+
+    checks = ["versions_count_from_one", "a_closed_store_refuses_reads_and_writes"]
+    assert run_store_conformance(fresh_store, checks=checks) == tuple(checks)
+    assert len(entered) == 2
+    assert not any(path.exists() for path in entered)
+
+
+class RaisesOnClose(MemoryStore):
+    """Broken on purpose: `close` closes, then raises."""
+
+    def close(self) -> None:
+        super().close()
+        raise RuntimeError("the connection pool would not drain")
+
+
+def test_a_factory_of_no_store_or_a_close_that_raises_fails_the_checks_naming_why() -> None:
+    checks = ["versions_count_from_one", "expected_version_must_match"]
+    with pytest.raises(ConformanceFailure) as caught:
+        run_store_conformance(lambda: None, checks=checks)  # type: ignore[arg-type, return-value]
+    assert set(caught.value.failures) == set(checks)
+    assert "the factory returned NoneType, not a store" in str(caught.value)
+    with pytest.raises(ConformanceFailure) as caught:
+        run_store_conformance(RaisesOnClose, checks=checks)
+    assert caught.value.failures == dict.fromkeys(
+        checks, "closing the store raised RuntimeError: the connection pool would not drain"
+    )
+
+
 # -- batches: each caller on its own store object, and broken batch stores ---------------
 
 Opened = tuple[Callable[[], Store], Callable[[Store], Store] | None]
