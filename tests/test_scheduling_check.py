@@ -83,6 +83,15 @@ def test_a_trace_step_the_state_does_not_offer_is_refused() -> None:
         {"limit": 0},
         {"ticks": 9},
         {"admissions": (7, 1)},
+        # Types a hand-edited trace may carry: none is a universe the checker explores.
+        {"limit": 1.5},
+        {"limit": True},
+        {"tenants": "ab", "admissions": (1, 1)},
+        {"tenants": (1, 2), "admissions": (1, 1)},
+        {"admissions": (3.0, 1)},
+        {"workers": True},
+        {"ticks": 0.5},
+        {"lease_ms": float("inf")},
     ],
 )
 def test_a_universe_out_of_bounds_is_refused(fields: dict[str, object]) -> None:
@@ -116,6 +125,23 @@ def test_the_command_exits_0_then_1_with_a_trace_that_replay_reproduces(
     assert "reproduced: fair_share_bound" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{"tenants": "ab"}, {"admissions": "31"}, {"limit": 1.5}, {"lease_ms": True}],
+)
+def test_a_trace_whose_universe_is_not_one_is_refused_by_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object]
+) -> None:
+    universe = {**SchedulingUniverse().to_dict(), **changes}
+    trace = tmp_path / "trace.json"
+    steps = [{"action": "admit a"}, {"action": "claim w0"}]
+    trace.write_text(json.dumps({"scheduling": True, "universe": universe, "steps": steps}))
+    assert main(["replay", str(trace)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("WORKLOAD_INVALID: "), err
+    assert "Traceback" not in err
+
+
 def test_scheduling_options_without_the_flag_are_one_coded_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -125,6 +151,8 @@ def test_scheduling_options_without_the_flag_are_one_coded_line(
     assert "WORKLOAD_INVALID" in capsys.readouterr().err
     assert main(["check", "--scheduling", "--mutant", "nope"]) == 1
     assert "ledger_in_list_order" in capsys.readouterr().err
+    assert main(["check", "--scheduling", "--limit", "1,2"]) == 1
+    assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: --limit is one integer")
 
 
 def test_a_larger_universe_with_a_clock_and_a_sweeper_holds_both_properties() -> None:

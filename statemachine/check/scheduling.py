@@ -128,6 +128,11 @@ SCHEDULING_MUTANTS: dict[str, SchedulingMutant] = {
 }
 
 
+def _whole(value: object) -> bool:
+    """Is `value` an integer (and not a bool)?"""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class SchedulingUniverse:
     """The bounds of the scheduling universe (`workwarden check --scheduling` options).
@@ -146,6 +151,19 @@ class SchedulingUniverse:
     lease_ms: int = 10
 
     def __post_init__(self) -> None:
+        # The types first: a hand-edited trace is read into a universe, and a limit of
+        # 1.5 or tenants spelled as one string must not be explored (or replayed) at all.
+        if not isinstance(self.tenants, tuple) or not all(
+            isinstance(tenant, str) and tenant for tenant in self.tenants
+        ):
+            raise errors.bad_argument("tenants", "tenants are a list of non-empty names")
+        if not isinstance(self.admissions, tuple) or not all(_whole(n) for n in self.admissions):
+            raise errors.bad_argument("admissions", "admissions are a list of whole numbers")
+        for name in ("workers", "ticks", "lease_ms"):
+            if not _whole(getattr(self, name)):
+                raise errors.bad_argument(name, f"{name} is a whole number")
+        if self.limit is not None and not _whole(self.limit):
+            raise errors.bad_argument("limit", "a concurrency limit is a whole number (or none)")
         if len(self.tenants) != len(self.admissions) or not 1 <= len(self.tenants) <= 3:
             raise errors.bad_argument("tenants", "one to three tenants, each with its admissions")
         if len(set(self.tenants)) != len(self.tenants):

@@ -90,7 +90,10 @@ def _universe(args: argparse.Namespace) -> Any:
         if args.limit == "none":
             fields["limit"] = None
         else:
-            (fields["limit"],) = _counts(args.limit, "--limit")
+            limits = _counts(args.limit, "--limit")
+            if len(limits) != 1:
+                raise errors.bad_argument("--limit", "--limit is one integer, 1..6, or 'none'")
+            (fields["limit"],) = limits
     if args.ticks is not None:
         fields["ticks"] = args.ticks
     if args.workers is not None:
@@ -226,6 +229,9 @@ def replay_scheduling(trace: dict[str, Any], spec_file: str | None, mutant_name:
     steps = trace.get("steps")
     if not isinstance(data, dict) or not isinstance(steps, list):
         raise errors.bad_argument("trace", "a scheduling trace has a universe and its steps")
+    if not isinstance(data.get("tenants"), list) or not isinstance(data.get("admissions"), list):
+        # A string would be read as its letters' tuple: "ab" as tenants a and b.
+        raise errors.bad_argument("trace", "a scheduling universe lists tenants and admissions")
     try:
         universe = SchedulingUniverse(
             tenants=tuple(data["tenants"]),
