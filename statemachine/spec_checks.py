@@ -398,6 +398,24 @@ class _Checker:
         for name, entry in operations.items():
             if entry is not None:
                 self.operation(f"operations.{name}", name, entry)
+        self.results_lead_somewhere(operations)
+
+    def results_lead_somewhere(self, operations: Mapping[str, OperationSpec | None]) -> None:
+        """Some edge takes an operation of effect `record_result`: where results lead.
+
+        A dependency admitted without a `required_state` waits for that state
+        (`Spec.roles.succeeded`), so a table where no result leads anywhere
+        could admit no such dependency.
+        """
+        if not self.parts.transitions_complete or any(op is None for op in operations.values()):
+            return
+        recording = [n for n, op in operations.items() if op and op.effect == "record_result"]
+        if recording and not any(self.listing.get(name) for name in recording):
+            self.add(
+                f"operations.{recording[0]}",
+                f"no edge lists {', '.join(map(repr, recording))}, so no result leads to a"
+                " state: a dependency waits, by default, for the state a result leads to",
+            )
 
     def chained(self, where: str, op: OperationSpec) -> None:
         """`then`: a lease that starts its attempt in the same commit, and nothing else."""

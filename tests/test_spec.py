@@ -618,6 +618,24 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "check",
         "initial_delay_ms (7) exceeds max_delay_ms (6)",
     ),
+    # A dependency admitted without a required state waits for where a result leads.
+    (
+        "no edge a result takes",
+        edited(
+            'effect = "record_result"\n',
+            'effect = "record_result"\nstays = true\n',
+            without_table(
+                "[states.SUCCEEDED]",
+                "".join(
+                    line
+                    for line in SHIPPED.splitlines(keepends=True)
+                    if 'operations = ["complete"]' not in line
+                ),
+            ),
+        ),
+        "operations.complete",
+        "no edge lists 'complete', so no result leads to a state",
+    ),
     (
         "TOML nested deeper than the parser goes",
         "a = " + "[" * 100_000 + "]" * 100_000,
