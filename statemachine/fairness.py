@@ -186,6 +186,8 @@ class FairShare:
         stride, as if the look had been its turn: it is looked at again in
         its share of the claims, and cannot save up turns while it is idle.
         """
+        if served is not None and served not in self.passes:
+            raise errors.bad_argument("served", "a scope not served by this ledger")
         if served is not None and served in empty:
             raise errors.bad_argument("served", "a served scope was not empty")
         unknown = set(empty) - set(self.passes)

@@ -126,6 +126,21 @@ def test_a_bad_ledger_is_refused() -> None:
         assert caught.value.code == errors.INVALID
 
 
+@pytest.mark.parametrize("served", [FairScope("z", "app"), "a/app"])
+def test_a_record_of_a_scope_the_ledger_does_not_serve_is_refused_and_changes_nothing(
+    served: Any,
+) -> None:
+    a, b = FairScope("a", "app"), FairScope("b", "app")
+    share = FairShare([a, b])
+    drive(share, [{a, b}] * 3)
+    before = share.to_dict()
+    with pytest.raises(WorkloadError) as caught:
+        share.record(served, [b])
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["field"] == "served"
+    assert share.to_dict() == before
+
+
 def test_claim_fair_alternates_between_tenants_under_a_flood(authority: Authority) -> None:
     flood = [admit(authority, "big", f"big-{i}", now=10_000 + i) for i in range(20)]
     small = [admit(authority, "small", f"small-{i}", now=10_100 + i) for i in range(3)]
