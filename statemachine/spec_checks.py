@@ -297,7 +297,12 @@ class _Checker:
                 self.add(f"states.{name}", "a state name is SCREAMING_SNAKE_CASE")
 
     def entered(self) -> None:
-        """Every state but the initial one has an edge into it: no workload reaches another."""
+        """Every state is reached by a path of edges from the initial one: no workload is elsewhere.
+
+        A state no edge enters is reported as such (usually a typo in the edge meant
+        to reach it); one that edges enter only from states no path reaches (two
+        states leading only to each other) is reported as not reached.
+        """
         states, operations = self.parts.states, self.parts.operations
         if states is None or operations is None or not self.parts.transitions_complete:
             return
@@ -310,12 +315,28 @@ class _Checker:
         initial = {edge.from_state for edge in self.edges.values() if admits & set(edge.operations)}
         if not initial:
             return  # reported as the admitting operation's problem
+        leaving: dict[str, list[str]] = {}
+        for edge in self.edges.values():
+            leaving.setdefault(edge.from_state, []).append(edge.to)
+        reached, frontier = set(initial), list(initial)
+        while frontier:
+            for target in leaving.get(frontier.pop(), []):
+                if target not in reached:
+                    reached.add(target)
+                    frontier.append(target)
         for name in states:
             if name not in entered and name not in initial:
                 self.add(
                     f"states.{name}",
                     f"no edge enters {name}, so no workload can ever be in it: add an edge into"
                     " it, or remove the state",
+                )
+            elif name not in reached:
+                self.add(
+                    f"states.{name}",
+                    f"no path of edges from {_listed(sorted(initial))}, where work is admitted,"
+                    f" reaches {name}, so no workload can ever be in it: add an edge into it"
+                    " from a state work reaches, or remove the state",
                 )
 
     def transitions(self) -> None:

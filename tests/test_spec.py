@@ -405,6 +405,21 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "no edge enters PAUSED, so no workload can ever be in it",
     ),
     (
+        "states edges enter only from each other (no path from where work is admitted)",
+        with_edges(
+            '{ from = "LIMBO", to = "PAUSED", event = "workload.paused", actors = ["operator"], '
+            'operations = ["shuffle"] }',
+            '{ from = "PAUSED", to = "LIMBO", event = "workload.resumed", actors = ["operator"], '
+            'operations = ["shuffle"] }',
+            text=SHIPPED
+            + '\n[states.PAUSED]\nkind = "held"\nmeaning = "Held."\n'
+            + '\n[states.LIMBO]\nkind = "held"\nmeaning = "Held."\n'
+            + '\n[operations.shuffle]\nactor = "operator"\neffect = "move"\nmeaning = "m"\n',
+        ),
+        "states.PAUSED",
+        "no path of edges from CREATED, where work is admitted, reaches PAUSED",
+    ),
+    (
         "a seed version over two lines (the diagrams print it on one)",
         edited('seed_version = "0.15"', 'seed_version = "0.15\\ndraft"'),
         "spec.seed_version",
