@@ -2071,6 +2071,11 @@ class _NotAStore(Exception):
     """The factory gave something that is not a store."""
 
 
+def _what(made: object) -> str:
+    """What a factory returned, for its refusal: a class by name, else the value's type."""
+    return f"the class {made.__name__}" if isinstance(made, type) else type(made).__name__
+
+
 def _fresh_store(factory: Callable[[], Any], resources: ExitStack) -> Store:
     """A fresh store from `factory`, closed (and its context exited) with `resources`.
 
@@ -2082,9 +2087,13 @@ def _fresh_store(factory: Callable[[], Any], resources: ExitStack) -> Store:
     store: Store = (
         resources.enter_context(made) if isinstance(made, AbstractContextManager) else made
     )
-    if not callable(getattr(store, "close", None)) or not callable(getattr(store, "read", None)):
+    if (
+        isinstance(store, type)
+        or not callable(getattr(store, "close", None))
+        or not callable(getattr(store, "read", None))
+    ):
         raise _NotAStore(
-            f"the factory returned {type(store).__name__}, not a store"
+            f"the factory returned {_what(store)}, not a store"
             " (nor a context manager that yields one)"
         )
     resources.callback(store.close)

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 
 from backends import BACKENDS
 from support import CAPS, VERIFIER, request
-from workwarden.statemachine import Authority
+from workwarden.statemachine import Authority, WorkloadError, errors
 from workwarden.statemachine.commands import StartCommand
 from workwarden.storage import MemoryStore
 from workwarden.storage.base import BatchStore
@@ -63,6 +63,16 @@ class TeamStore(MemoryStore):
 
 TestATeamsOwnStore = authority_machine(TeamStore).TestCase
 TestATeamsOwnStore.settings = settings(suite_settings("team"), max_examples=50)
+
+
+@pytest.mark.parametrize("made", [None, "store.db", MemoryStore])
+def test_a_factory_that_gives_no_store_is_refused_naming_what_it_gave(made: object) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        run_authority_machine(lambda: made, settings=settings(max_examples=1))  # type: ignore[arg-type, return-value]
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["field"] == "store_factory"
+    what = "the class MemoryStore" if made is MemoryStore else type(made).__name__
+    assert f"returned {what}, not a store" in caught.value.message
 
 
 def test_a_store_without_batches_runs_the_batch_rules_one_call_at_a_time() -> None:

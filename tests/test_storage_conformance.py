@@ -254,6 +254,9 @@ def test_a_factory_of_no_store_or_a_close_that_raises_fails_the_checks_naming_wh
     assert set(caught.value.failures) == set(checks)
     assert "the factory returned NoneType, not a store" in str(caught.value)
     with pytest.raises(ConformanceFailure) as caught:
+        run_store_conformance(lambda: MemoryStore, checks=checks)  # type: ignore[arg-type, return-value]
+    assert "the factory returned the class MemoryStore, not a store" in str(caught.value)
+    with pytest.raises(ConformanceFailure) as caught:
         run_store_conformance(RaisesOnClose, checks=checks)
     assert caught.value.failures == dict.fromkeys(
         checks, "closing the store raised RuntimeError: the connection pool would not drain"

@@ -553,11 +553,28 @@ def same_rules(spec: Spec, other: Spec) -> bool:
     return spec.data.model_dump(include=fields) == other.data.model_dump(include=fields)
 
 
+def _what(made: object) -> str:
+    """What a factory returned, for its refusal: a class by name, else the value's type."""
+    return f"the class {made.__name__}" if isinstance(made, type) else type(made).__name__
+
+
 def open_store(factory: StoreFactory, resources: ExitStack) -> Store:
     """A fresh store from `factory`, closed (or its context exited) with `resources`."""
     made = factory()
-    if isinstance(made, AbstractContextManager):
-        store: Store = resources.enter_context(made)
-        return store
-    resources.callback(made.close)
-    return made
+    store: Store = (
+        resources.enter_context(made) if isinstance(made, AbstractContextManager) else made
+    )
+    if (
+        isinstance(store, type)
+        or not callable(getattr(store, "close", None))
+        or not callable(getattr(store, "read", None))
+    ):
+        # Said here, not as an AttributeError on `close` (or deep in the first call).
+        raise errors.bad_argument(
+            "store_factory",
+            f"the store factory returned {_what(store)}, not a store"
+            " (nor a context manager that yields one)",
+        )
+    if not isinstance(made, AbstractContextManager):
+        resources.callback(made.close)
+    return store
