@@ -551,6 +551,15 @@ class _Checker:
             if len(sources) != 1:
                 self.add(where, "the admitting operation must leave exactly one (initial) state")
             return
+        if op.effect == "lease":
+            # A claim's own edge is where a worker holds the work under its lease.
+            for target in sorted({t for targets in own.values() for t in targets}):
+                if self.kind(target) != "active":
+                    self.add(
+                        where,
+                        f"{name!r} leases the work into {target}, of kind {self.kind(target)!r}:"
+                        " a claim leads to an active state (one a worker holds)",
+                    )
         for source, targets in sorted(own.items()):
             if len(targets) > 1:
                 self.add(

@@ -420,6 +420,12 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "no path of edges from CREATED, where work is admitted, reaches PAUSED",
     ),
     (
+        "a claim leading into a state no worker holds",
+        edited('[states.CLAIMED]\nkind = "active"', '[states.CLAIMED]\nkind = "queued"'),
+        "operations.claim",
+        "'claim' leases the work into CLAIMED, of kind 'queued': a claim leads to an active",
+    ),
+    (
         "a seed version over two lines (the diagrams print it on one)",
         edited('seed_version = "0.15"', 'seed_version = "0.15\\ndraft"'),
         "spec.seed_version",
