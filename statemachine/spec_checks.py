@@ -840,6 +840,10 @@ def parse_spec_text(text: str, file: str) -> tuple[SpecFile | None, list[Problem
     """Parse and check spec text: its model (None if its structure is broken), every problem."""
     if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         return None, [Problem(file, "(file)", f"larger than {MAX_SPEC_BYTES:,} bytes: not a spec")]
+    if text.startswith("\ufeff"):
+        # TOML has no byte order mark: the parser would only say "Invalid statement".
+        message = "not valid TOML: the file starts with a byte order mark (U+FEFF)"
+        return None, [Problem(file, "(toml) line 1, column 1", message + "; save it without one")]
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

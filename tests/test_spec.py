@@ -692,6 +692,14 @@ def test_a_toml_syntax_error_is_reported_with_its_line(tmp_path: Path) -> None:
     assert problems[0].message.startswith("not valid TOML: ")
 
 
+def test_a_byte_order_mark_is_named_as_what_breaks_the_toml(tmp_path: Path) -> None:
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + SHIPPED.encode("utf-8"))
+    (problem,) = check_spec_file(path)
+    assert problem.field == "(toml) line 1, column 1"
+    assert "starts with a byte order mark (U+FEFF)" in problem.message
+
+
 def test_a_toml_syntax_error_at_the_end_of_the_file_is_reported_at_the_last_line(
     tmp_path: Path,
 ) -> None:
