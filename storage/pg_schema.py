@@ -12,6 +12,7 @@ return (`_audit`; documents by `storage.base.document_from_row`). Nothing here c
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -209,6 +210,39 @@ _SCHEMA = (
     )
     """,
 )
+
+#: The store's tables, as `_SCHEMA` creates them.
+TABLES: Final = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", "".join(_SCHEMA)))
+
+
+def drop_schema_written_only_by(conn: psycopg.Connection[TupleRow], operation: str) -> bool:
+    """Drop the store's tables when nothing but `operation` ever wrote to them; whether it did.
+
+    For a command that created the store and then was refused or stopped
+    (`workwarden import --create`): the schema it created goes with it. Under
+    the schema's lock and with every table locked, so that no writer comes in
+    between the look and the drop: a store another writer wrote to (a record
+    of another operation, a pause, a tombstone, a rate mark) is left as it is.
+    """
+    with conn.transaction():
+        # A session still holding a lock (one the stop interrupted) keeps the tables: the
+        # drop gives up (an error) rather than wait for it.
+        conn.execute("SET LOCAL lock_timeout = '5s'")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        conn.execute(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE")
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM workwarden_audit WHERE operation <> %s)"
+            " OR EXISTS (SELECT 1 FROM workwarden_pauses)"
+            " OR EXISTS (SELECT 1 FROM workwarden_pause_versions)"
+            " OR EXISTS (SELECT 1 FROM workwarden_tombstones)"
+            " OR EXISTS (SELECT 1 FROM workwarden_key_rates)",
+            (operation,),
+        ).fetchone()
+        if row is None or row[0]:
+            return False
+        conn.execute(f"DROP TABLE {', '.join(TABLES)}")
+    return True
+
 
 _COLUMNS = (
     "key, version, document, tenant, application, state, priority, created_at,"

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -53,6 +54,8 @@ from workwarden.storage import (
 )
 from workwarden.storage.base import Pauses, Purges, Tombstones
 from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from workwarden.storage.pg_schema import TABLES as PG_TABLES
+from workwarden.storage.pg_schema import drop_schema_written_only_by
 from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.sqlite_schema import SCHEMA_VERSION
 
@@ -462,6 +465,46 @@ def test_a_refused_import_into_a_new_store_leaves_no_file_behind(
     assert main(["import", "--store", str(copy), "--create", str(dump)]) == 1
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work.jsonl"]
+
+
+def _postgres_url(dsn: str) -> str:
+    """A `postgresql://` URL for a libpq connection string on a Unix socket."""
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    return (
+        f"postgresql:///{quote(str(parts['dbname']))}"
+        f"?host={quote(str(parts['host']), safe='')}&user={quote(str(parts['user']))}"
+    )
+
+
+def _workwarden_tables(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'workwarden%' ORDER BY 1"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+@pytest.mark.postgres
+def test_a_refused_import_into_a_postgres_database_it_prepared_leaves_no_tables(
+    source: SQLiteStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = tmp_path / "work.jsonl"
+    dump.write_text(exported(source) + "{not json\n")
+    with postgres_database(schema=False) as dsn:
+        url = _postgres_url(dsn)
+        assert main(["import", "--store", url, "--create", str(dump)]) == 1
+        assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: line ")
+        assert _workwarden_tables(dsn) == []
+        # Into the store another writer made and wrote to, a refused import drops nothing.
+        with contextlib.closing(PostgresStore(dsn)) as store:
+            populate(store)
+            before = committed(store)
+            assert main(["import", "--store", url, "--create", str(dump)]) == 1
+            assert committed(store) == before
+            with store.connection() as conn:
+                assert not drop_schema_written_only_by(conn, "import")
+            assert committed(store) == before
+        assert len(_workwarden_tables(dsn)) == len(PG_TABLES)
 
 
 def test_sigterm_stops_an_import_and_a_store_it_created_is_removed(

@@ -9,8 +9,10 @@
   same version, are skipped; one present with different contents or at
   another version is `WORKLOAD_MIGRATION_CONFLICT` and then nothing is
   imported. The store must exist unless `--create` is given; a store this
-  command created is removed again when the import is refused or stopped
-  (SIGINT, SIGTERM), so a refused import leaves nothing behind. An import
+  command created (a SQLite file, or the tables of a PostgreSQL database while
+  nothing but the import wrote to them) is removed again when the import is
+  refused or stopped (SIGINT, SIGTERM), so a refused import leaves nothing
+  behind. An import
   into an existing store that is stopped part way is finished by running it
   again (`workwarden.migrate`).
 
@@ -108,21 +110,39 @@ def _counted(lines: list[str], progress: Progress) -> Iterator[str]:
         progress.advance()
 
 
-def _open_for_import(url: str | None, create: bool) -> tuple[Store, str | None]:
-    """The store to import into, and the path of the SQLite file if this call created it."""
+def _open_for_import(url: str | None, create: bool) -> tuple[Store, bool]:
+    """The store to import into, and whether this call created it."""
     try:
-        return open_store(url, mode="write"), None
+        return open_store(url, mode="write"), False
     except WorkloadError as exc:
         if exc.code != STORE_NOT_FOUND or not create:
             raise
-    store = open_store(url, mode="create")
-    return store, store.path if isinstance(store, SQLiteStore) else None
+    return open_store(url, mode="create"), True
 
 
 def _remove_store_file(path: str) -> None:
     for name in (path, path + "-wal", path + "-shm", path + "-journal"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
+
+
+def _close_and_remove(store: Store) -> None:
+    """Close the store this import created, and remove it: its file, or its tables.
+
+    The tables of a PostgreSQL store go only while nothing but this import
+    wrote to them (`drop_schema_written_only_by`): another writer's store is kept.
+    """
+    # Loaded only when a PostgreSQL store was opened (it needs the postgres extra).
+    postgres = sys.modules.get("workwarden.storage.postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
+        from workwarden.storage.pg_schema import drop_schema_written_only_by
+
+        with contextlib.suppress(StoreError), store.connection() as conn:
+            drop_schema_written_only_by(conn, "import")
+    with contextlib.suppress(StoreError):
+        store.close()
+    if isinstance(store, SQLiteStore):
+        _remove_store_file(store.path)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -142,10 +162,11 @@ def _import(args: argparse.Namespace) -> int:
             except StoreError as exc:
                 raise WorkloadError(STORAGE_FAILURE, f"the store failed: {exc}") from None
         except BaseException:
-            with contextlib.suppress(StoreError):
-                store.close()
-            if created is not None:
-                _remove_store_file(created)
+            if created:
+                _close_and_remove(store)
+            else:
+                with contextlib.suppress(StoreError):
+                    store.close()
             raise
     with contextlib.suppress(StoreError):
         store.close()
