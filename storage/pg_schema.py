@@ -211,6 +211,11 @@ _SCHEMA = (
     """,
 )
 
+
+class NewerSchema(StoreFailure):
+    """The database holds the schema of a newer release: no retry makes it readable."""
+
+
 #: The store's tables, as `_SCHEMA` creates them.
 TABLES: Final = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", "".join(_SCHEMA)))
 
@@ -811,6 +816,11 @@ def _ensure_schema(conn: psycopg.Connection[TupleRow], *, create: bool = True) -
             )
             row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
     found = None if row is None else row[0]
+    if found is not None and found > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"the database holds schema version {found}; this release reads schema version"
+            f" {SCHEMA_VERSION} (upgrade workwarden)"
+        )
     if found != SCHEMA_VERSION:
         raise StoreFailure(
             f"the database holds schema version {found}; this code reads version {SCHEMA_VERSION}"

@@ -34,7 +34,8 @@ PostgreSQL URL (which may hold a password):
   creates them).
 - `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
   directory, a file that is not a SQLite database or not a workwarden store,
-  one written by a newer release, or a read-only file opened to write.
+  one written by a newer release (a SQLite file or a PostgreSQL database), or
+  a read-only file opened to write.
 - `WORKLOAD_STORAGE_FAILURE`: the store could not be reached or stayed locked
   (a server that is down, a file locked past the busy timeout): try later.
 """
@@ -207,8 +208,14 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
             ) from None
         _check_postgres_numbers(params)
     module = importlib.import_module("workwarden.storage.postgres")
+    schema = importlib.import_module("workwarden.storage.pg_schema")
     try:
         store: Store = module.PostgresStore(dsn, create=mode == "create")
+    except schema.NewerSchema as exc:
+        # Not a failure to retry later: the store needs a newer workwarden.
+        raise WorkloadError(
+            STORE_UNUSABLE, "cannot use the PostgreSQL store: " + _without(str(exc), dsn)
+        ) from None
     except StoreAbsent:
         raise WorkloadError(
             STORE_NOT_FOUND,

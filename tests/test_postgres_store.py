@@ -278,6 +278,25 @@ def test_a_database_with_a_newer_schema_is_refused() -> None:
             )
         with pytest.raises(StoreFailure, match="schema version"):
             PostgresStore(empty)
+        # As for a SQLite file of a newer release: unusable (fix it), not a failure to retry.
+        from urllib.parse import quote
+
+        from psycopg import conninfo
+
+        from workwarden.statemachine.errors import WorkloadError
+        from workwarden.storage import open_store
+
+        params = conninfo.conninfo_to_dict(empty)
+        url = (
+            f"postgresql:///{params['dbname']}?host={quote(str(params['host']), safe='')}"
+            f"&user={params['user']}"
+        )
+        for mode in ("read", "write", "create"):
+            with pytest.raises(WorkloadError) as refused:
+                open_store(url, mode=mode)  # type: ignore[arg-type]
+            assert refused.value.code == "WORKLOAD_STORE_UNUSABLE"
+            assert f"schema version {SCHEMA_VERSION + 1}" in refused.value.message
+            assert "upgrade workwarden" in refused.value.message
 
 
 def _tables(dsn: str) -> list[str]:
