@@ -75,6 +75,27 @@ def test_a_factory_that_gives_no_store_is_refused_naming_what_it_gave(made: obje
     assert f"returned {what}, not a store" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"writers": 0}, "writers"),
+        ({"writers": True}, "writers"),
+        ({"writers": 10**9}, "writers"),
+        ({"workers": "3"}, "workers"),
+        ({"spec": "specs/workload.toml"}, "spec"),
+        ({"shadow": "yes"}, "shadow"),
+        ({"coverage": 5}, "coverage"),
+    ],
+)
+def test_a_bad_option_is_refused_naming_it_when_the_machine_is_built(
+    options: dict[str, object], field: str
+) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        authority_machine(MemoryStore, **options)  # type: ignore[arg-type]
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["field"] == field
+
+
 def test_a_store_without_batches_runs_the_batch_rules_one_call_at_a_time() -> None:
     # A ForwardingStore offers no batch methods: the authority's batch calls
     # fall back to one call per workload, with the same answers.

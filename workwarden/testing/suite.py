@@ -92,6 +92,10 @@ class AuthorityMachine(
     """
 
 
+_MAX_PARTIES = 64
+"""The most writers, and the most workers, a machine takes (each example opens them all)."""
+
+
 def authority_machine(
     store_factory: StoreFactory,
     spec: Spec | None = None,
@@ -129,10 +133,22 @@ def authority_machine(
         raise errors.bad_argument(
             "store_factory", "store_factory must be a callable returning a fresh store"
         )
-    if writers < 1 or workers < 1:
+    for name, count in (("writers", writers), ("workers", workers)):
+        # A count is checked here, not when the first example opens that many writers.
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _MAX_PARTIES:
+            raise errors.bad_argument(
+                name,
+                f"{name} must be a whole number from 1 to {_MAX_PARTIES} (got {count!r}):"
+                " need at least one writer and one worker",
+            )
+    if spec is not None and not isinstance(spec, Spec):
         raise errors.bad_argument(
-            "writers", f"need at least one writer and one worker (got {writers}, {workers})"
+            "spec", f"spec must be a Spec (load_spec(path)), not {type(spec).__name__}"
         )
+    if shadow is not None and not isinstance(shadow, bool):
+        raise errors.bad_argument("shadow", "shadow must be True, False or None (the default)")
+    if coverage is not None and not isinstance(coverage, Coverage):
+        raise errors.bad_argument("coverage", "coverage must be a Coverage (or None)")
     if not remember or any(
         isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in remember
     ):
