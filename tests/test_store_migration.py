@@ -288,6 +288,29 @@ def test_a_workload_twice_in_one_file_is_refused(source: SQLiteStore, target: St
     assert list(target.scan()) == []
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"now": 2**53}, "now"),
+        ({"now": 2**63}, "now"),
+        ({"spec": "specs/workload.toml"}, "spec"),
+        ({"store": None}, "store"),
+        ({"store": "work.db"}, "store"),
+    ],
+)
+def test_a_bad_argument_is_refused_naming_it_and_nothing_is_imported(
+    source: SQLiteStore, target: Store, arguments: dict[str, Any], field: str
+) -> None:
+    before = store_snapshot(target)
+    call: dict[str, Any] = {"store": target, "now": NOW, **arguments}
+    store = call.pop("store")
+    with pytest.raises(WorkloadError) as caught:
+        import_workloads(store, exported(source).splitlines(), **call)
+    assert caught.value.code == "WORKLOAD_INVALID"
+    assert caught.value.details["field"] == field
+    assert store_snapshot(target) == before
+
+
 def test_blank_lines_are_ignored(source: SQLiteStore, target: Store) -> None:
     lines = export_lines(source)
     report = import_workloads(target, ["", *(f"{line}\n\n" for line in lines), "  "], now=NOW)

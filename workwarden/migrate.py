@@ -53,7 +53,8 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from workwarden.statemachine import errors
+from workwarden.runtime import arguments
+from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.authority import invalid_from_validation, serialise
 from workwarden.statemachine.index import index_fields
 from workwarden.statemachine.models import MAX_INSTANT, Workload
@@ -309,14 +310,19 @@ def import_workloads(
 ) -> ImportReport:
     """Import export lines into `store` at instant `now` (see the module docstring).
 
-    Raises `WORKLOAD_INVALID` naming the line for a malformed one and
+    `now` is an instant in ms, 0 to 2**53 - 1. Raises `WORKLOAD_INVALID` naming
+    the argument for a bad `now`, a `spec` that is not a `Spec` or a `store`
+    that is not a store, naming the line for a malformed one, and
     `WORKLOAD_MIGRATION_CONFLICT` naming the workload (details list every
     conflicting one) for a workload present with other contents or at
     another version; in both cases nothing is written.
     """
-    if isinstance(now, bool) or not isinstance(now, int) or now < 0:
-        raise errors.WorkloadError(
-            errors.INVALID, "now must be an integer instant in milliseconds", {"field": "now"}
+    # Checked before anything is read: each is used only once the lines are parsed.
+    arguments.calls(store, "store", ("read", "write", "find_request", "find_result"), "a Store")
+    inputs.check_now(now)
+    if spec is not None and not isinstance(spec, Spec):
+        raise errors.bad_argument(
+            "spec", f"spec must be a Spec (load_spec(path)), not {type(spec).__name__}"
         )
     spec = spec if spec is not None else default_spec()
     parsed = _read_lines(lines)
