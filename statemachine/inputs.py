@@ -147,17 +147,23 @@ def as_command(command: Command | Mapping[str, Any]) -> Command:
     """A command model as it is; caller data parsed, or `WORKLOAD_INVALID` naming each field."""
     if isinstance(command, COMMAND_TYPES):
         return command
-    if isinstance(command, Mapping):
-        op = command.get("op")
-        if not isinstance(op, str) or op not in OPERATIONS:
-            # Checked before pydantic, which would quote a bad `op` back in its
-            # message, however large or deeply nested (or secret) it is.
-            message = "must name one of the operations: " + ", ".join(OPERATIONS)
-            raise errors.WorkloadError(
-                errors.INVALID,
-                f"op: {message}",
-                {"errors": [{"field": "op", "message": message}]},
-            )
+    if not isinstance(command, Mapping):
+        message = "a command is a command model or a mapping of its fields with its op"
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"command: {message}, not {type(command).__name__}",
+            {"errors": [{"field": "command", "message": message}]},
+        )
+    op = command.get("op")
+    if not isinstance(op, str) or op not in OPERATIONS:
+        # Checked before pydantic, which would quote a bad `op` back in its
+        # message, however large or deeply nested (or secret) it is.
+        message = "must name one of the operations: " + ", ".join(OPERATIONS)
+        raise errors.WorkloadError(
+            errors.INVALID,
+            f"op: {message}",
+            {"errors": [{"field": "op", "message": message}]},
+        )
     try:
         return _COMMAND.validate_python(command)
     except ValidationError as exc:

@@ -396,6 +396,28 @@ def test_an_integer_too_long_to_write_is_invalid_in_its_own_slot_and_writes_noth
     assert warden.get(workload_id).state == "RUNNING"
 
 
+@pytest.mark.parametrize("value", [[1], 5, None, "start", b"{}"], ids=repr)
+def test_a_command_that_is_not_a_mapping_is_invalid_naming_the_command_and_writes_nothing(
+    value: Any,
+) -> None:
+    # A whole command of the wrong type was refused with an empty field path
+    # (": Input should be a valid dictionary ..."), naming nothing the caller wrote.
+    store = MemoryStore()
+    warden = Authority(store, grants=VERIFIER)
+    warden.admit(request(), 1_000)
+    before = store_snapshot(store)
+    exc = refused(lambda: warden.execute(value, 1_001))
+    assert exc is not None
+    assert exc.code == errors.INVALID
+    assert exc.message.startswith("command: ")
+    assert exc.details["errors"][0]["field"] == "command"
+    [slot] = warden.report_many([value], 1_001)
+    assert isinstance(slot, WorkloadError)
+    assert slot.code == errors.INVALID
+    assert slot.details["errors"][0]["field"] == "command"
+    assert store_snapshot(store) == before
+
+
 def test_a_lease_ending_after_the_largest_instant_is_invalid_and_writes_nothing() -> None:
     # `lease_ms` and `extend_ms` may each be up to 2**53 - 1, but a lease must end
     # at an instant a JSON number holds and a recovery sweep can reach.

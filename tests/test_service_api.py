@@ -749,6 +749,38 @@ def test_a_body_that_is_not_json_is_refused_naming_the_parse_error_or_content_ty
     assert _store(fresh) == before
 
 
+@pytest.mark.parametrize(
+    ("op", "body"),
+    [("admit", [1]), ("start", [1]), ("admit", 5), ("execute", [1]), ("report_many", "x")],
+    ids=str,
+)
+def test_a_body_of_the_wrong_shape_is_refused_naming_the_body(
+    fresh: RunningService, op: str, body: Any
+) -> None:
+    # A body that is JSON but not an object was refused with an empty field path.
+    before = _store(fresh)
+    reply = _post(fresh, op, body, fresh.token("worker", "w1"))
+    problem = _assert_problem(reply, "WORKLOAD_INVALID")
+    [error] = problem["details"]["errors"]
+    assert error["field"] == "body", error
+    assert problem["detail"].startswith("body: "), problem
+    assert _store(fresh) == before
+
+
+def test_a_route_given_no_body_is_refused_naming_the_body(fresh: RunningService) -> None:
+    before = _store(fresh)
+    reply = httpx.post(
+        f"{fresh.url}/v1/claim_many",
+        headers={
+            "Authorization": "Bearer " + fresh.token("worker", "w1"),
+            "X-Workwarden-Now": "20000",
+        },
+    )
+    [error] = _assert_problem(reply, "WORKLOAD_INVALID")["details"]["errors"]
+    assert error["field"] == "body", error
+    assert _store(fresh) == before
+
+
 def _loose_bodies() -> list[tuple[str, bytes, str]]:
     good = json.dumps(request(idempotency_key="loose").model_dump(mode="json"))
 

@@ -65,7 +65,9 @@ def _invalid(exc: RequestValidationError) -> errors.WorkloadError:
             continue
         loc = [str(part) for part in err.get("loc", ())]
         if loc and loc[0] in ("body", "query", "path", "header"):
-            loc = loc[1:]
+            # A field of the body is named by its path; the body as a whole (a list
+            # where an object belongs, or none at all) as `body`.
+            loc = loc[1:] or loc[:1]
         problems.append({"field": ".".join(loc), "message": str(err.get("msg", "invalid"))})
     first = problems[0] if problems else {"field": "", "message": "invalid"}
     return errors.WorkloadError(
