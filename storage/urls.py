@@ -9,7 +9,10 @@
 
 A SQLite URL may carry the store's options as query parameters:
 `sqlite:///var/lib/work.db?synchronous=NORMAL&busy_timeout_ms=5000`. The
-PostgreSQL backend is imported only when a PostgreSQL URL is opened.
+PostgreSQL backend is imported only when a PostgreSQL URL is opened; its
+`connect_timeout` (whole seconds, at least 2 as libpq counts them) is the
+store's `connect_timeout_s`, how long it waits for a server that does not
+answer (without one, or with 0 or less, `CONNECT_TIMEOUT_S`, 10 s).
 
 `mode` says what the caller means to do, and so what may happen to a file:
 
@@ -193,6 +196,7 @@ def _check_postgres_numbers(params: dict[str, Any]) -> None:
 
 
 def _open_postgres(dsn: str, mode: Mode) -> Store:
+    options: dict[str, Any] = {}
     try:
         import psycopg
         from psycopg import conninfo
@@ -207,10 +211,13 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
                 "the PostgreSQL URL is malformed (see libpq's URI syntax)"
             ) from None
         _check_postgres_numbers(params)
+        waited = _connect_timeout_s(params)
+        if waited is not None:
+            options["connect_timeout_s"] = waited
     module = importlib.import_module("workwarden.storage.postgres")
     schema = importlib.import_module("workwarden.storage.pg_schema")
     try:
-        store: Store = module.PostgresStore(dsn, create=mode == "create")
+        store: Store = module.PostgresStore(dsn, create=mode == "create", **options)
     except schema.NewerSchema as exc:
         # Not a failure to retry later: the store needs a newer workwarden.
         raise WorkloadError(
@@ -226,6 +233,18 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
             STORAGE_FAILURE, "cannot open the PostgreSQL store: " + _without(str(exc), dsn)
         ) from None
     return store
+
+
+def _connect_timeout_s(params: dict[str, Any]) -> float | None:
+    """The URL's `connect_timeout` as the store's wait for its server, or None for the default.
+
+    libpq counts whole seconds and at least 2; 0 or less (libpq: wait
+    forever) keeps the store's bounded default.
+    """
+    timeout = str(params.get("connect_timeout") or "").strip()
+    if not timeout or int(timeout) <= 0:
+        return None
+    return float(max(2, int(timeout)))
 
 
 def _not_created(mode: Mode) -> str:

@@ -49,6 +49,7 @@ from workwarden.storage import (
     StoreConflict,
     StoreFailure,
     StoreOutcomeUnknown,
+    open_store,
 )
 from workwarden.storage.pgserver import INSTALL_HINT, PrivateServer, find_bindir
 from workwarden.storage.postgres import READ_TRIES, PostgresStore
@@ -270,6 +271,16 @@ def test_a_store_built_where_no_server_runs_fails_within_its_bound(tmp_path: Pat
     assert 0.4 < time.monotonic() - started < 3.0
     assert type(failed.value) is StoreFailure
     assert isinstance(failed.value.__cause__, psycopg.OperationalError)
+
+
+def test_a_store_url_waits_as_long_as_its_connect_timeout_says(tmp_path: Path) -> None:
+    # The URL's connect_timeout was checked, then ignored: the store waited its
+    # default 10 s and said so, whatever the URL asked for.
+    started = time.monotonic()
+    with pytest.raises(WorkloadError, match=r"could not be reached within 2 s") as failed:
+        open_store(f"postgresql://postgres@/postgres?host={tmp_path}&connect_timeout=2")
+    assert 1.5 < time.monotonic() - started < 6.0
+    assert failed.value.code == errors.STORAGE_FAILURE
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, float("inf"), float("nan")])
