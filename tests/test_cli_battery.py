@@ -498,11 +498,13 @@ BATTERY: dict[str, list[Bad]] = {
             code="WORKLOAD_SECRET_REJECTED",
         ),
         bad("pause", "--tenant", "t", "--actor", "ops", "--now", "soon", status=2, code=USAGE),
+        bad("pause", "--tenant", "t", "--actor", "ops", "--now", "-1", status=2, code=USAGE),
     ],
     "resume": [
         *_bad_stores("resume", tail=("--tenant", "t", "--actor", "ops")),
         bad("resume", "--store", "{store}", "--tenant", "", "--actor", "ops", code=INVALID),
         bad("resume", "--bogus", status=2, code=USAGE),
+        bad("resume", "--tenant", "t", "--actor", "ops", "--now", str(2**53), status=2, code=USAGE),
     ],
     "pauses": [
         *_bad_stores("pauses"),
@@ -514,6 +516,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("purge", "--store", "{store}", "--spec", "{missing}", code=SPEC_INVALID),
         bad("purge", "--store", "{store}", "--export", UNDER_A_FILE, code=UNWRITABLE),
         bad("purge", "--store", "{store}", "--actor", "", code=INVALID),
+        # An instant out of range is a usage error, as for `stats --now`.
+        bad("purge", "--store", "{store}", "--now", "-1", status=2, code=USAGE),
+        bad("purge", "--store", "{store}", "--now", str(2**53), status=2, code=USAGE),
     ],
     "serve": [
         bad("serve", "--store", "memory:", "--token-keys", "{missing}", code=UNREADABLE),

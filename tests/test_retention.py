@@ -304,7 +304,7 @@ def test_a_refused_purge_leaves_no_export_file(
     names = {"{missing}": str(tmp_path / "nosuch.db"), "{db}": str(db)}
     argv = ["purge", *(names.get(arg, arg) for arg in refusal), "--export", str(out)]
     assert main(argv) != 0
-    assert capsys.readouterr().err.startswith("WORKLOAD_")
+    assert capsys.readouterr().err.startswith(("WORKLOAD_", "WORKWARDEN_USAGE: "))
     assert not out.exists()
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from workwarden.cli import STORE_HELP, instant, opened_store, print_table
+from workwarden.cli import STORE_HELP, instant, instant_ms, opened_store, print_table
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.storage.base import PauseRecord, PauseScope
 
@@ -132,7 +132,10 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
         help="the operator's request id, recorded with the audit record (default: none)",
     )
     parser.add_argument(
-        "--now", type=int, metavar="MS", help="the instant, in ms (default: the clock)"
+        "--now",
+        type=instant_ms,
+        metavar="MS",
+        help="the instant, in ms since the epoch (default: the clock)",
     )
 
 

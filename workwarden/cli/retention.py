@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from workwarden.cli import STORE_HELP, check_output, opened_store
+from workwarden.cli import STORE_HELP, check_output, instant_ms, opened_store
 from workwarden.migrate import export_line
 from workwarden.statemachine import Authority, GrantVerifier, errors, load_spec
 from workwarden.statemachine.models import MAX_INSTANT
@@ -194,6 +194,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--spec", metavar="FILE", help="a spec file (the shipped spec by default)")
     parser.add_argument(
-        "--now", type=int, metavar="MS", help="the instant, in ms (default: the clock)"
+        "--now",
+        type=instant_ms,
+        metavar="MS",
+        help="the instant, in ms since the epoch (default: the clock)",
     )
     parser.set_defaults(handler=_run)
