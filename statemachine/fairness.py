@@ -91,7 +91,9 @@ class FairShare:
     """A claimer's fair-share ledger over the scopes it serves (see the module docstring).
 
     `scopes` break the last ties in the order given; `weights` maps a
-    scope to its weight (an integer 1 or more; 1 when absent). A ledger is
+    scope (a `FairScope`, a pair or `"tenant/application"`, as `scopes`
+    are given) to its weight (an integer 1 or more; 1 when absent); a
+    weight of a scope not served is refused. A ledger is
     used by one claimer at a time; `Authority.claim_fair` asks it for the
     order and tells it what was served.
     """
@@ -116,7 +118,7 @@ class FairShare:
             raise errors.bad_argument("scopes", "a fair claim serves at least one scope")
         self.policy: Policy = policy
         self.scopes: tuple[FairScope, ...] = tuple(ordered)
-        given = dict(weights or {})
+        given = _weights(weights, self.scopes)
         self.weights: dict[FairScope, int] = {}
         for scope in self.scopes:
             weight = given.get(scope, 1) if policy == "weighted" else 1
@@ -153,7 +155,7 @@ class FairShare:
         new = [scope for scope in dict.fromkeys(added) if scope not in self.passes]
         if not new:
             return
-        given = dict(weights or {})
+        given = _weights(weights, (*self.scopes, *new))
         floor = min(self.passes.values())
         for scope in new:
             weight = given.get(scope, 1) if self.policy == "weighted" else 1
@@ -362,6 +364,31 @@ def _plan(share: FairShare, empty: set[FairScope], count: int) -> list[tuple[Fai
         sim.record(scope, ())
         wanted[scope] = wanted.get(scope, 0) + 1
     return list(wanted.items())
+
+
+def _weights(weights: Any, scopes: Sequence[FairScope]) -> dict[FairScope, Any]:
+    """`weights` by scope: its keys read as scopes are (a `FairScope`, a pair or
+    `"tenant/application"`), each one of `scopes`; anything else is `WORKLOAD_INVALID`.
+
+    (A weight keyed by a scope's name was otherwise looked up by the scope and never
+    found: the scope silently weighed 1.)
+    """
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise errors.bad_argument("weights", "weights map scopes to whole numbers ≥ 1")
+    given: dict[FairScope, Any] = {}
+    for key, weight in weights.items():
+        try:
+            scope = FairScope.of(key)
+        except errors.WorkloadError:
+            raise errors.bad_argument(
+                "weights", f"{str(key)[:80]!r}: a weight's key is a scope"
+            ) from None
+        if scope not in scopes:
+            raise errors.bad_argument("weights", f"{scope.key}: not a scope this ledger serves")
+        given[scope] = weight
+    return given
 
 
 def _as_list(value: Any) -> Sequence[Any]:

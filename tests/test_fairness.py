@@ -126,6 +126,27 @@ def test_a_bad_ledger_is_refused() -> None:
         assert caught.value.code == errors.INVALID
 
 
+def test_weights_keyed_by_a_scopes_name_or_pair_weigh_that_scope() -> None:
+    a, b = FairScope("a", "app"), FairScope("b", "app")
+    for key in ("a/app", ("a", "app"), a):
+        share = FairShare([a, b], {key: 3}, "weighted")
+        assert share.weights == {a: 3, b: 1}
+    share = FairShare([a], {"a/app": 2}, "weighted")
+    share.serve(["b/app"], {"b/app": 5})
+    assert share.weights == {a: 2, b: 5}
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [{"c/app": 3}, {"nonsense": 3}, {FairScope("c", "app"): 2}, "a/app", [("a/app", 2)]],
+)
+def test_a_weight_of_a_scope_not_served_or_not_a_scope_is_refused(weights: Any) -> None:
+    with pytest.raises(WorkloadError) as caught:
+        FairShare(["a/app", "b/app"], weights, "weighted")
+    assert caught.value.code == errors.INVALID
+    assert caught.value.details["field"] == "weights"
+
+
 @pytest.mark.parametrize("served", [FairScope("z", "app"), "a/app"])
 def test_a_record_of_a_scope_the_ledger_does_not_serve_is_refused_and_changes_nothing(
     served: Any,
