@@ -17,7 +17,9 @@ store does, which the last tests here pin down.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -73,6 +75,25 @@ def test_a_factory_that_gives_no_store_is_refused_naming_what_it_gave(made: obje
     assert caught.value.details["field"] == "store_factory"
     what = "the class MemoryStore" if made is MemoryStore else type(made).__name__
     assert f"returned {what}, not a store" in caught.value.message
+
+
+def test_a_store_a_factory_yields_is_closed_before_its_context_is_exited() -> None:
+    events: list[str] = []
+
+    class Noted(MemoryStore):
+        def close(self) -> None:
+            events.append("closed")
+            super().close()
+
+    @contextlib.contextmanager
+    def fresh_store() -> Iterator[MemoryStore]:
+        events.append("entered")
+        yield Noted()
+        events.append("exited")
+
+    run_authority_machine(fresh_store, settings=settings(max_examples=3, database=None))
+    assert events
+    assert events == ["entered", "closed", "exited"] * (len(events) // 3)
 
 
 @pytest.mark.parametrize(

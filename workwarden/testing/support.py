@@ -575,6 +575,7 @@ def open_store(factory: StoreFactory, resources: ExitStack) -> Store:
             f"the store factory returned {_what(store)}, not a store"
             " (nor a context manager that yields one)",
         )
-    if not isinstance(made, AbstractContextManager):
-        resources.callback(made.close)
+    # Closed first, then the factory's context (if any) is exited: `resources` unwinds
+    # in reverse.
+    resources.callback(store.close)
     return store
