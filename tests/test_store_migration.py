@@ -52,7 +52,7 @@ from workwarden.storage import (
     Store,
     StoreFailure,
 )
-from workwarden.storage.base import Pauses, Purges, Tombstones
+from workwarden.storage.base import Pauses, Purges, StoredDocument, Tombstones
 from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from workwarden.storage.pg_schema import TABLES as PG_TABLES
 from workwarden.storage.pg_schema import drop_schema_written_only_by
@@ -373,6 +373,20 @@ class _StopsAfter(ForwardingStore):
         return super().write(key, document, index, expected_version, audit)
 
 
+class _FailsToRead(ForwardingStore):
+    """A store whose second read fails, as one whose server went away does."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.reads = 0
+
+    def read(self, key: str) -> StoredDocument | None:
+        self.reads += 1
+        if self.reads > 1:
+            raise StoreFailure("the server went away")
+        return super().read(key)
+
+
 def test_an_import_stopped_part_way_is_finished_by_running_it_again(
     source: SQLiteStore, target: Store
 ) -> None:
@@ -393,6 +407,116 @@ def test_an_import_stopped_part_way_is_finished_by_running_it_again(
     assert exported(target) == exported(source)
     assert len(report.imported) == len(lines) - longest
     assert sorted(report.skipped) == sorted(json.loads(line)["key"] for line in lines[:longest])
+
+
+def test_lines_given_once_as_an_iterator_import_as_a_list_of_them_does(
+    source: SQLiteStore, target: Store
+) -> None:
+    # A generator is read once: the import keeps a copy to write from after checking
+    # every line, and a line holding what a newline-separated copy could split (a
+    # newline inside a string of the caller's, escaped or not) reads back the same.
+    lines = exported(source).splitlines()
+    taken: list[int] = []
+
+    def once() -> Iterator[str]:
+        for number, line in enumerate(lines):
+            taken.append(number)
+            yield line
+
+    report = import_workloads(target, once(), now=NOW)
+    assert taken == list(range(len(lines)))
+    assert len(report.imported) == len(lines)
+    assert exported(target) == exported(source)
+
+
+class _Rereadable:
+    """Lines read again each time they are iterated; the second reading can differ."""
+
+    def __init__(self, first: list[str], second: list[str]) -> None:
+        self.readings = [first, second]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.readings.pop(0) if len(self.readings) > 1 else self.readings[0])
+
+
+def test_an_export_that_changes_between_the_check_and_the_writes_stops_at_the_changed_line(
+    source: SQLiteStore, target: Store
+) -> None:
+    lines = exported(source).splitlines()
+    changed = list(lines)
+    changed[3] = changed[3].replace('"version":', '"version": ', 1)  # the same JSON, other text
+    with pytest.raises(WorkloadError) as stopped:
+        import_workloads(target, _Rereadable(lines, changed), now=NOW)
+    assert stopped.value.code == "WORKLOAD_MIGRATION_CONFLICT"
+    assert stopped.value.details["line"] == 4
+    keys = [json.loads(line)["key"] for line in lines]
+    assert list(stopped.value.details["imported"]) == keys[:3]
+    assert [target.read(key) is not None for key in keys] == [True] * 3 + [False] * (len(keys) - 3)
+    # Run again on the file as it now is, the import finishes.
+    report = import_workloads(target, changed, now=NOW + 1)
+    assert list(report.skipped) == keys[:3]
+    assert exported(target) == exported(source)
+
+
+def test_an_export_shorter_when_read_again_is_refused_after_the_lines_it_still_holds(
+    source: SQLiteStore, target: Store
+) -> None:
+    lines = exported(source).splitlines()
+    with pytest.raises(WorkloadError) as stopped:
+        import_workloads(target, _Rereadable(lines, lines[:2]), now=NOW)
+    assert stopped.value.code == "WORKLOAD_MIGRATION_CONFLICT"
+    assert "shorter" in stopped.value.message
+    assert len(stopped.value.details["imported"]) == 2
+
+
+def test_a_malformed_line_is_refused_even_after_the_store_failed_on_an_earlier_one(
+    source: SQLiteStore, target: Store
+) -> None:
+    # Every line is checked before a store failure is reported, as before any write.
+    lines = exported(source).splitlines()
+    lines.append("{not json")
+    before = store_snapshot(target)
+    with pytest.raises(WorkloadError) as refused:
+        import_workloads(_FailsToRead(target), lines, now=NOW)
+    assert refused.value.code == "WORKLOAD_INVALID"
+    assert refused.value.details["line"] == len(lines)
+    assert store_snapshot(target) == before
+    with pytest.raises(WorkloadError) as failed:
+        import_workloads(_FailsToRead(target), lines[:-1], now=NOW)
+    assert failed.value.code == "WORKLOAD_STORAGE_FAILURE"
+    assert store_snapshot(target) == before
+
+
+def test_the_command_line_imports_from_standard_input(source: SQLiteStore, tmp_path: Path) -> None:
+    copy = tmp_path / "copy.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden", "import", "--store", str(copy), "--create", "-"],
+        input=exported(source).encode(),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"imported 6 workload(s)" in done.stdout
+    with SQLiteStore(copy) as target:
+        assert exported(target) == exported(source)
+
+
+def test_the_command_line_names_the_offset_of_a_byte_that_is_not_utf8(
+    source: SQLiteStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = exported(source).encode()
+    second = text.index(b"\n") + 1
+    dump = tmp_path / "work.jsonl"
+    dump.write_bytes(text[: second + 5] + b"\xff" + text[second + 5 :])
+    copy = tmp_path / "copy.db"
+    assert main(["import", "--store", str(copy), "--create", str(dump)]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (
+        f"WORKWARDEN_INPUT_UNREADABLE: the export {dump} is not UTF-8 text"
+        f" (byte {second + 5} is 0xff)"
+    )
+    assert not copy.exists()
 
 
 # -- the command line -------------------------------------------------------------------
@@ -608,6 +732,34 @@ def test_a_version_2_sqlite_file_is_brought_to_version_3_with_its_definitions(
     # Brought to this release's version (3, or a later one that adds more).
     assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     conn.close()
+
+
+def test_an_older_sqlite_file_opened_to_read_is_refused_as_older_until_a_write_upgrades_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "v2.db"
+    with SQLiteStore(path) as store:
+        populate(store)
+        text = exported(store)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "DROP TABLE pauses; DROP TABLE pause_versions; DROP TABLE tombstones;"
+        " ALTER TABLE documents DROP COLUMN definition; UPDATE schema_version SET version = 2;"
+    )
+    conn.close()
+    before = path.read_bytes()
+    for command in (["export"], ["stats"], ["list", "t", "app"]):
+        assert main([*command, "--store", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("WORKLOAD_STORE_UNUSABLE: "), err
+        assert "schema version 2, older than this release's" in err
+    assert path.read_bytes() == before
+    # A command that writes brings it up to date; then it reads as it was.
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["import", "--store", str(path), str(empty)]) == 0
+    assert main(["export", "--store", str(path)]) == 0
+    assert capsys.readouterr().out.endswith(text)
 
 
 @pytest.mark.postgres

@@ -7,8 +7,15 @@ order, so the same store always exports the same bytes:
     {"document":{...the workload...},"key":"wl_...","version":4}
 
 `import_workloads` loads such lines into a store, idempotently. It reads and
-checks every line first, then writes. A line is `WORKLOAD_INVALID` (naming
-it) unless its document is a workload valid under the spec, as
+checks every line first, then reads them again to write: what it keeps between
+the two readings is a few numbers a line, never the workloads, so an export of
+any size imports in memory that does not grow with the documents. A list is
+read twice as it is, a one-pass iterator (a generator, a file object, standard
+input) is copied to a temporary file as it is read, and any other iterable is
+iterated again, each line's text checked against the first reading (a line that
+changed stops the import there, `WORKLOAD_MIGRATION_CONFLICT` naming it).
+
+A line is `WORKLOAD_INVALID` (naming it) unless its document is a workload valid under the spec, as
 `validate-history` judges it (a state of the spec, not a transient one, a
 history the table allows), with every number outside the caller's own JSON
 (input, output, checkpoint states) a whole number from 0 to 2**53 - 1 and
@@ -45,9 +52,12 @@ running the import again finishes the rest.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -225,20 +235,6 @@ def _out_of_range(document: Any, path: str = "") -> tuple[str, str] | None:
     return None
 
 
-def _read_lines(lines: Iterable[str]) -> list[_Line]:
-    parsed: list[_Line] = []
-    seen: dict[str, int] = {}
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        line = _parse(number, text)
-        if line.key in seen:
-            raise _invalid(number, f"workload {line.key} is also on line {seen[line.key]}")
-        seen[line.key] = number
-        parsed.append(line)
-    return parsed
-
-
 def _same(stored: str, workload: Workload) -> bool:
     """Is the stored document the same workload? (Key order and spacing aside.)"""
     try:
@@ -315,7 +311,8 @@ def import_workloads(
     that is not a store, naming the line for a malformed one, and
     `WORKLOAD_MIGRATION_CONFLICT` naming the workload (details list every
     conflicting one) for a workload present with other contents or at
-    another version; in both cases nothing is written.
+    another version; in both cases nothing is written. `lines` is read twice
+    (a one-pass iterator through a temporary copy): see the module docstring.
     """
     # Checked before anything is read: each is used only once the lines are parsed.
     arguments.calls(store, "store", ("read", "write", "find_request", "find_result"), "a Store")
@@ -325,8 +322,89 @@ def import_workloads(
             "spec", f"spec must be a Spec (load_spec(path)), not {type(spec).__name__}"
         )
     spec = spec if spec is not None else default_spec()
-    parsed = _read_lines(lines)
-    for line in parsed:
+    with _readable_twice(lines) as again:
+        plan = _plan(store, spec, again())
+        return _write(store, spec, plan, again(), now, actor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A line to write, as the first reading found it: small, so a big export is not held."""
+
+    key: str
+    version: int
+    present_version: int  # 0: not present
+    digest: str  # of the line's text, to know the second reading gives the same line
+
+
+@dataclass(slots=True)
+class _Plan:
+    writes: dict[int, _Planned]  # by line number
+    skipped: list[str]
+
+
+def _lines_of(source: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """Each line that is not blank, with its number (from 1)."""
+    for number, text in enumerate(source, start=1):
+        if text.strip():
+            yield number, text
+
+
+@contextlib.contextmanager
+def _readable_twice(lines: Iterable[str]) -> Iterator[Callable[[], Iterable[str]]]:
+    """A way to read `lines` again: an import checks every line, then reads them again to write.
+
+    A list or tuple is read twice as it is. A one-pass iterator (a generator,
+    an open file, standard input) is copied as it is read the first time into
+    a temporary file, which the second reading reads: the workloads are never
+    all held in memory at once. Anything else iterable is iterated again; the
+    writes check that each line is the one that was checked.
+    """
+    if isinstance(lines, (list, tuple)):
+        yield lambda: lines
+        return
+    if not isinstance(lines, Iterator):
+        yield lambda: lines
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+
+        def spooled() -> Iterator[str]:
+            # Each line as a JSON string: whatever it holds (a newline, an unpaired
+            # surrogate), it reads back as the same text.
+            for text in lines:
+                spool.write(json.dumps(text) + "\n")
+                yield text
+
+        def again() -> Iterator[str]:
+            spool.flush()
+            spool.seek(0)
+            for text in spool:
+                yield json.loads(text)
+
+        # Made now, run when read: the second reading starts once the first has ended.
+        readings = iter((spooled(), again()))
+        yield lambda: next(readings)
+
+
+def _plan(store: Store, spec: Spec, lines: Iterable[str]) -> _Plan:
+    """Read and check every line; what to write, what to skip; refuse a bad line or a conflict.
+
+    A malformed line is refused before a store failure and a store failure
+    before a conflict, as if every line were checked before the store is
+    read: a store that fails is not read again, and the lines after it are
+    still checked.
+    """
+    tombstones = store if isinstance(store, Tombstones) else None
+    plan = _Plan(writes={}, skipped=[])
+    seen: dict[str, int] = {}
+    conflicts: list[dict[str, str]] = []
+    results: dict[str, str] = {}
+    failure: StoreError | None = None
+    for number, text in _lines_of(lines):
+        line = _parse(number, text)
+        if line.key in seen:
+            raise _invalid(number, f"workload {line.key} is also on line {seen[line.key]}")
+        seen[line.key] = number
         problem = check_history(spec, line.workload.execution_history, line.workload)
         if problem is not None:
             raise _invalid(
@@ -334,44 +412,17 @@ def import_workloads(
                 f"workload {line.key} is not valid under the spec: {problem}",
                 {"workload_id": line.key, "sequence": problem.sequence},
             )
-    tombstones = store if isinstance(store, Tombstones) else None
-    # Each line to write, its document, and the version already present (0: none).
-    writes: list[tuple[_Line, str, int]] = []
-    skipped: list[str] = []
-    conflicts: list[dict[str, str]] = []
-    results: dict[str, str] = {}
-    try:
-        for line in parsed:
-            text = serialise(line.workload)
-            present = store.read(line.key)
-            if present is not None:
-                reason = _present(store, present, line, text)
-                if reason == "":
-                    skipped.append(line.key)
-                elif reason is not None:
-                    conflicts.append({"workload_id": line.key, "reason": reason})
-                else:
-                    writes.append((line, text, present.version))
-                continue
-            buried = tombstones.tombstone(line.key) if tombstones is not None else None
-            if buried is not None:
-                reason = (
-                    f"was purged from this store (its tombstone is version {buried}): a purged"
-                    " workload is not written back under the versions its purge used"
-                )
-                conflicts.append({"workload_id": line.key, "reason": reason})
-                continue
-            writes.append((line, text, 0))
-            result = line.workload.result
-            if result is None:
-                continue
-            owner = results.get(result.result_id) or store.find_result(result.result_id)
-            if owner is not None:
-                reason = f"holds result id {result.result_id}, which belongs to workload {owner}"
-                conflicts.append({"workload_id": line.key, "reason": reason})
-            results[result.result_id] = line.key
-    except StoreError as exc:
-        raise _storage_failure(exc) from None
+        if failure is not None:
+            continue
+        try:
+            conflict = _classify(store, tombstones, line, text, plan, results)
+        except StoreError as exc:
+            failure = exc
+            continue
+        if conflict is not None:
+            conflicts.append({"workload_id": line.key, "reason": conflict})
+    if failure is not None:
+        raise _storage_failure(failure)
     if conflicts:
         first = conflicts[0]
         raise errors.WorkloadError(
@@ -379,13 +430,73 @@ def import_workloads(
             f"workload {first['workload_id']} {first['reason']}; nothing was imported",
             {"workload_id": first["workload_id"], "conflicts": conflicts},
         )
+    return plan
+
+
+def _classify(
+    store: Store,
+    tombstones: Tombstones | None,
+    line: _Line,
+    text: str,
+    plan: _Plan,
+    results: dict[str, str],
+) -> str | None:
+    """Plan `line`'s write or skip; the reason it conflicts, if it does."""
+    document = serialise(line.workload)
+    planned = _Planned(line.key, line.version, 0, _digest(text))
+    present = store.read(line.key)
+    if present is not None:
+        reason = _present(store, present, line, document)
+        if reason == "":
+            plan.skipped.append(line.key)
+        elif reason is None:
+            plan.writes[line.number] = dataclasses.replace(planned, present_version=present.version)
+        return reason or None
+    buried = tombstones.tombstone(line.key) if tombstones is not None else None
+    if buried is not None:
+        return (
+            f"was purged from this store (its tombstone is version {buried}): a purged"
+            " workload is not written back under the versions its purge used"
+        )
+    plan.writes[line.number] = planned
+    result = line.workload.result
+    if result is None:
+        return None
+    owner = results.get(result.result_id) or store.find_result(result.result_id)
+    results[result.result_id] = line.key
+    if owner is not None:
+        return f"holds result id {result.result_id}, which belongs to workload {owner}"
+    return None
+
+
+def _write(
+    store: Store, spec: Spec, plan: _Plan, lines: Iterable[str], now: int, actor: str
+) -> ImportReport:
+    """Write what `plan` says, reading the lines again."""
     imported: list[str] = []
-    for line, text, present_version in writes:
+    for number, text in _lines_of(lines):
+        planned = plan.writes.get(number)
+        if planned is None:
+            continue
+        if _digest(text) != planned.digest:
+            raise errors.WorkloadError(
+                errors.MIGRATION_CONFLICT,
+                f"line {number} changed while the import ran; the workloads before it were"
+                " imported, import again to finish",
+                {"line": number, "workload_id": planned.key, "imported": imported},
+            )
+        # The line the first reading checked (its digest says so): parsed again,
+        # not checked again.
+        data = json.loads(text)
+        line = _Line(
+            number, data["key"], data["version"], Workload.model_validate(data["document"])
+        )
+        document = serialise(line.workload)
         index = index_fields(spec, line.workload)
         try:
-            for version in range(present_version + 1, line.version + 1):
-                audit = _audit(line, version, text, now, actor)
-                store.write(line.key, text, index, None if version == 1 else version - 1, audit)
+            for version in range(planned.present_version + 1, line.version + 1):
+                audit = _audit(line, version, document, now, actor)
+                store.write(line.key, document, index, None if version == 1 else version - 1, audit)
         except StoreConflict:
             raise errors.WorkloadError(
                 errors.MIGRATION_CONFLICT,
@@ -396,4 +507,11 @@ def import_workloads(
         except StoreError as exc:
             raise _storage_failure(exc) from None
         imported.append(line.key)
-    return ImportReport(imported=tuple(imported), skipped=tuple(skipped))
+    if len(imported) != len(plan.writes):
+        raise errors.WorkloadError(
+            errors.MIGRATION_CONFLICT,
+            "the export was shorter when read again to write; the workloads read were"
+            " imported, import again to finish",
+            {"imported": imported},
+        )
+    return ImportReport(imported=tuple(imported), skipped=tuple(plan.skipped))

@@ -40,7 +40,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn, TextIO
@@ -74,6 +74,7 @@ __all__ = [
     "between",
     "build_parser",
     "check_output",
+    "input_lines",
     "instant",
     "instant_ms",
     "main",
@@ -419,6 +420,86 @@ def read_input(path: str, what: str = "input") -> str:
             f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})",
             {"path": path},
         ) from None
+
+
+class InputLines:
+    """The lines of a UTF-8 file, read as they are iterated, without their newlines.
+
+    Only a newline ends a line: U+2028, U+0085 and the like may stand
+    unescaped in a JSON string, and a CR before the newline stays on the
+    line. Iterating again reads the file again. A byte that is not UTF-8 is
+    `WORKWARDEN_INPUT_UNREADABLE`, naming its offset in the file, as
+    `read_input` names it.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            stream = open(self.path, "rb")  # noqa: SIM115 - closed by the generator
+        except OSError as exc:
+            raise _unreadable(self.path, self.what, exc) from None
+        return _decoded(stream, self.path, self.what)
+
+
+def _unreadable(path: str, what: str, exc: OSError) -> WorkloadError:
+    if isinstance(exc, IsADirectoryError):
+        return WorkloadError(
+            INPUT_UNREADABLE, f"{what} {path} is a directory, not a file", {"path": path}
+        )
+    return WorkloadError(
+        INPUT_UNREADABLE, f"cannot read {what} {path}: {_reason(exc)}", {"path": path}
+    )
+
+
+def _decoded(stream: Any, path: str, what: str) -> Iterator[str]:
+    """Each line of binary `stream` as text (closing it at the end, unless it is stdin's)."""
+    offset = 0
+    try:
+        for raw in stream:
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise WorkloadError(
+                    INPUT_UNREADABLE,
+                    f"{what} {path} is not UTF-8 text (byte {offset + exc.start} is"
+                    f" {line[exc.start]:#04x})",
+                    {"path": path},
+                ) from None
+            offset += len(raw)
+    except OSError as exc:
+        raise _unreadable(path, what, exc) from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def input_lines(path: str, what: str = "input") -> Iterable[str]:
+    """The lines of UTF-8 file `path` (`-`: standard input), read as they are needed.
+
+    A regular file is an `InputLines`, read again each time it is iterated;
+    standard input, a pipe or a device is read once (an iterator). A missing
+    file or a directory is `WORKWARDEN_INPUT_UNREADABLE` here, before any line
+    is read.
+    """
+    if path == "-":
+        return _decoded(sys.stdin.buffer, "-", what)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise _unreadable(path, what, exc) from None
+    if stat.S_ISDIR(mode):
+        raise _unreadable(path, what, IsADirectoryError(errno.EISDIR, "a directory"))
+    if stat.S_ISREG(mode):
+        try:
+            open(path, "rb").close()  # refused now if it cannot be read
+        except OSError as exc:
+            raise _unreadable(path, what, exc) from None
+        return InputLines(path, what)
+    return iter(InputLines(path, what))
 
 
 def _unwritable(path: str, what: str, reason: str) -> WorkloadError:

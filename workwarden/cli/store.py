@@ -29,10 +29,10 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from workwarden.cli import STORE_HELP, opened_store, output_file, read_input, stopped_by_sigterm
+from workwarden.cli import STORE_HELP, input_lines, opened_store, output_file, stopped_by_sigterm
 from workwarden.cli.progress import Progress
 from workwarden.migrate import export_lines, import_workloads
 from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
@@ -104,10 +104,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _counted(lines: list[str], progress: Progress) -> Iterator[str]:
-    for line in lines:
-        yield line
-        progress.advance()
+class _Counted:
+    """`lines`, counting each line read on `progress`; read again as `lines` is."""
+
+    def __init__(self, lines: Iterable[str], progress: Progress) -> None:
+        self.lines = lines
+        self.progress = progress
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self.lines:
+            yield line
+            self.progress.advance()
+
+
+def _counted(lines: Iterable[str], progress: Progress) -> Iterable[str]:
+    """`lines` counted: one pass for one pass (an iterator), again and again otherwise."""
+    counted = _Counted(lines, progress)
+    return iter(counted) if isinstance(lines, Iterator) else counted
 
 
 def _open_for_import(url: str | None, create: bool) -> tuple[Store, bool]:
@@ -147,17 +160,19 @@ def _close_and_remove(store: Store) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec) if args.spec is not None else None
-    # Only a newline ends a line: U+2028, U+0085 and the like may stand unescaped in a
-    # JSON string (`str.splitlines` would cut the line there), and a CR before it is
-    # whitespace JSON ignores.
-    lines = read_input(args.file, "the export").split("\n")
+    # Read as the import goes, twice (every line is checked, then written): a file
+    # from the disk both times, standard input or a pipe through a temporary copy.
+    lines = input_lines(args.file, "the export")
     now = time.time_ns() // 1_000_000
     # SIGTERM ends the import as Ctrl-C does: through the clean-up below (status 143).
     with stopped_by_sigterm():
         store, created = _open_for_import(args.store, args.create)
         try:
             try:
-                with Progress("reading the export", total=len(lines), unit="lines") as progress:
+                # Each line is counted as it is checked, then as it is written.
+                with Progress(
+                    "importing (each line checked, then written)", unit="lines"
+                ) as progress:
                     report = import_workloads(store, _counted(lines, progress), now=now, spec=spec)
             except StoreError as exc:
                 raise WorkloadError(STORAGE_FAILURE, f"the store failed: {exc}") from None
