@@ -18,7 +18,8 @@ create expects the tombstone's version).
 
 The file records its schema version (table `schema_version`) so that a later
 release can migrate it; a file from a newer release is refused, an older one
-is brought up to this version when opened for writing.
+is brought up to this version when opened for writing (and refused, saying
+so, when opened read-only: this release's reads name columns it lacks).
 
 The schema, its migration and the text of the statements are in
 `workwarden.storage.sqlite_schema`; this module opens the file and runs
@@ -489,7 +490,7 @@ class SQLiteStore:
     def _check_schema(self) -> None:
         """Refuse a file this store did not create: not a workwarden store, or a newer one."""
         with self._held() as conn, self._failures(f"cannot read {self.path}"):
-            _verify_schema(conn, self.path)
+            _verify_schema(conn, self.path, read_only=self.read_only)
 
     # -- the Store protocol ---------------------------------------------------
 

@@ -521,11 +521,22 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
         raise _newer_schema(path, found)
 
 
-def _verify_schema(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a file this store did not create: not a workwarden store, or a newer one."""
+def _verify_schema(conn: sqlite3.Connection, path: str, *, read_only: bool = False) -> None:
+    """Refuse a file this store did not create: not a workwarden store, or a newer one.
+
+    Opened `read_only`, an older file is refused too: it is brought up to this
+    version only when opened for writing, and this release's reads name the
+    columns it lacks.
+    """
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "schema_version" not in tables or "documents" not in tables:
         raise StoreFailure(f"{path} is not a workwarden store (it has no schema)")
     found = max((row[0] for row in conn.execute("SELECT version FROM schema_version")), default=0)
     if found > SCHEMA_VERSION:
         raise _newer_schema(path, found)
+    if read_only and found < SCHEMA_VERSION:
+        raise StoreFailure(
+            f"{path} has schema version {found}, older than this release's"
+            f" {SCHEMA_VERSION}: a command that writes to it (worker, sweeper, import...)"
+            " brings it up to date; until then it cannot be read"
+        )

@@ -37,8 +37,9 @@ PostgreSQL URL (which may hold a password):
   creates them).
 - `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
   directory, a file that is not a SQLite database or not a workwarden store,
-  one written by a newer release (a SQLite file or a PostgreSQL database), or
-  a read-only file opened to write.
+  one written by a newer release (a SQLite file or a PostgreSQL database), a
+  SQLite file of an older release opened to read (a command that writes brings
+  it up to date), or a read-only file opened to write.
 - `WORKLOAD_STORAGE_FAILURE`: the store could not be reached or stayed locked
   (a server that is down, a file locked past the busy timeout): try later.
 """
@@ -229,10 +230,25 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
             f"the PostgreSQL database holds no workwarden store; {_not_created(mode)}",
         ) from None
     except StoreError as exc:
+        missing = _MISSING_DATABASE.search(str(exc))
+        if missing is not None:
+            # Not a failure to retry later: no database of that name will appear by itself.
+            raise WorkloadError(
+                STORE_NOT_FOUND,
+                f"the PostgreSQL server has no database {missing.group(1)!r} (workwarden never"
+                " creates databases: create it, with createdb or CREATE DATABASE, or fix the"
+                " URL)",
+            ) from None
         raise WorkloadError(
             STORAGE_FAILURE, "cannot open the PostgreSQL store: " + _without(str(exc), dsn)
         ) from None
     return store
+
+
+# The server's refusal of a connection to a database it does not have (SQLSTATE 3D000,
+# which libpq does not hand on at connect time; a server whose messages are translated
+# words it otherwise, and is then a storage failure).
+_MISSING_DATABASE = re.compile(r'FATAL:\s+database "([^"]*)" does not exist')
 
 
 def _connect_timeout_s(params: dict[str, Any]) -> float | None:
