@@ -33,8 +33,9 @@ PostgreSQL URL (which may hold a password):
   names no store always was.
 - `WORKLOAD_STORE_NOT_FOUND`: the SQLite file (or, for `"create"`, its
   directory) does not exist; `details.path` names it. For PostgreSQL: the
-  database holds no workwarden tables, opened to read or write (`"create"`
-  creates them).
+  server has no database of the URL's name (workwarden never creates one), or
+  the database holds no workwarden tables, opened to read or write
+  (`"create"` creates them).
 - `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
   directory, a file that is not a SQLite database or not a workwarden store,
   one written by a newer release (a SQLite file or a PostgreSQL database), a

@@ -345,6 +345,40 @@ def test_a_database_without_a_store_is_not_found_unless_asked_to_create_one() ->
         open_store(empty, mode="read").close()
 
 
+def test_a_database_the_server_does_not_have_is_store_not_found_naming_it() -> None:
+    # It was a storage failure, whose class says to try later: a supervisor would
+    # restart a worker pointed at a mistyped database name for ever.
+    from urllib.parse import quote
+
+    from psycopg import conninfo
+
+    from workwarden.statemachine.errors import WorkloadError
+    from workwarden.storage import open_store
+
+    with postgres_database(schema=False) as dsn:
+        params = conninfo.conninfo_to_dict(dsn)
+        host = quote(str(params["host"]), safe="")
+        missing = f"postgresql://{params['user']}:sekrit@/no_such_db_here?host={host}"
+        present = f"postgresql://{params['user']}@/{params['dbname']}?host={host}"
+        for mode in ("read", "write", "create"):
+            with pytest.raises(WorkloadError) as refused:
+                open_store(missing, mode=mode)  # type: ignore[arg-type]
+            assert refused.value.code == "WORKLOAD_STORE_NOT_FOUND", refused.value
+            assert "'no_such_db_here'" in refused.value.message
+            assert "sekrit" not in refused.value.message
+        listed = subprocess.run(
+            [sys.executable, "-m", "workwarden", "stats", "--store", missing],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 1
+        assert listed.stderr.startswith("WORKLOAD_STORE_NOT_FOUND: ")
+        # A database that exists is opened as ever.
+        open_store(present, mode="create").close()
+        open_store(present, mode="read").close()
+
+
 def everything_read(store: PostgresStore, keys: Sequence[str]) -> dict[str, Any]:
     """Every answer a store gives about what it holds."""
     pages: list[Sequence[StoredDocument]] = []
