@@ -79,6 +79,9 @@ def _refused_naming(field: str, build: Any, *args: Any, **options: Any) -> None:
         ({"backoff_cap_ms": 1.5}, "backoff_cap_ms"),
         ({"backoff_base_ms": 200, "backoff_cap_ms": 100}, "backoff_cap_ms"),
         ({"batch": "yes"}, "batch"),
+        # A heartbeat sent 10 s into a 30 s lease, then held 20 s, lands as the lease ends.
+        ({"lease_ms": 30_000, "batch_window_ms": 20_000}, "batch_window_ms"),
+        ({"lease_ms": 3_000, "heartbeat_fraction": 0.9, "batch_window_ms": 300}, "batch_window_ms"),
         ({"also_serve": 5}, "also_serve"),
         ({"all_scopes": 1}, "all_scopes"),
     ],
@@ -93,6 +96,14 @@ def test_a_bad_worker_option_is_refused_naming_it_and_nothing_is_claimed(
     settings: dict[str, Any] = {"tenant": "t", "application": "app", "clock": ManualClock(T0)}
     _refused_naming(field, Worker, auth, _app(), **{**settings, **options})
     assert store_snapshot(store) == before
+
+
+def test_a_batch_window_a_heartbeat_can_wait_out_is_accepted_and_ignored_without_batches() -> None:
+    auth = authority(MemoryStore())
+    settings: dict[str, Any] = {"tenant": "t", "application": "app", "clock": ManualClock(T0)}
+    assert Worker(auth, _app(), lease_ms=30_000, batch_window_ms=19_999, **settings)
+    # Without batches no report waits, whatever the window says.
+    assert Worker(auth, _app(), lease_ms=30_000, batch=False, batch_window_ms=60_000, **settings)
 
 
 def test_the_longest_worker_id_still_names_every_claim_it_makes() -> None:

@@ -235,7 +235,9 @@ class Worker:
       `reports.BatchCalls`: an `HttpAuthority` without them is called one
       call at a time).
     - `batch_window_ms`: the longest a report waits for others to join its
-      batch (default `reports.DEFAULT_WINDOW_MS`; 0 sends at once).
+      batch (default `reports.DEFAULT_WINDOW_MS`; 0 sends at once); shorter
+      than what a heartbeat has left of its lease (`lease_ms` less the
+      heartbeat interval), so a heartbeat held for it still lands in time.
     - `batch_max`: the most reports in one batch (default 100, at most 1,000).
     - `also_serve`: more scopes to claim from besides `tenant`/`application`
       (`(tenant, application)` pairs or `"tenant/application"`). Their work
@@ -352,6 +354,15 @@ class Worker:
         self.executor: Executor = executor if executor is not None else ThreadExecutor()
         self.sleep = sleep
         self.heartbeat_ms = max(1, int(lease_ms * heartbeat_fraction))
+        if batch and batch_window_ms >= lease_ms - self.heartbeat_ms:
+            # A heartbeat sent on time and then held for the whole window would reach
+            # the store after the lease it extends had ended.
+            raise errors.bad_argument(
+                "batch_window_ms",
+                f"batch_window_ms must be shorter than the {lease_ms - self.heartbeat_ms} ms"
+                f" a heartbeat has left of its lease (lease_ms {lease_ms} less the heartbeat"
+                f" interval {self.heartbeat_ms} ms), not {batch_window_ms}",
+            )
         self.grace_s = grace_s
         self.backoff_base_ms = backoff_base_ms
         self.backoff_cap_ms = backoff_cap_ms
