@@ -514,9 +514,12 @@ def test_sigterm_sends_the_buffered_completions_before_the_worker_exits(tmp_path
                 "app",
                 "--concurrency",
                 "3",
-                # Longer than the test: the quick handler's completion waits for the others.
+                # Longer than the test: the quick handler's completion waits for the others
+                # (and the lease long enough for a heartbeat to wait that out).
                 "--batch-window-ms",
                 "600000",
+                "--lease-ms",
+                "3600000",
             ],
             cwd=tmp_path,
             env=env,
