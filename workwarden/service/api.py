@@ -45,6 +45,7 @@ from workwarden.statemachine.commands import (
     TimeoutCommand,
 )
 from workwarden.statemachine.conformance.runner import ReferenceImplementation
+from workwarden.statemachine.core import operation_of
 from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
@@ -164,7 +165,7 @@ def api_router(service: Service) -> APIRouter:
 
     def operator(op: str, summary: str, model: type[BaseModel]) -> None:
         def endpoint(body: Any, who: Authed, at: Now) -> Response:
-            name = body.operation if isinstance(body, OperatorCommand) else op
+            name = _authorized_as(service, body) if isinstance(body, OperatorCommand) else op
             return json_reply(
                 service.call(
                     name,
@@ -228,8 +229,8 @@ def api_router(service: Service) -> APIRouter:
         command = inputs.as_command(body)
         op = body.get("op")
         name = op if isinstance(op, str) else "-"
-        if isinstance(body.get("operation"), str) and op == "operator":
-            name = body["operation"]
+        if isinstance(command, OperatorCommand):
+            name = _authorized_as(service, command)
         actor = body.get("actor")
         wid = body.get("workload_id")
         fence = body.get("fence")
@@ -280,6 +281,21 @@ def api_router(service: Service) -> APIRouter:
     if service.config.allow_reset:
         _test_routes(router, service)
     return router
+
+
+def _authorized_as(service: Service, command: OperatorCommand) -> str:
+    """The operation an `operate` call is authorized (and its span named) as: the one it
+    names, unless the spec has that operation with an effect `operate` does not take
+    (`claim`, a worker's row). That call is authorized as `operate`, which no row names, so
+    the authority refuses it `WORKLOAD_INVALID`, as the library does, whichever token calls,
+    not `WORKWARDEN_FORBIDDEN`. (An operation the spec lacks is let through as it is.)"""
+    if command.operation not in service.spec.operations:
+        return command.operation
+    try:
+        operation_of(service.spec, command)
+    except errors.WorkloadError:
+        return "operate"
+    return command.operation
 
 
 def _test_routes(router: APIRouter, service: Service) -> None:

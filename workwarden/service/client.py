@@ -16,8 +16,11 @@ call is `WORKLOAD_INVALID` without a round trip.
 
 Where the service could not be reached (nothing was sent) the call raises
 `WORKLOAD_STORAGE_FAILURE`; where the request was sent and no reply came
-back (a timeout, a broken connection) `WORKLOAD_OUTCOME_UNKNOWN`: call again
-with the same arguments, as with a store whose reply was lost.
+back (a timeout, a broken connection), or what came back is not the
+service's answer (a 5xx without a problem document, a body that is not the
+call's reply), `WORKLOAD_OUTCOME_UNKNOWN`: call again with the same
+arguments, as with a store whose reply was lost. A read writes nothing: for
+`get`, `list` and `pauses` each of these is `WORKLOAD_STORAGE_FAILURE`.
 
 `now` is sent in the `X-Workwarden-Now` header; a service decides at its
 own clock unless it runs with `--test-clock`. Give one token, or several
@@ -35,7 +38,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from workwarden.service import tracing
 from workwarden.service.auth import peek_actor_class
@@ -50,7 +53,7 @@ from workwarden.service.operator_models import (
     purge_report,
 )
 from workwarden.service.state import MIN_BODY_BYTES, NOW_HEADER
-from workwarden.statemachine import errors, fairness, inputs
+from workwarden.statemachine import errors, fairness, inputs, safety
 from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS
 from workwarden.statemachine.commands import (
     AdmitReply,
@@ -88,10 +91,15 @@ from workwarden.storage.base import PauseRecord, StoredDocument
 __all__ = ["HttpAuthority", "problem_error", "raise_problem"]
 
 _T = TypeVar("_T")
-_IDS: TypeAdapter[builtins.list[str]] = TypeAdapter(builtins.list[str])
-_WORKLOADS: TypeAdapter[builtins.list[Workload]] = TypeAdapter(builtins.list[Workload])
-_CLAIMS: TypeAdapter[builtins.list[ClaimReply]] = TypeAdapter(builtins.list[ClaimReply])
-_PAUSES: TypeAdapter[builtins.list[PauseReply]] = TypeAdapter(builtins.list[PauseReply])
+#: The transport failures raised before any of the request left: nothing was sent.
+_NOT_SENT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+    httpx.ProxyError,
+)
 # The reply model of each report, by its op (what the one-call method returns, as a model).
 _REPORT_REPLIES: dict[str, type[BaseModel]] = {
     "start": Attempt,
@@ -115,8 +123,15 @@ def problem_error(body: Any) -> errors.WorkloadError | None:
     )
 
 
-def raise_problem(response: httpx.Response) -> None:
-    """Raise the `WorkloadError` a problem response carries (nothing for a success)."""
+def raise_problem(response: httpx.Response, *, writes: bool = False) -> None:
+    """Raise the `WorkloadError` a problem response carries (nothing for a success).
+
+    A refusal that is not the service's problem document (a proxy's page, a
+    server that broke off) is `WORKLOAD_STORAGE_FAILURE`, unless the call
+    `writes` and the status is a 5xx: the request may have reached the
+    service and been decided before whatever answered failed, so it is
+    `WORKLOAD_OUTCOME_UNKNOWN`, as a lost reply is.
+    """
     if response.is_success:
         return
     try:
@@ -126,11 +141,38 @@ def raise_problem(response: httpx.Response) -> None:
     refusal = problem_error(body)
     if refusal is not None:
         raise refusal
+    status = response.status_code
+    if writes and status >= 500:
+        raise errors.WorkloadError(
+            errors.OUTCOME_UNKNOWN,
+            f"the call was sent and HTTP {status} came back without a problem document: it may"
+            " or may not have been decided; call again with the same arguments",
+            {"status": status},
+        )
     raise errors.WorkloadError(
         errors.STORAGE_FAILURE,
-        f"the service answered HTTP {response.status_code} without a problem document",
-        {"status": response.status_code},
+        f"the service answered HTTP {status} without a problem document",
+        {"status": status},
     )
+
+
+def _unreadable(writes: bool, what: str) -> errors.WorkloadError:
+    """The refusal of a success reply that is not what the call answers (`what` says how)."""
+    if writes:
+        return errors.WorkloadError(
+            errors.OUTCOME_UNKNOWN,
+            f"the call was sent and its reply {what}: it may or may not have been decided;"
+            " call again with the same arguments",
+        )
+    return errors.WorkloadError(errors.STORAGE_FAILURE, f"the service's reply {what}")
+
+
+def _reply(data: Any, reply: Any, writes: bool = True) -> Any:
+    """`data` validated as `reply` (a model or a type), or the refusal of an unreadable reply."""
+    try:
+        return TypeAdapter(reply).validate_python(data)
+    except ValidationError:
+        raise _unreadable(writes, "is not the reply this call answers") from None
 
 
 class HttpAuthority:
@@ -202,32 +244,37 @@ class HttpAuthority:
         if raw is not None:
             headers["Content-Type"] = "application/json"
             sent = {"content": raw}
+        writes = method != "GET"
         try:
             response = self._http.request(method, path, headers=headers, params=params, **sent)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        except _NOT_SENT as exc:
             raise errors.WorkloadError(
                 errors.STORAGE_FAILURE, f"the service could not be reached: {exc}"
             ) from None
         except httpx.TransportError as exc:
+            # A read writes nothing: whatever became of it, nothing was decided.
             raise errors.WorkloadError(
-                errors.OUTCOME_UNKNOWN,
+                errors.OUTCOME_UNKNOWN if writes else errors.STORAGE_FAILURE,
                 f"the call was sent and no reply came back ({type(exc).__name__}); call again"
                 " with the same arguments",
             ) from None
-        raise_problem(response)
-        return response.json()
+        raise_problem(response, writes=writes)
+        try:
+            return response.json()
+        except ValueError:
+            raise _unreadable(writes, "is not JSON") from None
 
     def _batch(
-        self, path: str, operation: str, key: str, items: builtins.list[Any], now: int
+        self, path: str, operation: str, key: str, texts: builtins.list[str], now: int
     ) -> builtins.list[Any]:
-        """POST `{key: items}`, in as many bodies as the service's size limit needs, in order.
+        """POST `{key: texts}` (each item's JSON text), in as many bodies as the service's size
+        limit needs, in order.
 
         Every service takes a body of `MIN_BODY_BYTES`; a batch whose JSON is
         larger (large inputs or outputs) goes as consecutive batches, each
         under it, and the answers are joined. The batch calls answer each
         slot on its own, so this changes only the number of round trips.
         """
-        texts = [_json_body(item).decode("utf-8") for item in items]
         budget = MIN_BODY_BYTES - len(key) - 16
         answers: builtins.list[Any] = []
         start = 0
@@ -252,13 +299,15 @@ class HttpAuthority:
             body=command.model_dump(mode="json", by_alias=True),
             now=now,
         )
-        return TypeAdapter(reply).validate_python(data)
+        return _reply(data, reply)  # type: ignore[no-any-return]
 
     # -- admission and the worker's calls -------------------------------------
 
     def admit(self, request: CreateWorkload | Mapping[str, Any], now: int) -> AdmitReply:
         """`Authority.admit` over HTTP."""
-        return self._post("admit", inputs.as_request(request), now, AdmitReply)
+        parsed = inputs.as_request(request)
+        _carried(self.spec, parsed.input, "input")
+        return self._post("admit", parsed, now, AdmitReply)
 
     def claim(
         self,
@@ -292,7 +341,12 @@ class HttpAuthority:
         *,
         request_id: str | None = None,
     ) -> ClaimReply | None:
-        """`Authority.claim_next` over HTTP: the claim, or None when nothing is claimable."""
+        """`Authority.claim_next` over HTTP: the claim, or None when nothing is claimable.
+
+        The arguments are checked here as the library checks them, in its order.
+        """
+        inputs.check_now(now)
+        tenant, application = inputs.as_full_scope(tenant, application)
         command = inputs.build(
             ClaimNextCommand,
             tenant_id=tenant,
@@ -341,6 +395,7 @@ class HttpAuthority:
         command = inputs.build(
             CheckpointCommand, workload_id=workload_id, fence=fence, state=state, sequence=sequence
         )
+        _carried(self.spec, command.state, "state")
         return self._post("checkpoint", command, now, Checkpoint)
 
     def complete(
@@ -364,6 +419,7 @@ class HttpAuthority:
             artifacts=inputs.as_names(artifacts, "artifacts"),
             schema_version=schema_version,
         )
+        _carried(self.spec, command.output, "output")
         return self._post("complete", command, now, Result)
 
     def fail(
@@ -405,12 +461,16 @@ class HttpAuthority:
         inputs.check_now(now)
         slots: builtins.list[Any] = [None] * len(batch := _batch(requests, "requests"))
         sent: builtins.list[tuple[int, CreateWorkload]] = []
+        items: builtins.list[str] = []
         for index, request in enumerate(batch):
             try:
-                sent.append((index, inputs.as_request(request)))
+                parsed = inputs.as_request(request)
+                _carried(self.spec, parsed.input, "input")
+                items.append(_item(parsed))
             except errors.WorkloadError as exc:
                 slots[index] = exc
-        items = [r.model_dump(mode="json", by_alias=True) for _, r in sent]
+                continue
+            sent.append((index, parsed))
         data = self._batch("/v1/admit_many", "admit", "requests", items, now)
         for (index, _), answer in zip(sent, _slots(data, len(sent)), strict=True):
             slots[index] = _outcome(answer, AdmitReply)
@@ -477,7 +537,7 @@ class HttpAuthority:
             "limit": limit,
         }
         data = self.request("POST", "/v1/claim_many", "claim_next", body=body, now=now)
-        return _CLAIMS.validate_python(data)
+        return _reply(data, builtins.list[ClaimReply])  # type: ignore[no-any-return]
 
     def report_many(
         self, reports: Iterable[Command | Mapping[str, Any]], now: int
@@ -491,6 +551,7 @@ class HttpAuthority:
         inputs.check_now(now)
         slots: builtins.list[Any] = [None] * len(batch := _batch(reports, "reports"))
         sent: builtins.list[tuple[int, Command]] = []
+        items: builtins.list[str] = []
         for index, report in enumerate(batch):
             try:
                 command = inputs.as_command(report)
@@ -504,8 +565,16 @@ class HttpAuthority:
                     + ", ".join(model.model_fields["op"].default for model in REPORT_COMMANDS),
                 )
                 continue
+            try:
+                if isinstance(command, CheckpointCommand):
+                    _carried(self.spec, command.state, "state")
+                elif isinstance(command, CompleteCommand):
+                    _carried(self.spec, command.output, "output")
+                items.append(_item(command))
+            except errors.WorkloadError as exc:
+                slots[index] = exc
+                continue
             sent.append((index, command))
-        items = [c.model_dump(mode="json", by_alias=True) for _, c in sent]
         operation = sent[0][1].op if sent else "start"
         data = self._batch("/v1/report_many", operation, "reports", items, now)
         for (index, command), answer in zip(sent, _slots(data, len(sent)), strict=True):
@@ -577,7 +646,7 @@ class HttpAuthority:
             body=command.model_dump(mode="json", by_alias=True),
             now=now,
         )
-        return StateReply.model_validate(data).state
+        return _reply(data, StateReply).state  # type: ignore[no-any-return]
 
     # -- pauses and retention ---------------------------------------------------------
 
@@ -606,7 +675,7 @@ class HttpAuthority:
             request_id=request_id,
         )
         data = self._operator("POST", "pause", body.model_dump(mode="json"), now)
-        return pause_record(PauseReply.model_validate(data))
+        return pause_record(_reply(data, PauseReply))
 
     def resume(
         self,
@@ -631,13 +700,13 @@ class HttpAuthority:
             request_id=request_id,
         )
         data = self._operator("POST", "resume", body.model_dump(mode="json"), now)
-        return ResumeReply.model_validate(data).resumed
+        return _reply(data, ResumeReply).resumed  # type: ignore[no-any-return]
 
     def pauses(self, tenant: str | None = None) -> builtins.list[PauseRecord]:
         """`Authority.pauses` over HTTP: the pauses in force, by scope key."""
         params = None if tenant is None else {"tenant": inputs.as_name(tenant, "tenant")}
         data = self.request("GET", "/v1/pauses", "pauses", params=params, actor_class="operator")
-        return [pause_record(reply) for reply in _PAUSES.validate_python(data)]
+        return [pause_record(reply) for reply in _reply(data, builtins.list[PauseReply], False)]
 
     def purge(
         self,
@@ -658,7 +727,22 @@ class HttpAuthority:
         (use `workwarden purge --export FILE` beside the store). Without
         `actor`, the service records the operator token's subject.
         """
+        # Checked as the library checks them, in its order, with its words.
         inputs.check_now(now)
+        if older_than_ms is not None and (
+            isinstance(older_than_ms, bool)
+            or not isinstance(older_than_ms, int)
+            or not 0 <= older_than_ms <= 2**53 - 1
+        ):
+            raise errors.bad_argument(
+                "older_than_ms", "older_than_ms must be a whole number of ms, 0 to 2**53 - 1"
+            )
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise errors.bad_argument("limit", "limit must be a whole number above 0")
+        if not isinstance(dry_run, bool):
+            raise errors.bad_argument("dry_run", "dry_run must be True or False")
         if export is not None:
             raise errors.bad_argument(
                 "export",
@@ -675,7 +759,7 @@ class HttpAuthority:
             limit=limit,
         )
         data = self._operator("POST", "purge", body.model_dump(mode="json"), now)
-        return purge_report(PurgeReply.model_validate(data))
+        return purge_report(_reply(data, PurgeReply))
 
     def _operator(self, method: str, operation: str, body: Any, now: int) -> Any:
         inputs.check_now(now)
@@ -691,9 +775,8 @@ class HttpAuthority:
         inputs.check_now(now)
         tenant, application = inputs.as_scope(tenant, application)
         body = {"tenant": tenant, "application": application}
-        return _IDS.validate_python(
-            self.request("POST", f"/v1/{operation}", operation, body=body, now=now)
-        )
+        data = self.request("POST", f"/v1/{operation}", operation, body=body, now=now)
+        return _reply(data, builtins.list[str])  # type: ignore[no-any-return]
 
     def recover_expired(
         self, now: int, *, tenant: str | None = None, application: str | None = None
@@ -716,8 +799,10 @@ class HttpAuthority:
         params = {
             k: v for k, v in (("tenant", tenant), ("application", application)) if v is not None
         }
-        data = self.request("GET", f"/v1/workloads/{quote(key, safe='')}", "get", params=params)
-        return Workload.model_validate(data)
+        # Dots encoded too: a path segment `.` or `..` would be resolved away before sending.
+        path = "/v1/workloads/" + quote(key, safe="").replace(".", "%2E")
+        data = self.request("GET", path, "get", params=params)
+        return _reply(data, Workload, False)  # type: ignore[no-any-return]
 
     def list(self, tenant: str, application: str) -> builtins.list[Workload]:
         """`Authority.list` over HTTP."""
@@ -725,7 +810,7 @@ class HttpAuthority:
         data = self.request(
             "GET", "/v1/workloads", "list", params={"tenant": tenant, "application": application}
         )
-        return _WORKLOADS.validate_python(data)
+        return _reply(data, builtins.list[Workload], False)  # type: ignore[no-any-return]
 
 
 def _json_body(value: Any) -> bytes:
@@ -741,6 +826,42 @@ def _json_body(value: Any) -> bytes:
         ) from None
 
 
+def _item(model: BaseModel) -> str:
+    """A batch item's JSON text, or `WORKLOAD_INVALID` (refused in its slot)."""
+    return _json_body(model.model_dump(mode="json", by_alias=True)).decode("utf-8")
+
+
+def _depth(value: Any) -> int:
+    depth, level = 0, [value]
+    while level:
+        depth += 1
+        level = [
+            child
+            for node in level
+            if isinstance(node, (dict, list))
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
+    return depth
+
+
+def _carried(spec: Spec, value: Any, what: str) -> None:
+    """Refuse, as the library does, a JSON value (an input, a state, an output) no body can
+    carry: a number that is not finite, a value JSON does not hold, text that is not
+    Unicode, nesting deeper than the spec's `[limits] max_json_depth`.
+
+    `safety.check_json` is the core's own check of the value, with its message and
+    `details.field`; a value a body can carry is left to the service, which checks it
+    with its spec.
+    """
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
+        safety.check_json(spec, value, what)
+        return
+    if _depth(value) > spec.limits.max_json_depth:
+        safety.check_json(spec, value, what)
+
+
 def _batch(items: Any, what: str) -> builtins.list[Any]:
     """`items` as a list, refused as `Authority`'s batch calls refuse it (not a list, too long)."""
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
@@ -753,10 +874,7 @@ def _batch(items: Any, what: str) -> builtins.list[Any]:
 
 def _slots(data: Any, count: int) -> builtins.list[Any]:
     if not isinstance(data, builtins.list) or len(data) != count:
-        raise errors.WorkloadError(
-            errors.STORAGE_FAILURE,
-            f"the service answered a batch of {count} without one slot per item",
-        )
+        raise _unreadable(True, f"to a batch of {count} does not hold one slot per item")
     return data
 
 
@@ -767,7 +885,5 @@ def _outcome(answer: Any, reply: type[_T]) -> _T | errors.WorkloadError:
         if refusal is not None:
             return refusal
     if isinstance(answer, Mapping) and "ok" in answer:
-        return TypeAdapter(reply).validate_python(answer["ok"])
-    raise errors.WorkloadError(
-        errors.STORAGE_FAILURE, "the service answered a batch slot that is neither ok nor a problem"
-    )
+        return _reply(answer["ok"], reply)  # type: ignore[no-any-return]
+    raise _unreadable(True, "holds a batch slot that is neither ok nor a problem")
