@@ -12,8 +12,11 @@ universe once alone and once with two helpers and prints both reports.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +117,90 @@ def test_the_command_line_runs_helper_processes_and_says_so(tmp_path: Path) -> N
     assert report["tables"]["processes"] == 2
     assert report["complete"]
     assert report["violations"] == []
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text(encoding="utf-8")
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.add(pid)
+    return alive
+
+
+def _stop_helpers_by_their_parents_signal(
+    tmp_path: Path, signum: int, group: bool = False
+) -> tuple[int, set[int]]:
+    """Run a check with two helpers, send the checking process (with `group`, its whole
+    process group, as a terminal's Ctrl-C does) `signum` once the helpers are forked; its
+    exit status, and the helpers still running a few seconds after."""
+    out = (tmp_path / "out").open("w")
+    checking = subprocess.Popen(
+        [sys.executable, "-m", "workwarden", "check", "--processes", "2", "--json", "r.json"],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    helpers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(helpers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            helpers = _children(checking.pid)
+        assert len(helpers) == 2, "the check forked no helpers"
+        time.sleep(1)
+        if group:
+            os.killpg(checking.pid, signum)
+        else:
+            checking.send_signal(signum)
+        status = checking.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while _alive(helpers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return status, _alive(helpers)
+    finally:
+        for pid in _alive(helpers):
+            os.kill(pid, signal.SIGKILL)
+        if checking.poll() is None:
+            checking.kill()
+        out.close()
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "group"),
+    [(signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True), (signal.SIGINT, 130, True)],
+)
+def test_a_signal_stops_the_check_and_its_helper_processes(
+    tmp_path: Path, signum: int, status: int, group: bool
+) -> None:
+    ended, left = _stop_helpers_by_their_parents_signal(tmp_path, signum, group)
+    assert ended == status, (tmp_path / "out").read_text(encoding="utf-8")
+    assert not left, "helper processes outlived the check"
+    assert not (tmp_path / "r.json").exists()
+    assert "Traceback" not in (tmp_path / "out").read_text(encoding="utf-8")
+
+
+def test_helper_processes_stop_when_the_check_is_killed_outright(tmp_path: Path) -> None:
+    status, left = _stop_helpers_by_their_parents_signal(tmp_path, signal.SIGKILL)
+    assert status == -signal.SIGKILL
+    assert not left, "helper processes outlived the check"
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,10 @@ states (`look_ahead`) and keeps their answers in that order before exploring it
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -1180,6 +1184,8 @@ class _Request:
 
 #: The compiled model a helper process answers for (set before its processes are forked).
 _HELPED: CompiledModel | None = None
+#: The process that forked the helpers (theirs to watch: `_exit_when_orphaned`).
+_HELPED_BY = 0
 
 
 Task = tuple[int, int, int, bool, CheckState, tuple[Action, ...], frozenset[Action]]
@@ -1194,10 +1200,31 @@ Reached = Callable[[int, tuple[int, ...], CheckState], None]
 """Told that a concrete state was reached for the exploration's state number N, compiled C."""
 
 
+#: How often, in seconds, a helper process looks whether the exploring process is gone.
+HELPER_ORPHAN_POLL_S = 0.5
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """In a helper process: end it once the exploring process is gone (killed outright,
+    by SIGKILL or the OOM killer, it shuts no helper down), so no helper is left blocked
+    forever on a pipe nobody reads."""
+    while os.getppid() == parent:
+        time.sleep(HELPER_ORPHAN_POLL_S)
+    os._exit(1)
+
+
 def _helping() -> None:
-    """In a helper process, once: its reference model may keep more (it keeps no tables)."""
+    """In a helper process, once: its reference model may keep more (it keeps no tables),
+    and it ends when the exploring process does. Ctrl-C and SIGTERM, which a terminal or a
+    service manager sends the whole process group, are the exploring process's to act on:
+    it stops its helpers (`Helpers.close`) as it ends."""
     assert _HELPED is not None
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _HELPED.model.cache_limit = _HELPED.model.abstraction.cache_limit = HELPER_CACHE_LIMIT
+    threading.Thread(
+        target=_exit_when_orphaned, args=(_HELPED_BY,), name="orphan-watch", daemon=True
+    ).start()
 
 
 def _answer(tasks: list[Task]) -> list[tuple[Delta | None, list[tuple[int, Raw | Action]]]]:
@@ -1235,14 +1262,14 @@ class Helpers:
     """
 
     def __init__(self, compiled: CompiledModel, processes: int, chunk: int = 64) -> None:
-        global _HELPED
+        global _HELPED, _HELPED_BY
         if processes < 2:
             raise ValueError("helpers are two processes or more")
         self.chunk = chunk
         """How many entries are sent to a helper at once."""
         self.processes = processes
         """How many helper processes there are."""
-        _HELPED = compiled
+        _HELPED, _HELPED_BY = compiled, os.getpid()
         # Forked all at once on the first chunk, before the pool starts a thread of its own.
         self._pool = ProcessPoolExecutor(
             processes, mp_context=multiprocessing.get_context("fork"), initializer=_helping

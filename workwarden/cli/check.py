@@ -25,7 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workwarden.cli import at_least, between, check_output, read_input, write_output
+from workwarden.cli import (
+    at_least,
+    between,
+    check_output,
+    read_input,
+    stopped_by_sigterm,
+    write_output,
+)
 from workwarden.statemachine import errors
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
@@ -274,6 +281,13 @@ def _print_report(report: Any, out: Any) -> None:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    # SIGTERM ends a check as Ctrl-C does: its helper processes are stopped, no report or
+    # trace is written, and the status is 143.
+    with stopped_by_sigterm():
+        return _checked(args)
+
+
+def _checked(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.checker import check
     from workwarden.statemachine.check.universe import Model
     from workwarden.statemachine.spec import load_spec
