@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from served import reset, stored
 
 import workwarden
 from support import KEY_ID, SECRET, request
@@ -53,22 +54,7 @@ def service() -> Iterator[RunningService]:
 @pytest.fixture
 def fresh(service: RunningService) -> RunningService:
     """The service with an empty store, verifying the fixture key's grants."""
-    reply = httpx.post(
-        service.url + "/v1/test/reset",
-        json={"store": [], "grant_keys": {KEY_ID: SECRET.hex()}},
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200, reply.text
-    return service
-
-
-def _store(service: RunningService) -> Any:
-    reply = httpx.get(
-        service.url + "/v1/test/store",
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200
-    return reply.json()
+    return reset(service)
 
 
 def _post(
@@ -236,7 +222,7 @@ def test_an_unauthenticated_or_wrong_role_call_is_refused_and_writes_nothing(
 ) -> None:
     seeded = _post(fresh, "admit", request().model_dump(mode="json"), fresh.token("worker"), 10_000)
     assert seeded.is_success
-    before = _store(fresh)
+    before = stored(fresh)
     op, body, token = make(fresh)
     if "workload_id" in body:
         body["workload_id"] = seeded.json()["workload"]["workload_id"]
@@ -251,7 +237,7 @@ def test_an_unauthenticated_or_wrong_role_call_is_refused_and_writes_nothing(
         assert reply.status_code == 403
         assert problem["details"]["reason"] in {"wrong_actor_class", "subject_mismatch"}
         assert problem["details"]["operation"] == op
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
@@ -375,7 +361,7 @@ def test_the_client_refuses_bad_arguments_as_the_library_does_and_sends_nothing(
     assert over_http == _bad_calls(library)
     assert {code for _, code in over_http} == {"WORKLOAD_INVALID"}
     # Only the base admission was written: no bad call reached the store.
-    assert len(_store(fresh)) == 1
+    assert len(stored(fresh)) == 1
 
 
 def test_the_openapi_document_names_every_operation_and_its_models(fresh: RunningService) -> None:
@@ -448,15 +434,15 @@ def test_metrics_parse_and_count_what_the_store_holds(fresh: RunningService) -> 
             client.start(second.workload_id, second.fence, 16_500)
 
     samples = _samples(httpx.get(fresh.url + "/metrics").text)
-    stored = Counter(
+    held = Counter(
         (d["document"]["tenant_id"], d["document"]["application_id"], d["document"]["state"])
-        for d in _store(fresh)
+        for d in stored(fresh)
     )
     gauge = {
         (s.labels["tenant"], s.labels["application"], s.labels["state"]): s.value
         for s in samples["workwarden_workloads"]
     }
-    assert gauge == stored
+    assert gauge == held
 
     def value(taken: dict[str, list[Any]], name: str, **labels: str) -> float:
         return sum(s.value for s in taken.get(name, []) if s.labels.items() >= labels.items())
@@ -567,7 +553,7 @@ def _raw(
 
 
 def test_a_call_without_a_token_is_refused_before_its_body_is_read(fresh: RunningService) -> None:
-    before = _store(fresh)
+    before = stored(fresh)
     malformed = httpx.post(
         fresh.url + "/v1/admit", content=b"{not json", headers={"Content-Type": "application/json"}
     )
@@ -579,7 +565,7 @@ def test_a_call_without_a_token_is_refused_before_its_body_is_read(fresh: Runnin
     status, headers, body = _raw(fresh, head, iter([b"{"]))
     assert (status, body["status"], body["code"]) == (401, 401, "WORKWARDEN_UNAUTHENTICATED")
     assert headers["www-authenticate"].startswith("Bearer")
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 def test_a_body_over_the_limit_is_refused_413_and_a_batch_of_big_json_fits(
@@ -587,7 +573,7 @@ def test_a_body_over_the_limit_is_refused_413_and_a_batch_of_big_json_fits(
 ) -> None:
     limit = 32 * 1024 * 1024  # docs/service.md: 32 MiB with the shipped spec
     token = "Authorization: Bearer " + fresh.token("worker", "w1")
-    before = _store(fresh)
+    before = stored(fresh)
     announced = ["POST /v1/admit HTTP/1.1", token, "Content-Type: application/json"]
     status, _, body = _raw(fresh, [*announced, f"Content-Length: {limit + 1}"], iter([b"{"]))
     assert (status, body["status"], body["code"]) == (413, 413, "WORKLOAD_INVALID")
@@ -598,7 +584,7 @@ def test_a_body_over_the_limit_is_refused_413_and_a_batch_of_big_json_fits(
     framed = (b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(64))
     status, _, body = _raw(fresh, [*announced, "Transfer-Encoding: chunked"], framed)
     assert (status, body["status"], body["code"]) == (413, 413, "WORKLOAD_INVALID")
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
     # The largest input the spec takes (1 MiB), and a batch of 1,000 admissions, fit.
     worker = fresh.token("worker", "w1")
@@ -619,7 +605,7 @@ def test_unknown_query_parameters_are_refused_naming_them_and_write_nothing(
     worker = fresh.token("worker", "w1")
     auth = {"Authorization": "Bearer " + worker}
     _post(fresh, "admit", request().model_dump(mode="json"), worker, 10_000)
-    before = _store(fresh)
+    before = stored(fresh)
     listed = httpx.get(
         fresh.url + "/v1/workloads",
         params={"tenant": "t", "application": "app", "state": "READY"},
@@ -644,7 +630,7 @@ def test_unknown_query_parameters_are_refused_naming_them_and_write_nothing(
         fresh.url + "/v1/pauses", params={"tenant": "t", "all": "1"}, headers=operator
     )
     assert _assert_problem(pauses, "WORKLOAD_INVALID")["details"]["errors"][0]["field"] == "all"
-    assert _store(fresh) == before
+    assert stored(fresh) == before
     # The parameters a route declares are still taken.
     known = httpx.get(
         fresh.url + "/v1/workloads", params={"tenant": "t", "application": "app"}, headers=auth
@@ -699,7 +685,7 @@ def test_each_bad_authorization_has_its_documented_reason_and_writes_nothing(
 ) -> None:
     token = fresh.token("worker", "w1")
     body = request().model_dump(mode="json")
-    before = _store(fresh)
+    before = stored(fresh)
     cases = [
         ("Basic " + token, 401, "invalid_token"),
         (token, 401, "invalid_token"),
@@ -719,14 +705,14 @@ def test_each_bad_authorization_has_its_documented_reason_and_writes_nothing(
         assert problem["details"]["reason"] == reason, (header[:12], problem)
         assert f"`{reason}`" in documented
     assert _post(fresh, "admit", body, _scoped_token(fresh)).status_code == 200
-    assert len(_store(fresh)) == len(before) + 1
+    assert len(stored(fresh)) == len(before) + 1
 
 
 def test_a_body_that_is_not_json_is_refused_naming_the_parse_error_or_content_type(
     fresh: RunningService,
 ) -> None:
     auth = {"Authorization": "Bearer " + fresh.token("worker", "w1")}
-    before = _store(fresh)
+    before = stored(fresh)
     broken = httpx.post(
         fresh.url + "/v1/admit",
         content=b'{"tenant_id": "t",\n  oops}',
@@ -746,7 +732,7 @@ def test_a_body_that_is_not_json_is_refused_naming_the_parse_error_or_content_ty
     assert plain.json()["code"] == "WORKLOAD_INVALID"
     assert "text/plain" in plain.json()["detail"]
     assert "application/json" in plain.json()["detail"]
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 @pytest.mark.parametrize(
@@ -758,17 +744,17 @@ def test_a_body_of_the_wrong_shape_is_refused_naming_the_body(
     fresh: RunningService, op: str, body: Any
 ) -> None:
     # A body that is JSON but not an object was refused with an empty field path.
-    before = _store(fresh)
+    before = stored(fresh)
     reply = _post(fresh, op, body, fresh.token("worker", "w1"))
     problem = _assert_problem(reply, "WORKLOAD_INVALID")
     [error] = problem["details"]["errors"]
     assert error["field"] == "body", error
     assert problem["detail"].startswith("body: "), problem
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 def test_a_route_given_no_body_is_refused_naming_the_body(fresh: RunningService) -> None:
-    before = _store(fresh)
+    before = stored(fresh)
     reply = httpx.post(
         f"{fresh.url}/v1/claim_many",
         headers={
@@ -778,7 +764,7 @@ def test_a_route_given_no_body_is_refused_naming_the_body(fresh: RunningService)
     )
     [error] = _assert_problem(reply, "WORKLOAD_INVALID")["details"]["errors"]
     assert error["field"] == "body", error
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 def _loose_bodies() -> list[tuple[str, bytes, str]]:
@@ -803,7 +789,7 @@ def test_json_a_reader_could_take_two_ways_is_refused_naming_the_body(
     fresh: RunningService, name: str, body: bytes, said: str
 ) -> None:
     assert body, name
-    before = _store(fresh)
+    before = stored(fresh)
     reply = httpx.post(
         fresh.url + "/v1/admit",
         content=body,
@@ -816,7 +802,7 @@ def test_json_a_reader_could_take_two_ways_is_refused_naming_the_body(
     [error] = _assert_problem(reply, "WORKLOAD_INVALID")["details"]["errors"]
     assert error["field"] == "body", error
     assert said in error["message"], error
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 def test_a_call_waiting_on_a_locked_store_holds_up_neither_health_nor_metrics(
@@ -873,7 +859,7 @@ def test_execute_refuses_an_op_it_does_not_take_alike_for_every_token(
     for token in (fresh.token("worker", "w1"), fresh.token("operator", "alice")):
         problem = _assert_problem(_post(fresh, "execute", body, token), "WORKLOAD_INVALID")
         assert problem["status"] == 400
-    assert _store(fresh) == []
+    assert stored(fresh) == []
 
 
 def test_a_query_parameter_given_twice_is_refused_naming_it_and_writes_nothing(
@@ -885,7 +871,7 @@ def test_a_query_parameter_given_twice_is_refused_naming_it_and_writes_nothing(
     auth = {"Authorization": "Bearer " + worker}
     admitted = _post(fresh, "admit", request().model_dump(mode="json"), worker, 10_000)
     wid = admitted.json()["workload"]["workload_id"]
-    before = _store(fresh)
+    before = stored(fresh)
     operator = {"Authorization": "Bearer " + fresh.token("operator", "alice")}
     for path, query, headers in (
         ("/v1/workloads", "tenant=t&tenant=other&application=app", auth),
@@ -898,7 +884,7 @@ def test_a_query_parameter_given_twice_is_refused_naming_it_and_writes_nothing(
             {"field": "tenant", "message": "query parameter given more than once"}
         ]
         assert "tenant" in problem["detail"]
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 def test_a_refusal_for_the_wrong_actor_class_names_the_class_in_plain_words(

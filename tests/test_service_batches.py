@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from served import reset, stored
 
 from support import CAPS, KEY_ID, SECRET, request
 from workwarden.service.auth import issue_token
@@ -34,24 +35,6 @@ OTHER_SIGNER = GrantSigner("other", bytes(range(100, 132)))
 def service() -> Iterator[RunningService]:
     with running_service(grant_keys={KEY_ID: SECRET}) as running:
         yield running
-
-
-def _reset(service: RunningService) -> None:
-    reply = httpx.post(
-        service.url + "/v1/test/reset",
-        json={"store": [], "grant_keys": {KEY_ID: SECRET.hex()}},
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200, reply.text
-
-
-def _store(service: RunningService) -> Any:
-    reply = httpx.get(
-        service.url + "/v1/test/store",
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200
-    return reply.json()
 
 
 def _post(
@@ -104,17 +87,17 @@ def test_each_admit_many_slot_is_what_the_admit_endpoint_answers(
     worker = service.token("worker", "w1")
     bodies = _admissions()
 
-    _reset(service)
+    reset(service)
     before = _counters(service)
     singles = [_as_slot(_post(service, "admit", body, worker)) for body in bodies]
-    single_store, single_counts = _store(service), _grown(before, _counters(service))
+    single_store, single_counts = stored(service), _grown(before, _counters(service))
 
-    _reset(service)
+    reset(service)
     before = _counters(service)
     batch = _post(service, "admit_many", {"requests": bodies}, worker)
     assert batch.status_code == 200, batch.text
     assert batch.json() == singles
-    assert _store(service) == single_store
+    assert stored(service) == single_store
     assert _grown(before, _counters(service)) == single_counts
     codes = [slot["problem"]["code"] for slot in singles if "problem" in slot]
     assert codes == [
@@ -178,22 +161,22 @@ def test_each_report_many_slot_is_what_the_reports_endpoint_answers(
 ) -> None:
     worker = service.token("worker", "w1")
 
-    _reset(service)
+    reset(service)
     reports = _reports(_claimed(service, worker))
     before = _counters(service)
     singles = [
         _as_slot(_post(service, r["op"], {k: v for k, v in r.items() if k != "op"}, worker, LATER))
         for r in reports
     ]
-    single_store, single_counts = _store(service), _grown(before, _counters(service))
+    single_store, single_counts = stored(service), _grown(before, _counters(service))
 
-    _reset(service)
+    reset(service)
     assert _reports(_claimed(service, worker)) == reports, "the claims are made alike"
     before = _counters(service)
     batch = _post(service, "report_many", {"reports": reports}, worker, LATER)
     assert batch.status_code == 200, batch.text
     assert batch.json() == singles
-    assert _store(service) == single_store
+    assert stored(service) == single_store
     assert _grown(before, _counters(service)) == single_counts
     assert single_counts[("workwarden_completions_total", ())] == 1
     assert single_counts[("workwarden_failures_total", (("kind", "validation"),))] == 1
@@ -291,7 +274,7 @@ def _batch_script(authority: Any) -> list[Any]:
 def test_the_client_batches_answer_and_refuse_exactly_as_the_library(
     service: RunningService,
 ) -> None:
-    _reset(service)
+    reset(service)
     library = Authority(MemoryStore(), grants=GrantVerifier({KEY_ID: SECRET}))
     with service.client(
         service.token("worker", "w1"), service.token("operator", "alice")
@@ -304,7 +287,7 @@ def test_a_client_batch_larger_than_one_body_goes_in_several_and_is_answered_in_
 ) -> None:
     # 40 inputs of about 1 MB each are more than the 32 MiB the service takes in
     # one body: the client sends them as consecutive batches, each slot answered.
-    _reset(service)
+    reset(service)
     requests = [
         request(idempotency_key=f"big-{i}", input={"n": i, "blob": "x" * 1_000_000})
         for i in range(40)
@@ -317,7 +300,7 @@ def test_a_client_batch_larger_than_one_body_goes_in_several_and_is_answered_in_
         assert [reply.workload.input["n"] for reply in replies] == list(range(40))
         again = client.admit_many(requests, NOW)
         assert [reply.created for reply in again] == [False] * 40
-    assert len(_store(service)) == 40
+    assert len(stored(service)) == 40
 
 
 def _refusals() -> list[tuple[str, Callable[[RunningService, list[Any]], tuple[str, Any, Any]]]]:
@@ -393,9 +376,9 @@ def test_a_batch_the_token_may_not_make_is_refused_whole_and_writes_nothing(
     case: str,
     make: Callable[[RunningService, list[Any]], tuple[str, Any, Any]],
 ) -> None:
-    _reset(service)
+    reset(service)
     claims = _claimed(service, service.token("worker", "w1"))
-    before = _store(service)
+    before = stored(service)
     op, body, token = make(service, claims)
     reply = _post(service, op, body, token, NOW + 100)
     problem = reply.json()
@@ -409,13 +392,13 @@ def test_a_batch_the_token_may_not_make_is_refused_whole_and_writes_nothing(
         assert problem["details"]["reason"] in {"missing_token", "invalid_token", "expired_token"}
     else:
         assert problem["details"]["reason"] in {"wrong_actor_class", "subject_mismatch"}
-    assert _store(service) == before
+    assert stored(service) == before
 
 
 def test_a_malformed_batch_body_is_refused_whole_naming_the_item(
     service: RunningService,
 ) -> None:
-    _reset(service)
+    reset(service)
     worker = service.token("worker", "w1")
     good = request(idempotency_key="a").model_dump(mode="json")
     reply = _post(service, "admit_many", {"requests": [good, {"tenant_id": "t"}]}, worker)
@@ -426,13 +409,13 @@ def test_a_malformed_batch_body_is_refused_whole_naming_the_item(
     reply = _post(service, "report_many", {"reports": [{"op": "cancel"}]}, worker)
     assert reply.status_code == 400
     assert reply.json()["code"] == "WORKLOAD_INVALID"
-    assert _store(service) == []
+    assert stored(service) == []
 
 
 def test_a_remote_claimer_shares_its_claims_fairly_across_tenants(
     service: RunningService,
 ) -> None:
-    _reset(service)
+    reset(service)
     client = service.client()
     signer = GrantSigner(KEY_ID, SECRET)
     for tenant, count in (("flood", 6), ("calm", 2)):

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from served import reset, stored
 
 from support import KEY_ID, SECRET, request
 from workwarden.service.client import HttpAuthority
@@ -35,22 +36,8 @@ def service() -> Iterator[RunningService]:
 
 @pytest.fixture
 def fresh(service: RunningService) -> RunningService:
-    reply = httpx.post(
-        service.url + "/v1/test/reset",
-        json={"store": [], "grant_keys": {KEY_ID: SECRET.hex()}},
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200, reply.text
-    return service
-
-
-def _store(service: RunningService) -> Any:
-    reply = httpx.get(
-        service.url + "/v1/test/store",
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200
-    return reply.json()
+    """The service with an empty store, verifying the fixture key's grants."""
+    return reset(service)
 
 
 def _answer(call: Callable[[], Any]) -> Any:
@@ -138,7 +125,7 @@ def test_an_operation_operate_does_not_take_is_invalid_for_either_token_and_writ
 ) -> None:
     with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as both:
         wid = both.admit(request(), 10_000).workload.workload_id
-    before = _store(fresh)
+    before = stored(fresh)
     for token in (fresh.token("operator", "alice"), fresh.token("worker", "w1")):
         with fresh.client(token) as client:
             for operation in ("claim", "start", "heartbeat", "cancel"):
@@ -153,7 +140,7 @@ def test_an_operation_operate_does_not_take_is_invalid_for_either_token_and_writ
                 headers={"Authorization": "Bearer " + token, "X-Workwarden-Now": "11000"},
             )
             assert (execute.status_code, execute.json()["code"]) == (400, "WORKLOAD_INVALID")
-    assert _store(fresh) == before
+    assert stored(fresh) == before
 
 
 class _Answering:

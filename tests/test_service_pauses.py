@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from served import reset
 
 from support import CAPS, KEY_ID, SECRET, request
 from workwarden.service.client import HttpAuthority
@@ -38,13 +39,7 @@ def service() -> Iterator[RunningService]:
 @pytest.fixture
 def fresh(service: RunningService) -> RunningService:
     """The service with an empty store, verifying the fixture key's grants."""
-    reply = httpx.post(
-        service.url + "/v1/test/reset",
-        json={"store": [], "grant_keys": {KEY_ID: SECRET.hex()}},
-        headers={"Authorization": "Bearer " + service.token("operator")},
-    )
-    assert reply.status_code == 200, reply.text
-    return service
+    return reset(service)
 
 
 @pytest.fixture
