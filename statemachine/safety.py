@@ -29,6 +29,7 @@ __all__ = [
     "check_json",
     "check_text",
     "digest",
+    "json_depth",
     "text_digest",
 ]
 
@@ -108,6 +109,20 @@ def canonical_json(value: Any) -> str:
     if not all(math.isfinite(number) for number in floats):
         raise ValueError("Out of range float values are not JSON compliant")
     return _canonical(value, bool(floats))
+
+
+def json_depth(value: Any) -> int:
+    """How deep `value` nests (a scalar: 1), counted a level at a time, not by recursion."""
+    depth, level = 0, [value]
+    while level:
+        depth += 1
+        level = [
+            child
+            for node in level
+            if isinstance(node, (dict, list))
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
+    return depth
 
 
 def digest(value: Any) -> str:

@@ -831,19 +831,6 @@ def _item(model: BaseModel) -> str:
     return _json_body(model.model_dump(mode="json", by_alias=True)).decode("utf-8")
 
 
-def _depth(value: Any) -> int:
-    depth, level = 0, [value]
-    while level:
-        depth += 1
-        level = [
-            child
-            for node in level
-            if isinstance(node, (dict, list))
-            for child in (node.values() if isinstance(node, dict) else node)
-        ]
-    return depth
-
-
 def _carried(spec: Spec, value: Any, what: str) -> None:
     """Refuse, as the library does, a JSON value (an input, a state, an output) no body can
     carry: a number that is not finite, a value JSON does not hold, text that is not
@@ -858,7 +845,7 @@ def _carried(spec: Spec, value: Any, what: str) -> None:
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
         safety.check_json(spec, value, what)
         return
-    if _depth(value) > spec.limits.max_json_depth:
+    if safety.json_depth(value) > spec.limits.max_json_depth:
         safety.check_json(spec, value, what)
 
 

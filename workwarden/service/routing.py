@@ -33,7 +33,7 @@ from starlette.types import Message, Receive
 
 from workwarden.service.auth import Caller
 from workwarden.service.state import Service
-from workwarden.statemachine import errors
+from workwarden.statemachine import errors, safety
 
 __all__ = ["Authed", "GuardedRoute", "Now", "json_reply"]
 
@@ -133,19 +133,6 @@ def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _depth(value: Any) -> int:
-    depth, level = 0, [value]
-    while level:
-        depth += 1
-        level = [
-            child
-            for node in level
-            if isinstance(node, (dict, list))
-            for child in (node.values() if isinstance(node, dict) else node)
-        ]
-    return depth
-
-
 class _Parsed(Request):
     """A request whose JSON body was parsed already: the route takes that value, not a
     second parse of the same bytes."""
@@ -189,7 +176,7 @@ def _parsed_json(body: bytes, max_depth: int) -> Any:
     except ValueError as exc:
         raise _body_problem(f"a number too long to read ({exc})") from None
     limit = max_depth + _CALL_LEVELS
-    if _depth(value) > limit:
+    if safety.json_depth(value) > limit:
         raise _body_problem(f"nested deeper than {limit} levels")
     return value
 
