@@ -187,6 +187,32 @@ def test_a_trace_with_moves_replays_on_a_real_store(
     assert [step["refusal"] for step in result.steps] == [None] * len(steps)
 
 
+def test_a_trace_naming_its_spec_relative_to_another_folder_replays_with_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `check --spec specs/examples/pause.toml`, run in a checkout, writes that relative
+    # path into the trace; replayed from another folder, `--spec` names the file.
+    spec = example("pause")
+    universe = small(spec, "pause")
+    steps = list(check(spec, universe).witnesses["edge:PAUSED -> CANCELLED"])
+    path = tmp_path / "trace.json"
+    named = "specs/examples/pause.toml"
+    trace = {"spec": named, "universe": universe.to_dict(), "steps": steps}
+    path.write_text(json.dumps(trace), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert not Path(named).exists()
+    assert main(["replay", str(path), "--spec", str(example_path("pause"))]) == 0
+    assert "no property was violated" in capsys.readouterr().out
+    # The same file by another path agrees with the trace too.
+    (tmp_path / "specs").symlink_to(example_path("pause").parent.parent)
+    assert main(["replay", str(path), "--spec", f"./{named}"]) == 0
+    assert "no property was violated" in capsys.readouterr().out
+    # Another file than the one the trace's path names does not.
+    assert main(["replay", str(path), "--spec", str(example_path("approval"))]) == 1
+    line = one_line_error(capsys, "WORKLOAD_INVALID")
+    assert named in line
+
+
 # -- the check command ---------------------------------------------------------------------------
 
 

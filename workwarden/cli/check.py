@@ -550,6 +550,30 @@ def _refuse_work(store: Any, what: str) -> None:
         )
 
 
+def _replay_spec(named: str | None, option: str | None) -> str | None:
+    """The spec a trace is replayed under: the one it names, unless `--spec` is given.
+
+    A trace names its spec as `check` was given it, relative to where `check` ran; from
+    elsewhere that path names nothing, or another file. So `--spec` agrees with the trace
+    when it is the same path, names the same file by another path, or the trace's path
+    names no file from here; a `--spec` naming another file than the one the trace's path
+    names is `WORKLOAD_INVALID`.
+    """
+    if named is None or option is None or named == option:
+        return option if option is not None else named
+    try:
+        if not Path(named).exists() or Path(named).samefile(option):
+            return option
+    except (OSError, ValueError):
+        return option  # `--spec` itself cannot be read: `load_spec` says why
+    raise errors.WorkloadError(
+        errors.INVALID,
+        f"the trace was checked under the spec {named}, and --spec {option} is another "
+        "file; give --spec only to name the trace's spec where its path does not reach",
+        {"field": "--spec"},
+    )
+
+
 def _run_replay(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.replay import replay_trace
     from workwarden.statemachine.check.universe import Model, Universe
@@ -563,10 +587,10 @@ def _run_replay(args: argparse.Namespace) -> int:
             raise errors.bad_argument(
                 "--store", "a scheduling trace replays on the memory store it was explored on"
             )
-        spec_file = spec_argument(trace.get("spec"), args.spec)
+        spec_file = _replay_spec(trace.get("spec"), args.spec)
         return replay_scheduling(trace, spec_file, args.mutant or trace.get("mutant"))
     mutant = _mutant(args.mutant or trace.get("mutant"))
-    spec = load_spec(spec_argument(trace.get("spec"), args.spec))
+    spec = load_spec(_replay_spec(trace.get("spec"), args.spec))
     authority_cls = None
     if mutant is not None:
         spec = mutant.spec(spec)
@@ -734,6 +758,9 @@ def register(subparsers: Any) -> None:
         "--spec",
         default=None,
         metavar="FILE",
-        help="the spec file (default: the one the trace names; both must agree)",
+        help=(
+            "the spec file (default: the one the trace names; by any path, the same file, "
+            "unless the trace's path names none from here)"
+        ),
     )
     replay.set_defaults(handler=_run_replay)
