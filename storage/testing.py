@@ -2067,8 +2067,8 @@ CHECK_NAMES: Final[tuple[str, ...]] = tuple(name for name, _ in _CHECKS)
 """The name of every check, in the order `run_store_conformance` runs them."""
 
 
-class _NotAStore(Exception):
-    """The factory gave something that is not a store."""
+class NotAStore(Exception):
+    """The factory gave something that is not a store (the message says what it gave)."""
 
 
 def _what(made: object) -> str:
@@ -2076,12 +2076,13 @@ def _what(made: object) -> str:
     return f"the class {made.__name__}" if isinstance(made, type) else type(made).__name__
 
 
-def _fresh_store(factory: Callable[[], Any], resources: ExitStack) -> Store:
+def store_from_factory(factory: Callable[[], Any], resources: ExitStack) -> Store:
     """A fresh store from `factory`, closed (and its context exited) with `resources`.
 
     The factory returns the store, or a context manager that yields it (as the
     stateful suite's factories may): the context is exited after the store is
-    closed. Anything else is refused, naming what the factory returned.
+    closed. Anything else is `NotAStore`, saying "factory returned ..., not a
+    store ...".
     """
     made = factory()
     store: Store = (
@@ -2092,16 +2093,17 @@ def _fresh_store(factory: Callable[[], Any], resources: ExitStack) -> Store:
         or not callable(getattr(store, "close", None))
         or not callable(getattr(store, "read", None))
     ):
-        raise _NotAStore(
-            f"the factory returned {_what(store)}, not a store"
-            " (nor a context manager that yields one)"
+        raise NotAStore(
+            f"factory returned {_what(store)}, not a store (nor a context manager that yields one)"
         )
+    # Closed first, then the factory's context (if any) is exited: `resources` unwinds
+    # in reverse.
     resources.callback(store.close)
     return store
 
 
 def _close(resources: ExitStack) -> str | None:
-    """Close what `_fresh_store` opened; why that failed, if it did."""
+    """Close what `store_from_factory` opened; why that failed, if it did."""
     try:
         resources.close()
     except Exception as exc:  # noqa: BLE001 - reported as the check's failure
@@ -2147,9 +2149,9 @@ def run_store_conformance(
     for name in selected:
         with ExitStack() as resources:
             try:
-                store = _fresh_store(factory, resources)
-            except _NotAStore as exc:
-                failures[name] = str(exc)
+                store = store_from_factory(factory, resources)
+            except NotAStore as exc:
+                failures[name] = f"the {exc}"
             except Exception as exc:  # noqa: BLE001 - reported as the check's failure
                 failures[name] = f"the factory raised {type(exc).__name__}: {exc}"
             if name in failures:
@@ -2159,7 +2161,7 @@ def run_store_conformance(
             try:
                 registry[name](store)
             except AssertionError as exc:
-                failures[name] = str(exc)
+                failures[name] = f"the {exc}"
             except Exception as exc:  # noqa: BLE001 - reported as the check's failure
                 failures[name] = f"raised {type(exc).__name__}: {exc}"
             finally:

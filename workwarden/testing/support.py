@@ -58,6 +58,7 @@ from workwarden.storage.forwarding import (
     ForwardingPurges,
     ForwardingStore,
 )
+from workwarden.storage.testing import NotAStore, store_from_factory
 from workwarden.testing.shadow import Outcome, ShadowPlan
 
 __all__ = [
@@ -553,29 +554,13 @@ def same_rules(spec: Spec, other: Spec) -> bool:
     return spec.data.model_dump(include=fields) == other.data.model_dump(include=fields)
 
 
-def _what(made: object) -> str:
-    """What a factory returned, for its refusal: a class by name, else the value's type."""
-    return f"the class {made.__name__}" if isinstance(made, type) else type(made).__name__
-
-
 def open_store(factory: StoreFactory, resources: ExitStack) -> Store:
-    """A fresh store from `factory`, closed (or its context exited) with `resources`."""
-    made = factory()
-    store: Store = (
-        resources.enter_context(made) if isinstance(made, AbstractContextManager) else made
-    )
-    if (
-        isinstance(store, type)
-        or not callable(getattr(store, "close", None))
-        or not callable(getattr(store, "read", None))
-    ):
-        # Said here, not as an AttributeError on `close` (or deep in the first call).
-        raise errors.bad_argument(
-            "store_factory",
-            f"the store factory returned {_what(store)}, not a store"
-            " (nor a context manager that yields one)",
-        )
-    # Closed first, then the factory's context (if any) is exited: `resources` unwinds
-    # in reverse.
-    resources.callback(store.close)
-    return store
+    """A fresh store from `factory`, closed (or its context exited) with `resources`.
+
+    Something that is not a store is said here, as `WORKLOAD_INVALID` naming
+    `store_factory`, not as an AttributeError on `close` (or deep in the first call).
+    """
+    try:
+        return store_from_factory(factory, resources)
+    except NotAStore as exc:
+        raise errors.bad_argument("store_factory", f"the store {exc}") from None
