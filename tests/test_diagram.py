@@ -571,6 +571,47 @@ def test_a_report_of_the_wrong_shape_says_which_field_without_python_words(
     assert not (tmp_path / "out").exists()
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
+
+
+@pytest.mark.parametrize(
+    ("checked", "drawn", "why"),
+    [
+        # Another table (the report names no spec, as one written before it did): the
+        # approval spec's report lacks the shipped spec's edges.
+        ("approval", None, "the spec drawn has the edge"),
+        ("approval", "pause", "it is a check of the spec 'workload-approval'"),
+        # The same table, another spec: the report names the spec it checked.
+        ("claim_starts", None, "it is a check of the spec 'workload-claim_starts'"),
+    ],
+)
+def test_a_report_of_another_spec_is_refused_and_nothing_is_drawn(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    checked: str,
+    drawn: str | None,
+    why: str,
+) -> None:
+    path = tmp_path / "report.json"
+    small = ["--single", "--workers", "1", "--max-states", "20", "--json", str(path)]
+    assert main(["check", str(EXAMPLES / f"{checked}.toml"), *small]) == 3
+    capsys.readouterr()
+    if "edge" in why:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        del report["spec_name"]
+        path.write_text(json.dumps(report), encoding="utf-8")
+    spec = [] if drawn is None else ["--spec", str(EXAMPLES / f"{drawn}.toml")]
+    out = tmp_path / "out"
+    assert main(["diagram", *spec, "--report", str(path), "--out-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"DIAGRAM_INPUT_INVALID: --report {path} is not a check of the spec")
+    assert why in err
+    assert not out.exists()
+    # On the spec it checked, it is drawn.
+    home = ["--spec", str(EXAMPLES / f"{checked}.toml"), "--format", "dot"]
+    assert main(["diagram", *home, "--report", str(path), "--out-dir", str(out)]) == 0
+
+
 def test_a_report_that_cannot_be_read_is_input_unreadable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

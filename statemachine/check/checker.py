@@ -101,6 +101,8 @@ class CheckReport:
 
     spec: str
     universe: dict[str, Any]
+    #: The spec's `[spec] name`: what a diagram of the report checks it is drawn on.
+    spec_name: str = ""
     states: int = 0
     transitions: int = 0
     depth: int = 0
@@ -149,6 +151,7 @@ class CheckReport:
         """The report as JSON-ready data (keys sorted by the caller's dump)."""
         return {
             "spec": self.spec,
+            "spec_name": self.spec_name,
             "universe": self.universe,
             "states": self.states,
             "transitions": self.transitions,
@@ -393,7 +396,9 @@ def _check(
     freeze: bool,
 ) -> CheckReport:
     model = model or Model(spec, universe or Universe.from_spec(spec))
-    report = CheckReport(spec=spec.source, universe=model.universe.to_dict())
+    report = CheckReport(
+        spec=spec.source, spec_name=spec.data.spec.name, universe=model.universe.to_dict()
+    )
     report.policy_problems = policy_findings(spec)
     started = time.perf_counter()
     explorer = _Explorer(model, progress)

@@ -130,7 +130,9 @@ def _explore(
     helpers: Helpers | None = None,
 ) -> CheckReport:
     model = compiled.model
-    report = CheckReport(spec=spec.source, universe=model.universe.to_dict())
+    report = CheckReport(
+        spec=spec.source, spec_name=spec.data.spec.name, universe=model.universe.to_dict()
+    )
     report.policy_problems = policy_findings(spec)
     started = time.perf_counter()
     explorer = _Explorer(model, progress)

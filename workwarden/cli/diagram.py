@@ -160,6 +160,11 @@ class Report(NamedTuple):
     never_at_rest: list[str]
     #: Did the exploration complete? If not, the drawing is partial.
     complete: bool
+    #: Every edge of the table the report was made of (`edges_taken` with
+    #: `edges_never_taken`), when it says (None: a report of the two drawn fields alone).
+    edges: frozenset[tuple[str, str]] | None = None
+    #: The `[spec] name` of the spec checked, when the report says.
+    spec_name: str | None = None
 
 
 def read_report(path: str) -> Report:
@@ -196,8 +201,42 @@ def read_report(path: str) -> Report:
         raise refuse("never_at_rest must be a list of state names")
     if not isinstance(complete, bool):
         raise refuse("complete must be true or false")
-    edges = [edge.split(" -> ") for edge in edges_taken]
-    return Report([(a, b) for a, b in edges], list(states), complete)
+    taken = report.get("edges_taken")
+    if taken is not None and (
+        not isinstance(taken, dict)
+        or not all(isinstance(edge, str) and len(edge.split(" -> ")) == 2 for edge in taken)
+    ):
+        raise refuse('edges_taken must be an object of "A -> B" edges')
+    spec_name = report.get("spec_name")
+    if spec_name is not None and not isinstance(spec_name, str):
+        raise refuse("spec_name must be the name of a spec")
+    unreachable = [(a, b) for a, b in (edge.split(" -> ") for edge in edges_taken)]
+    table = None
+    if taken is not None:
+        table = frozenset(unreachable) | {(a, b) for a, b in (e.split(" -> ") for e in taken)}
+    return Report(unreachable, list(states), complete, table, spec_name)
+
+
+def _same_spec(report: Report, path: str, spec: Any) -> None:
+    """Refuse a report of another spec than the one drawn (`DIAGRAM_INPUT_INVALID`): its
+    overlay would mark states and edges of a table it did not explore."""
+    name = spec.data.spec.name
+    why = None
+    if report.spec_name is not None and report.spec_name != name:
+        why = f"it is a check of the spec {report.spec_name!r}"
+    elif report.edges is not None and report.edges != set(spec.edges):
+        lacks = sorted(set(spec.edges) - report.edges)
+        extra = sorted(report.edges - set(spec.edges))
+        if lacks:
+            why = f"the spec drawn has the edge {lacks[0][0]} -> {lacks[0][1]}, the report none"
+        else:
+            why = f"the report has the edge {extra[0][0]} -> {extra[0][1]}, the spec drawn none"
+    if why is not None:
+        raise DiagramError(
+            "DIAGRAM_INPUT_INVALID",
+            f"--report {path} is not a check of the spec drawn ({name!r}): {why}; "
+            "draw it on the spec it checked (SPEC or --spec)",
+        )
 
 
 def _json_kind(value: Any) -> str:
@@ -235,7 +274,10 @@ def _run(args: argparse.Namespace) -> int:
                 name = f"{spec.data.spec.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', workload_id)}"
         if args.view != "table" and name is None:
             name = f"{spec.data.spec.name}-{args.view}"
-        report = read_report(args.report) if args.report else Report([], [], True)
+        report = Report([], [], True)
+        if args.report:
+            report = read_report(args.report)
+            _same_spec(report, args.report, spec)
         written = write_diagrams(
             spec,
             args.out_dir,
