@@ -219,6 +219,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("check", "{missing}", code=SPEC_INVALID),
         bad("check", "{binary}", code=SPEC_INVALID),
         bad("check", "--json", UNDER_A_FILE, "--max-states", "5"),
+        # An empty path (an unset variable in a script) names no file: never ignored.
+        bad("check", "--json", "", "--max-states", "5", code=UNWRITABLE),
+        bad("check", "--scheduling", "--json", "", "--max-states", "5", code=UNWRITABLE),
         bad("check", "--trace-dir", UNDER_A_FILE, "--max-states", "5", code=UNWRITABLE),
         bad("check", "--trace-dir", UNDER_PROC, "--max-states", "5", code=UNWRITABLE),
         bad("check", "--scheduling", "--trace-dir", UNDER_A_FILE, code=UNWRITABLE),
@@ -285,6 +288,8 @@ BATTERY: dict[str, list[Bad]] = {
         bad("diagram", "--report", "{binary}", code=UNREADABLE),
         bad("diagram", "--report", "{jsonl}", code=INVALID),
         bad("diagram", "--report", "{deep}", code=INVALID),
+        bad("diagram", "--report", "", "--out-dir", "{dir}/x/dg", code=UNREADABLE),
+        bad("diagram", "--out-dir", "", code="DIAGRAM_WRITE_FAILED"),
         bad("diagram", "{evil}", "--out-dir", "{dir}/x/dg", code=SPEC_INVALID),
         *(
             bad("diagram", "--name", name, "--out-dir", "{dir}/x/dg", code="DIAGRAM_INPUT_INVALID")
@@ -303,6 +308,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("vectors", "--spec", "{evil}", "--out", "{dir}/", code=SPEC_INVALID),
         bad("vectors", "--out", "{dir}/nope/deeper/x.jsonl", code=UNWRITABLE),
         bad("vectors", "--out", "{dir}/nope/deeper/", code=UNWRITABLE),
+        bad("vectors", "--out", "", code=UNWRITABLE),
     ],
     "conform": [
         bad("conform", "--cmd", "no-such-program-here", code="CONFORMANCE_PROGRAM_UNUSABLE"),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from workwarden.cli import (
+    OUTPUT_UNWRITABLE,
     at_least,
     between,
     check_output,
@@ -220,6 +221,11 @@ def _mutant(name: str | None) -> Any:
 def _writable_file(path: str, option: str) -> Path:
     """`path` as a file that can be written, checked before any work is done (and not made:
     a refused check leaves no file behind)."""
+    if not path:
+        # An unset variable in a script: refused, not taken for "no report".
+        raise errors.WorkloadError(
+            OUTPUT_UNWRITABLE, f"{option} is empty: name a file", {"path": path}
+        )
     check_output(path, option)
     return Path(path)
 
@@ -296,7 +302,7 @@ def _checked(args: argparse.Namespace) -> int:
     if args.scheduling:
         from workwarden.cli.check_scheduling import run_scheduling
 
-        json_file = _writable_file(args.json, "--json") if args.json else None
+        json_file = _writable_file(args.json, "--json") if args.json is not None else None
         clean, complete = run_scheduling(args, spec_file, json_file)
         return EXIT_VIOLATION if not clean else 0 if complete else EXIT_INCOMPLETE
     scheduling_only = ("tenants", "admissions", "limit", "ticks")
@@ -312,7 +318,7 @@ def _checked(args: argparse.Namespace) -> int:
             errors.INVALID, f"--samples must be 0 to {MAX_SAMPLES:,}", {"field": "--samples"}
         )
     _check_processes(args)
-    json_path = _writable_file(args.json, "--json") if args.json else None
+    json_path = _writable_file(args.json, "--json") if args.json is not None else None
     from workwarden.cli.check_scheduling import check_trace_dir
 
     check_trace_dir(args.trace_dir)

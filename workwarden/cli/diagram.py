@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from workwarden.cli import read_input
+from workwarden.cli import INPUT_UNREADABLE, read_input
 from workwarden.cli.check import spec_argument
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import FORMATS, VIEWS, DiagramError, write_diagrams
@@ -174,6 +174,10 @@ def read_report(path: str) -> Report:
     not a report written by `workwarden check --json` is `WORKLOAD_INVALID`,
     saying which field is wrong.
     """
+    if not path:
+        raise errors.WorkloadError(
+            INPUT_UNREADABLE, "--report is empty: name a file", {"path": path}
+        )
     text = read_input(path, "--report")
 
     def refuse(why: str) -> errors.WorkloadError:
@@ -274,8 +278,11 @@ def _run(args: argparse.Namespace) -> int:
                 name = f"{spec.data.spec.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', workload_id)}"
         if args.view != "table" and name is None:
             name = f"{spec.data.spec.name}-{args.view}"
+        if not args.out_dir:
+            # An unset variable in a script: refused, not taken for this folder.
+            raise DiagramError("DIAGRAM_WRITE_FAILED", "--out-dir is empty: name a directory")
         report = Report([], [], True)
-        if args.report:
+        if args.report is not None:
             report = read_report(args.report)
             _same_spec(report, args.report, spec)
         written = write_diagrams(

@@ -213,6 +213,9 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _vectors_path(out: str, spec: Spec) -> Path:
     """Where `--out` puts the vectors: the file named, or `<spec name>.jsonl` in a directory."""
+    if not out:
+        # An unset variable in a script: refused, not taken for this folder.
+        raise errors.WorkloadError(OUTPUT_UNWRITABLE, "--out is empty: name a file or a directory")
     path = Path(out)
     if path.is_dir() or out.endswith(("/", "\\")):
         return path / f"{spec.data.spec.name}.jsonl"
