@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from workwarden.cli import main
-from workwarden.statemachine import default_spec
+from workwarden.statemachine import default_spec, errors
 from workwarden.statemachine.check.checker import CheckReport, check, policy_findings
 from workwarden.statemachine.check.mutants import MUTANTS
 from workwarden.statemachine.check.replay import replay_trace
@@ -106,6 +106,19 @@ def test_each_mutant_is_found_with_a_short_trace_that_replay_reproduces(
     # The same steps through the real core violate nothing.
     clean = replay_trace(default_spec(), trace, MemoryStore())
     assert clean.violation is None
+
+
+def test_a_universe_of_more_workers_than_their_symmetry_reduces_is_refused_at_once() -> None:
+    # Each state's key is the least over the workers renamed in every order: 9! orders
+    # outgrow a machine's memory before the first state is explored.
+    spec = default_spec()
+    with pytest.raises(errors.WorkloadError) as refused:
+        Model(spec, Universe.from_spec(spec, workers=9, dependent=False))
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == "workers"
+    assert "at most 8 workers" in refused.value.message
+    # Without the reduction (to check it against), more are kept as they are.
+    assert len(Model(spec, Universe.from_spec(spec, workers=9), symmetry=False).worker_names) == 9
 
 
 def test_every_shipped_policy_is_total_and_deterministic() -> None:

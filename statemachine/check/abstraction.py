@@ -23,6 +23,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from workwarden.statemachine import errors
 from workwarden.statemachine.authority import serialise
 from workwarden.statemachine.check.state import CheckState, Universe
 from workwarden.statemachine.index import index_fields
@@ -33,6 +34,7 @@ from workwarden.storage.base import IndexFields
 
 __all__ = [
     "CACHE_LIMIT",
+    "MAX_SYMMETRIC_WORKERS",
     "Abstraction",
     "DocumentFacts",
     "StateKey",
@@ -45,6 +47,11 @@ __all__ = [
 #: drops its older half. Every cached value can be computed again from its
 #: key, so what is dropped costs time, never a different answer.
 CACHE_LIMIT = 200_000
+
+#: The most workers whose symmetry is reduced: a state's key is the least over the
+#: workers renamed in every order, N! of them, held in a table (8: 40,320 orders; at 10
+#: the table alone outgrows a machine's memory before the first state is explored).
+MAX_SYMMETRIC_WORKERS = 8
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -110,6 +117,12 @@ class Abstraction:
         # are), the names as they are first: permutation p renames worker k
         # worker `self.orders[p][k]` (its id by `self._renames[p]`), and
         # `self.placed[p][j]` is the worker it renames the j-th.
+        if symmetry and len(worker_names) > MAX_SYMMETRIC_WORKERS:
+            raise errors.bad_argument(
+                "workers",
+                f"a checked universe has at most {MAX_SYMMETRIC_WORKERS} workers (its states "
+                f"are reduced over the workers renamed in every order), not {len(worker_names)}",
+            )
         every = itertools.permutations(range(len(worker_names)))
         self.orders = tuple(every) if symmetry else (next(every),)
         self.placed = tuple(

@@ -35,6 +35,7 @@ from workwarden.cli import (
     write_output,
 )
 from workwarden.statemachine import errors
+from workwarden.statemachine.check.abstraction import MAX_SYMMETRIC_WORKERS
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_VIOLATION", "register", "spec_argument"]
 
@@ -66,11 +67,12 @@ _UNIVERSE_MINIMUM = {
     "lease_ms": 1,
     "horizon_ms": 1,
 }
-#: The most each bound may be. Workers are named A to Z; more than a few workloads, or
-#: counts and instants past these, make a universe no machine explores, and past them
-#: building the first state alone would take hours or fail.
+#: The most each bound may be. Workers are renamed in every order to reduce their
+#: symmetry (`MAX_SYMMETRIC_WORKERS`: 8! orders); more than a few workloads, or counts
+#: and instants past these, make a universe no machine explores, and past them building
+#: the first state alone would take hours or fail.
 _UNIVERSE_MAXIMUM = {
-    "workers": 26,
+    "workers": MAX_SYMMETRIC_WORKERS,
     "workloads": 26,
     "lease_ms": 1_000_000,
     "horizon_ms": 1_000_000,
