@@ -154,6 +154,21 @@ def test_check_writes_a_trace_that_replay_reproduces_from_the_command_line(
     assert "reproduced at step" in capsys.readouterr().out
 
 
+def test_a_trace_that_cannot_be_written_leaves_no_report_and_no_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A folder of the trace's name: refused before the report or any trace is written.
+    (tmp_path / "trace-ready_work_has_an_attempt_left.json").mkdir()
+    report = tmp_path / "report.json"
+    small = ["--workers", "1", "--workloads", "1", "--mutant", "retry_past_budget"]
+    args = ["check", *small, "--trace-dir", str(tmp_path), "--json", str(report)]
+    assert main(args) == 1
+    assert capsys.readouterr().err.startswith("WORKWARDEN_OUTPUT_UNWRITABLE: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "trace-ready_work_has_an_attempt_left.json"
+    ]
+
+
 def test_the_checked_diagram_in_the_repository_is_up_to_date() -> None:
     findings = json.loads((DIAGRAMS / "workload-check.json").read_text(encoding="utf-8"))
     edges = [(a, b) for a, b in (e.split(" -> ") for e in findings["edges_never_taken"])]

@@ -351,8 +351,7 @@ def _checked(args: argparse.Namespace) -> int:
     else:
         report = _check_compiled(args, spec, universe, model, mutant, progress)
     _print_report(report, sys.stdout)
-    if json_path is not None:
-        _write(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n", "--json")
+    traces: list[tuple[Path, dict[str, Any]]] = []
     if report.violations or report.refinement:
         from workwarden.cli.check_scheduling import trace_dir
 
@@ -367,8 +366,15 @@ def _checked(args: argparse.Namespace) -> int:
                 "steps": list(finding.trace),
             }
             path = out_dir / f"trace-{finding.property}.json"
-            _write(path, json.dumps(trace, indent=2, sort_keys=True) + "\n", "--trace-dir")
-            print(f"  trace written: {path}  (workwarden replay {path})")
+            # Every file is refused before any is written (a folder of a trace's name):
+            # a refused check leaves no report and no trace.
+            check_output(str(path), "--trace-dir")
+            traces.append((path, trace))
+    if json_path is not None:
+        _write(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n", "--json")
+    for path, trace in traces:
+        _write(path, json.dumps(trace, indent=2, sort_keys=True) + "\n", "--trace-dir")
+        print(f"  trace written: {path}  (workwarden replay {path})")
     if not report.ok:
         return EXIT_VIOLATION
     if not report.complete:
