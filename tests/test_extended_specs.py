@@ -335,6 +335,28 @@ def test_a_bad_trace_file_is_one_coded_line(
         assert "JSON Lines" in line
 
 
+def test_a_replay_refused_part_way_leaves_no_store_it_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first step is taken; the second names a worker that holds nothing.
+    universe = Universe(dependent=False).to_dict()
+    steps = [
+        {"action": "claim_next", "actor": "worker-A", "now": 0, "worker": 0},
+        {"action": "heartbeat", "actor": "worker-B", "now": 0, "slot": 0, "worker": 1},
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"universe": universe, "steps": steps}), encoding="utf-8")
+    store = tmp_path / "replay.db"
+    assert main(["replay", str(path), "--store", str(store)]) == 1
+    line = one_line_error(capsys, "WORKLOAD_INVALID")
+    assert "step 2" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
+    # So the replay of a good trace can use the same store.
+    path.write_text(json.dumps({"universe": universe, "steps": steps[:1]}), encoding="utf-8")
+    assert main(["replay", str(path), "--store", str(store)]) == 0
+    assert store.exists()
+
+
 def test_replay_into_an_unknown_store_url_is_one_coded_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,7 +18,6 @@ exits 1. `--engine reference` runs the core at every step.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 import time
@@ -524,15 +523,21 @@ def _check_steps(model: Any, trace: dict[str, Any], path: str) -> None:
             )
 
 
-def _open_store(url: str) -> Any:
-    """The store at `url`; a URL no store answers to, or one that fails to open, is coded."""
-    from workwarden.storage import StoreError
-    from workwarden.storage.urls import open_store
+def _open_store(url: str) -> tuple[Any, str | None]:
+    """The store at `url`, and the SQLite file this call created (None: it made none); a
+    URL no store answers to, or one that fails to open, is coded."""
+    from workwarden.storage import SQLiteStore, StoreError
+    from workwarden.storage.urls import STORE_NOT_FOUND, open_store
 
-    # A replay admits the trace's workloads into an empty store: one it may create.
-    creates = "mode" in inspect.signature(open_store).parameters
     try:
-        return open_store(url, mode="create") if creates else open_store(url)
+        try:
+            return open_store(url, mode="write"), None
+        except errors.WorkloadError as exc:
+            if exc.code != STORE_NOT_FOUND:
+                raise
+        # A replay admits the trace's workloads into an empty store: one it may create.
+        store = open_store(url, mode="create")
+        return store, store.path if isinstance(store, SQLiteStore) else None
     except errors.WorkloadError:
         raise
     except ValueError as exc:
@@ -543,6 +548,13 @@ def _open_store(url: str) -> Any:
         raise errors.WorkloadError(
             errors.STORAGE_FAILURE, f"cannot open the store: {exc}"
         ) from None
+
+
+def _remove_created(path: str | None) -> None:
+    """Remove the SQLite file (and its side files) a replay created, if it created one."""
+    if path is not None:
+        for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+            Path(name).unlink(missing_ok=True)
 
 
 def _refuse_work(store: Any, what: str) -> None:
@@ -624,26 +636,32 @@ def _run_replay(args: argparse.Namespace) -> int:
         )
     model = Model(spec, universe)
     _check_steps(model, trace, args.trace)
-    store = _open_store(args.store)
-    _refuse_work(store, "a replay")
-    if mutant is not None and mutant.wrap_store is not None:
-        store = mutant.wrap_store(store)
+    store, created = _open_store(args.store)
     try:
-        result = replay_trace(
-            spec,
-            trace,
-            store,
-            model=model,
-            **({"authority_cls": authority_cls} if authority_cls else {}),
-        )
-    except errors.WorkloadError as exc:
-        if exc.code != errors.INVALID or "step" not in (exc.details or {}):
-            raise
-        raise errors.WorkloadError(
-            exc.code, f"trace {args.trace}: {exc.message}", exc.details
-        ) from None
-    finally:
-        store.close()
+        _refuse_work(store, "a replay")
+        if mutant is not None and mutant.wrap_store is not None:
+            store = mutant.wrap_store(store)
+        try:
+            result = replay_trace(
+                spec,
+                trace,
+                store,
+                model=model,
+                **({"authority_cls": authority_cls} if authority_cls else {}),
+            )
+        except errors.WorkloadError as exc:
+            if exc.code != errors.INVALID or "step" not in (exc.details or {}):
+                raise
+            raise errors.WorkloadError(
+                exc.code, f"trace {args.trace}: {exc.message}", exc.details
+            ) from None
+        finally:
+            store.close()
+    except BaseException:
+        # A replay refused or stopped part way leaves no store it created, so it can be
+        # run again on the same --store.
+        _remove_created(created)
+        raise
     for step in result.steps:
         refused = f"  -> {step['refusal']}" if step["refusal"] else ""
         shown = {k: v for k, v in step.items() if k not in ("step", "refusal")}
