@@ -121,6 +121,23 @@ def test_a_universe_of_more_workers_than_their_symmetry_reduces_is_refused_at_on
     assert len(Model(spec, Universe.from_spec(spec, workers=9), symmetry=False).worker_names) == 9
 
 
+@pytest.mark.parametrize(
+    ("bound", "value"),
+    [("workers", 0), ("workers", -1), ("workers", "2"), ("workers", True), ("horizon_ms", -5)],
+)
+def test_a_universe_with_a_bound_below_its_least_is_refused_not_reported_clean(
+    bound: str, value: Any
+) -> None:
+    # No worker, or a horizon before the start, explores next to nothing: reported
+    # complete and clean, it would be a proof of nothing.
+    spec = default_spec()
+    universe = Universe.from_spec(spec, dependent=False, **{bound: value})
+    with pytest.raises(errors.WorkloadError) as refused:
+        check(spec, universe, max_states=20)
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == bound
+
+
 def test_every_shipped_policy_is_total_and_deterministic() -> None:
     assert policy_findings(default_spec()) == []
 

@@ -343,6 +343,26 @@ _NO_OFFERS: tuple[tuple[Action, ...], ...] = ((),) * DOC_PHASES
 SWEEPS = (Action("recover_expired", "sweeper"), Action("enforce_deadlines", "sweeper"))
 
 
+#: The least each whole-number bound of a universe may be (the others start at 0).
+_LEAST_BOUND = {"workers": 1, "workloads": 1, "max_attempts": 1, "lease_ms": 1, "horizon_ms": 1}
+
+
+def _refuse_bounds(universe: Universe) -> None:
+    """`WORKLOAD_INVALID` naming the first bound of `universe` that is not a whole number
+    from its least: a universe of no worker, or of a negative horizon, explores next to
+    nothing and would be reported complete and clean."""
+    for name in (
+        "workers", "workloads", "max_attempts", "lease_ms", "horizon_ms", "rearms",
+        "operator_actions", "moves", "crashes", "racer_prepares", "checkpoints_per_attempt",
+        "initial_delay_ms", "max_delay_ms",
+    ):  # fmt: skip
+        value, least = getattr(universe, name), _LEAST_BOUND.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise errors.bad_argument(
+                name, f"a universe's {name} is a whole number, {least} or more, not {value!r}"
+            )
+
+
 class Model:
     """The transition system of one universe under one spec.
 
@@ -367,6 +387,7 @@ class Model:
         self.spec = spec
         self.cache_limit = cache_limit
         self.universe = universe or Universe()
+        _refuse_bounds(self.universe)
         self.decide_fn = decide_fn
         self.authority_cls = authority_cls
         self.commit_checks_version = commit_checks_version
