@@ -221,6 +221,8 @@ BATTERY: dict[str, list[Bad]] = {
         bad("check", "--json", UNDER_A_FILE, "--max-states", "5"),
         # An empty path (an unset variable in a script) names no file: never ignored.
         bad("check", "--json", "", "--max-states", "5", code=UNWRITABLE),
+        bad("check", "--mutant", "", "--max-states", "5", code=INVALID),
+        bad("check", "--scheduling", "--mutant", "", "--max-states", "5", code=INVALID),
         bad("check", "--scheduling", "--json", "", "--max-states", "5", code=UNWRITABLE),
         bad("check", "--trace-dir", UNDER_A_FILE, "--max-states", "5", code=UNWRITABLE),
         bad("check", "--trace-dir", UNDER_PROC, "--max-states", "5", code=UNWRITABLE),
@@ -263,6 +265,7 @@ BATTERY: dict[str, list[Bad]] = {
         bad("replay", "{many}", code=INVALID),
         bad("replay", "{legion}", code=INVALID),
         bad("replay", "{untakeable}", code=INVALID),
+        bad("replay", "{empty_trace}", "--mutant", "", code=INVALID),
         bad("replay", "{empty_trace}", "--store", "{store}", code=UNUSABLE),
         bad("replay", status=2, code=USAGE),
     ],

@@ -294,11 +294,19 @@ def _run_check(args: argparse.Namespace) -> int:
         return _checked(args)
 
 
+def _named_mutant(name: str | None) -> None:
+    """Refuse `--mutant ""` (an unset variable in a script), which would check the real
+    core while the command line says a mutant."""
+    if name == "":
+        raise errors.bad_argument("--mutant", "--mutant is empty: name a mutant, or leave it out")
+
+
 def _checked(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.checker import check
     from workwarden.statemachine.check.universe import Model
     from workwarden.statemachine.spec import load_spec
 
+    _named_mutant(args.mutant)
     spec_file = spec_argument(args.spec, args.spec_option)
     if args.scheduling:
         from workwarden.cli.check_scheduling import run_scheduling
@@ -605,6 +613,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.universe import Model, Universe
     from workwarden.statemachine.spec import load_spec
 
+    _named_mutant(args.mutant)
     trace = _read_trace(args.trace)
     if trace.get("scheduling") is True:
         from workwarden.cli.check_scheduling import replay_scheduling
