@@ -16,6 +16,7 @@ import pytest
 from support import CAPS, VERIFIER, request, store_snapshot
 from workwarden.cli import main
 from workwarden.statemachine import Authority, WorkloadError, errors
+from workwarden.statemachine.pauses import PauseReply, pause_reply
 from workwarden.storage import SQLiteStore, Store
 
 NOW = 10_000
@@ -146,6 +147,11 @@ def test_the_pause_commands_pause_list_and_resume_a_store(
     assert [(p["scope"], p["actor"], p["reason"]) for p in listed] == [
         ("pause/t/app/*", "ops", "deploy")
     ]
+    # Listed as the API lists a pause (`PauseReply`), with the pause's own request id.
+    with SQLiteStore(db) as store:
+        [record] = Authority(store, grants=VERIFIER).pauses("t")
+    assert listed == [pause_reply(record).model_dump(mode="json")]
+    assert set(listed[0]) == set(PauseReply.model_fields)
     with SQLiteStore(db) as store:
         warden = Authority(store, grants=VERIFIER)
         assert warden.claim_next("t", "app", "w", CAPS, 30_000, LEASE) is None
@@ -241,11 +247,12 @@ def test_the_pause_command_takes_a_concurrency_key(
         keyed = _admit(warden, "keyed", concurrency_key="reports")
         plain = _admit(warden, "plain")
     scope = ["--store", str(db), "--tenant", "t", "--concurrency-key", "reports", "--actor", "ops"]
-    assert main(["pause", *scope]) == 0
+    assert main(["pause", *scope, "--request-id", "change-7"]) == 0
     assert "paused pause/t/*/*/reports" in capsys.readouterr().out
     assert main(["pauses", "--store", str(db), "--json"]) == 0
     [listed] = json.loads(capsys.readouterr().out)
     assert listed["concurrency_key"] == "reports"
+    assert listed["request_id"] == "change-7"
     with SQLiteStore(db) as store:
         warden = Authority(store, grants=VERIFIER)
         claim = warden.claim_next("t", "app", "w", CAPS, 30_000, LEASE)

@@ -20,6 +20,7 @@ from typing import Any
 
 from workwarden.cli import STORE_HELP, instant, instant_ms, opened_store, print_table
 from workwarden.statemachine import Authority, GrantVerifier
+from workwarden.statemachine.pauses import pause_reply
 from workwarden.storage.base import PauseRecord, PauseScope
 
 __all__ = ["register"]
@@ -79,16 +80,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _as_dict(record: PauseRecord) -> dict[str, Any]:
-    return {
-        "scope": record.scope.key,
-        "tenant": record.scope.tenant,
-        "application": record.scope.application,
-        "definition": record.scope.definition,
-        "concurrency_key": record.scope.concurrency_key,
-        "since": record.since,
-        "actor": record.actor,
-        "reason": record.reason,
-    }
+    """A pause as the API's `GET /v1/pauses` lists it (`PauseReply`), request id included."""
+    return pause_reply(record).model_dump(mode="json")
 
 
 def _list(args: argparse.Namespace) -> int:
