@@ -948,3 +948,21 @@ def test_a_bad_postgresql_url_is_refused_without_repeating_it() -> None:
         open_store("postgresql://user:s3cret@[broken/db")
     assert refused.value.code == URL_INVALID
     assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("argv", [["vectors"], ["spec", "examples"]])
+def test_output_to_a_full_device_is_output_unwritable_not_a_bug(argv: list[str]) -> None:
+    # /dev/full takes no byte: the write fails with ENOSPC, as on a full disk.
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "workwarden", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "WORKWARDEN_OUTPUT_UNWRITABLE: cannot write the output: No space left on device"
+    ]

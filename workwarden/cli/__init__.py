@@ -323,9 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = _not_utf8(args_list)
         if bad is not None:
             raise _Usage("workwarden", f"argument {bad} is not UTF-8 text")
-        args = build_parser().parse_args(args_list)
-        library_logs_one_line()
-        status: int = args.handler(args)
+        try:
+            args = build_parser().parse_args(args_list)
+            library_logs_one_line()
+            status: int = args.handler(args)
+        finally:
+            # What is still buffered is written now, where a full disk can be reported.
+            sys.stdout.flush()
     except _Usage as exc:
         command = exc.prog
         _print_error(USAGE, f"{command}: {exc.message} (see {command} --help)")
@@ -341,12 +345,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (`workwarden export ... | head`): nothing more to say.
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stream
+        _stdout_to_devnull()
+        return EXIT_REFUSED
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_FULL:
+            return _unexpected(exc)
+        # Standard output (or a file) has no room left: the output is lost, not a bug.
+        _stdout_to_devnull()
+        _print_error(OUTPUT_UNWRITABLE, f"cannot write the output: {exc.strerror or exc}")
         return EXIT_REFUSED
     except Exception as exc:  # noqa: BLE001 - the last resort: one coded line, no traceback
         return _unexpected(exc)
     return status
+
+
+#: The errors of a write that has no room (a full disk or quota, a file too large) or
+#: whose device failed.
+_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _stdout_to_devnull() -> None:
+    """Send what is left of standard output nowhere, so the exit's own flush cannot fail."""
+    with contextlib.suppress(OSError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the failed stream
 
 
 def _unexpected(exc: Exception) -> int:
