@@ -125,6 +125,18 @@ def test_the_command_exits_0_then_1_with_a_trace_that_replay_reproduces(
     assert "reproduced: fair_share_bound" in capsys.readouterr().out
 
 
+def test_a_trace_that_cannot_be_written_leaves_no_report_and_no_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A folder of the trace's name: refused before the report or the trace is written.
+    (tmp_path / "trace-fair_share_bound.json").mkdir()
+    report = tmp_path / "report.json"
+    args = ["check", "--scheduling", "--mutant", "ledger_in_list_order"]
+    assert main([*args, "--trace-dir", str(tmp_path), "--json", str(report)]) == 1
+    assert capsys.readouterr().err.startswith("WORKWARDEN_OUTPUT_UNWRITABLE: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace-fair_share_bound.json"]
+
+
 @pytest.mark.parametrize(
     "changes",
     [{"tenants": "ab"}, {"admissions": "31"}, {"limit": 1.5}, {"lease_ms": True}],

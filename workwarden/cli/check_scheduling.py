@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from workwarden.cli import OUTPUT_UNWRITABLE, write_output
+from workwarden.cli import OUTPUT_UNWRITABLE, check_output, write_output
 from workwarden.statemachine import errors
 
 T = TypeVar("T")
@@ -193,8 +193,7 @@ def run_scheduling(
             f"  tenant {tenant:<6} largest wait {report.largest_wait[tenant]}"
             f" (bound {report.bounds[tenant]})"
         )
-    if json_path is not None:
-        write_output(str(json_path), json.dumps(d, indent=2, sort_keys=True) + "\n", "--json")
+    traces: list[tuple[Path, str]] = []
     if report.violations:
         out_dir = trace_dir(args.trace_dir)
         for violation, steps in report.violations:
@@ -211,9 +210,16 @@ def run_scheduling(
                 "steps": [{"action": step} for step in steps],
             }
             path = out_dir / f"trace-{violation.property}.json"
-            text = json.dumps(trace, indent=2, sort_keys=True) + "\n"
-            write_output(str(path), text, "--trace-dir")
-            print(f"  trace written: {path}  (workwarden replay {path})")
+            # Every file is refused before any is written (a folder of a trace's name):
+            # a refused check leaves no report and no trace.
+            check_output(str(path), "--trace-dir")
+            traces.append((path, json.dumps(trace, indent=2, sort_keys=True) + "\n"))
+    if json_path is not None:
+        write_output(str(json_path), json.dumps(d, indent=2, sort_keys=True) + "\n", "--json")
+    for path, text in traces:
+        write_output(str(path), text, "--trace-dir")
+        print(f"  trace written: {path}  (workwarden replay {path})")
+    if report.violations:
         return False, report.complete
     if report.complete:
         print("  no violation: fair_share_bound and claims_within_concurrency_limits hold")
