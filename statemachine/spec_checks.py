@@ -55,6 +55,7 @@ _STATE_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _FAILURE_KIND = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+_FAILURE_KIND_MAX = 256  # the longest `Name`, as `FailCommand.kind` takes it
 
 
 #: How many valid names a message lists before it says how many more there are: a
@@ -780,6 +781,13 @@ class _Checker:
         for name in kinds:
             if not _FAILURE_KIND.match(name):
                 self.add(f"failures.kinds.{name}", "a failure kind is snake_case")
+            elif len(name) > _FAILURE_KIND_MAX:
+                # A worker's `fail` names its kind in at most that many characters.
+                self.add(
+                    f"failures.kinds.{name[:40]}...",
+                    f"a failure kind is at most {_FAILURE_KIND_MAX} characters, as fail()"
+                    " takes it; no failure could ever be reported of this one",
+                )
         for name, policy in (self.parts.policies or {}).items():
             for r, rule in policy.rules if policy is not None else []:
                 for t, test in enumerate(rule.when):

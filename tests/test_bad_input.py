@@ -323,6 +323,16 @@ def test_a_kind_name_is_snake_case(tmp_path: Any) -> None:
     assert ("failures.kinds.Bad-Kind", "a failure kind is snake_case") in problems
 
 
+def test_a_kind_name_longer_than_fail_takes_is_a_spec_problem(tmp_path: Any) -> None:
+    # Declared, it loaded; but fail() takes a kind of at most 256 characters, so no
+    # worker could ever report it.
+    longest = "k" * 256
+    assert _problems(tmp_path, "[failures.kinds.validation]", f"[failures.kinds.{longest}]") == []
+    problems = _problems(tmp_path, "[failures.kinds.validation]", f"[failures.kinds.{longest}k]")
+    assert [field for field, _ in problems] == [f"failures.kinds.{'k' * 40}..."]
+    assert "at most 256 characters" in problems[0][1]
+
+
 @pytest.mark.parametrize("text", ["with\x00nul", "\x00", "a lone \ud800 surrogate"])
 def test_free_text_no_store_can_hold_is_refused_by_every_call_taking_it_and_writes_nothing(
     text: str,
