@@ -154,6 +154,21 @@ def test_a_trace_whose_universe_is_not_one_is_refused_by_replay(
     assert "Traceback" not in err
 
 
+def test_a_scheduling_trace_naming_an_empty_mutant_is_refused_not_run_on_the_real_core(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "" named no mutant and replayed the trace against the real claimer and store.
+    args = ["check", "--scheduling", "--mutant", "ledger_in_list_order", "--trace-dir"]
+    assert main([*args, str(tmp_path)]) == 1
+    path = tmp_path / "trace-fair_share_bound.json"
+    trace = json.loads(path.read_text())
+    trace["mutant"] = ""
+    path.write_text(json.dumps(trace))
+    capsys.readouterr()
+    assert main(["replay", str(path)]) == 1
+    assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: no scheduling mutant ''")
+
+
 def test_scheduling_options_without_the_flag_are_one_coded_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -145,7 +145,7 @@ def trace_dir(path: str) -> Path:
 
 def pick_mutant(table: Mapping[str, T], name: str | None, what: str) -> T | None:
     """The mutant `name` of `table` (None for none); an unknown name is `WORKLOAD_INVALID`."""
-    if not name:
+    if name is None:
         return None
     mutant = table.get(name)
     if mutant is None:
