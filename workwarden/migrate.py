@@ -332,7 +332,6 @@ class _Planned:
     """A line to write, as the first reading found it: small, so a big export is not held."""
 
     key: str
-    version: int
     present_version: int  # 0: not present
     digest: str  # of the line's text, to know the second reading gives the same line
 
@@ -354,15 +353,12 @@ def _lines_of(source: Iterable[str]) -> Iterator[tuple[int, str]]:
 def _readable_twice(lines: Iterable[str]) -> Iterator[Callable[[], Iterable[str]]]:
     """A way to read `lines` again: an import checks every line, then reads them again to write.
 
-    A list or tuple is read twice as it is. A one-pass iterator (a generator,
-    an open file, standard input) is copied as it is read the first time into
-    a temporary file, which the second reading reads: the workloads are never
-    all held in memory at once. Anything else iterable is iterated again; the
+    A one-pass iterator (a generator, an open file, standard input) is copied
+    as it is read the first time into a temporary file, which the second
+    reading reads: the workloads are never all held in memory at once.
+    Anything else iterable (a list, a file read again) is iterated again; the
     writes check that each line is the one that was checked.
     """
-    if isinstance(lines, (list, tuple)):
-        yield lambda: lines
-        return
     if not isinstance(lines, Iterator):
         yield lambda: lines
         return
@@ -443,7 +439,7 @@ def _classify(
 ) -> str | None:
     """Plan `line`'s write or skip; the reason it conflicts, if it does."""
     document = serialise(line.workload)
-    planned = _Planned(line.key, line.version, 0, _digest(text))
+    planned = _Planned(line.key, 0, _digest(text))
     present = store.read(line.key)
     if present is not None:
         reason = _present(store, present, line, document)

@@ -425,14 +425,8 @@ def read_input(path: str, what: str = "input") -> str:
     """
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except IsADirectoryError:
-        raise WorkloadError(
-            INPUT_UNREADABLE, f"{what} {path} is a directory, not a file", {"path": path}
-        ) from None
     except OSError as exc:
-        raise WorkloadError(
-            INPUT_UNREADABLE, f"cannot read {what} {path}: {_reason(exc)}", {"path": path}
-        ) from None
+        raise _unreadable(path, what, exc) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
