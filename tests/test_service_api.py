@@ -459,6 +459,36 @@ def test_metrics_parse_and_count_what_the_store_holds(fresh: RunningService) -> 
     assert grew("workwarden_claim_to_complete_seconds_sum") == pytest.approx(3.0)
 
 
+def test_a_failure_reported_through_execute_is_counted_as_through_fail(
+    fresh: RunningService,
+) -> None:
+    def failures(kind: str) -> float:
+        taken = _samples(httpx.get(fresh.url + "/metrics").text)
+        found = taken.get("workwarden_failures_total", [])
+        return sum(s.value for s in found if s.labels.get("kind") == kind)
+
+    worker = fresh.token("worker", "w1")
+    with fresh.client(worker, fresh.token("operator", "alice")) as client:
+        for n in range(2):
+            client.admit(request(idempotency_key=f"k{n}"), 10_000 + n)
+        by_route = client.claim_next("t", "app", "w1", CAPS, 11_000, 60_000, request_id="c1")
+        by_execute = client.claim_next("t", "app", "w1", CAPS, 11_000, 60_000, request_id="c2")
+    assert by_route
+    assert by_execute
+    before = failures("validation")
+    for op, claim in (("fail", by_route), ("execute", by_execute)):
+        body = {
+            "op": "fail",
+            "workload_id": claim.workload_id,
+            "fence": claim.fence.model_dump(),
+            "kind": "validation",
+            "error": "bad input",
+        }
+        reply = _post(fresh, op, body, worker, now=12_000)
+        assert reply.status_code == 200, reply.text
+    assert failures("validation") - before == 2
+
+
 def test_serve_refuses_what_it_cannot_serve_with_one_coded_line(tmp_path: Path) -> None:
     keys = tmp_path / "tokens.json"
     keys.write_text('{"k": "' + SECRET.hex() + '"}')

@@ -244,6 +244,8 @@ def api_router(service: Service) -> APIRouter:
                 who,
                 lambda: run(command, at),
                 acting_as=actor if isinstance(actor, str) else None,
+                # A failure report's kind labels the failures metric, as on `/v1/fail`.
+                kind=command.kind if isinstance(command, FailCommand) else None,
                 workload_id=wid if isinstance(wid, str) else None,
             )
         )
