@@ -950,7 +950,9 @@ def test_a_bad_postgresql_url_is_refused_without_repeating_it() -> None:
     assert "s3cret" not in str(refused.value)
 
 
-@pytest.mark.parametrize("argv", [["vectors"], ["spec", "examples"]])
+@pytest.mark.parametrize(
+    "argv", [["vectors"], ["spec", "examples"], ["--version"], ["--help"], ["check", "--help"]]
+)
 def test_output_to_a_full_device_is_output_unwritable_not_a_bug(argv: list[str]) -> None:
     # /dev/full takes no byte: the write fails with ENOSPC, as on a full disk.
     with open("/dev/full", "w") as full:

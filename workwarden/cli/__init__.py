@@ -185,6 +185,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise _Usage(self.prog, message)
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops a failed write of `--help` or `--version`; written here, a full
+        # disk is `WORKWARDEN_OUTPUT_UNWRITABLE` and a reader gone away ends quietly.
+        if message:
+            (file or sys.stderr).write(message)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered subcommand."""
