@@ -635,6 +635,11 @@ class Authority:
         of the call (its reply lost) is answered with the live, unstarted
         claims made with it, and writes nothing (`own_claim`); when none is
         live and one has started, the repeat is `WORKLOAD_NOT_READY`.
+
+        A store that cannot be reached is `WORKLOAD_STORAGE_FAILURE`; a
+        batch of claims sent whose answer was lost is
+        `WORKLOAD_OUTCOME_UNKNOWN` (its claims may be held now), and the
+        repeat with the same `request_id` answers them.
         """
         return batches.claim_many(
             self, tenant, application, worker_id, capabilities, now, lease_ms, limit, request_id

@@ -448,9 +448,21 @@ def _claim_round(
                 writes.append(authority._to_write(item, _written_workload(item)))
         return writes
 
-    results = authority._store_call(
-        store.claim_batch, seeker.tenant, seeker.application, now, limit, choose
-    )
+    try:
+        results = store.claim_batch(seeker.tenant, seeker.application, now, limit, choose)
+    except StoreError as exc:
+        for key in chosen:
+            authority._latest.forget(key)
+        if isinstance(exc, StoreOutcomeUnknown):
+            # The claims were sent: they may be held now, as a lost reply
+            # leaves them. A repeat with the same request id is answered with them.
+            raise errors.WorkloadError(
+                errors.OUTCOME_UNKNOWN,
+                "the claims may or may not have committed; call again with the same"
+                " arguments and request id",
+                {"workload_ids": sorted(chosen), "reason": str(exc)},
+            ) from None
+        raise errors.WorkloadError(errors.STORAGE_FAILURE, f"store failure: {exc}") from None
     claims: list[ClaimReply] = []
     passed_over = 0
     for write, outcome in results:

@@ -9,6 +9,9 @@ private PostgreSQL server:
   of the batch is a conflict, the replay rules' "already done";
 - a `write_many` cut on its way, after its first writes reached the server
   and before its last did, raises `StoreOutcomeUnknown` and wrote nothing;
+- `Authority.claim_many` over such a `claim_batch` is
+  `WORKLOAD_OUTCOME_UNKNOWN`, and its repeat with the same request id is
+  answered with the claims that committed;
 - a `claim_batch` whose page of candidates is lost on its way (nothing
   written yet) is read again on a fresh connection, as a read is, and claims
   as usual.
@@ -30,6 +33,8 @@ import pytest
 from faultproxy import FaultProxy
 
 from pg import server
+from support import CAPS, VERIFIER, request
+from workwarden.statemachine import Authority, WorkloadError, errors
 from workwarden.storage import (
     AuditRecord,
     IndexFields,
@@ -212,6 +217,36 @@ def test_a_claim_batch_whose_answer_is_lost_after_the_commit_claimed_the_whole_b
     # The lost claims are no longer candidates; the next batch takes the rest.
     rest = proxied.claim_batch("t", "app", 0, _BATCH, ClaimAll("tx-claim-rest"))
     assert [(write.key, outcome) for write, outcome in rest] == [(key, 2) for key in keys[_BATCH:]]
+
+
+@pytest.mark.postgres
+def test_a_claim_many_whose_answer_is_lost_is_outcome_unknown_and_its_repeat_answers_the_claims(
+    proxy: FaultProxy, proxied: PostgresStore
+) -> None:
+    # The claims committed and their answer was lost: not a store failure
+    # ("nothing is known to have been committed") but an unknown outcome, which the
+    # repeat with the same request id answers with the claims made, writing nothing.
+    warden = Authority(proxied, grants=VERIFIER)
+    admitted = [
+        warden.admit(request(idempotency_key=f"k{number}"), 10_000).workload.workload_id
+        for number in range(3)
+    ]
+    proxy.drop_reply(b"claims-answer-lost")
+
+    with pytest.raises(WorkloadError) as lost:
+        warden.claim_many("t", "app", "w", CAPS, 10_001, 60_000, 5, request_id="claims-answer-lost")
+
+    assert proxy.fired == 1
+    assert lost.value.code == errors.OUTCOME_UNKNOWN
+    assert lost.value.error_class == "retry_later"
+    found = proxied.read_many(admitted)
+    assert {found[key].index.state for key in admitted} == {"CLAIMED"}
+    audited = len(proxied.audit_log())
+    again = warden.claim_many(
+        "t", "app", "w", CAPS, 10_002, 60_000, 5, request_id="claims-answer-lost"
+    )
+    assert sorted(claim.workload_id for claim in again) == sorted(admitted)
+    assert len(proxied.audit_log()) == audited
 
 
 @pytest.mark.postgres
