@@ -522,3 +522,32 @@ def test_a_workload_page_for_an_id_no_workload_can_have_is_not_found() -> None:
     ):
         assert reply.status_code == 404, (wid, reply.text[:300])
         assert "No workload" in reply.text
+
+
+def test_every_console_page_loads_in_a_fresh_browser_without_a_console_error(
+    browser: Browser, console: tuple[RunningService, dict[str, str]]
+) -> None:
+    service, ids = console
+    paths = [
+        "/console/",
+        "/console/workloads",
+        f"/console/workloads/{quote(ids['dead'], safe='')}",
+        "/console/dead-letters",
+        "/console/pauses",
+        "/console/audit",
+        "/console/check",
+        "/console/login",
+    ]
+    errors: list[str] = []
+    for path in paths:
+        # A fresh context each time: nothing (an icon) is cached from an earlier page.
+        context = browser.new_context()
+        page = context.new_page()
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        reply = page.goto(service.url + path)
+        assert reply is not None
+        assert reply.status == 200, path
+        page.wait_for_load_state("networkidle")
+        assert errors == [], path
+        context.close()
