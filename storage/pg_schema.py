@@ -216,6 +216,11 @@ class NewerSchema(StoreFailure):
     """The database holds the schema of a newer release: no retry makes it readable."""
 
 
+class OlderSchema(StoreFailure):
+    """The database holds the schema of an older release, and the store was opened not to
+    change it (`PostgresStore(..., upgrade=False)`): a store that writes brings it up to date."""
+
+
 #: The store's tables, as `_SCHEMA` creates them.
 TABLES: Final = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", "".join(_SCHEMA)))
 
@@ -791,9 +796,11 @@ def _audit(row: TupleRow) -> AuditRecord:
     )
 
 
-def _ensure_schema(conn: psycopg.Connection[TupleRow], *, create: bool = True) -> None:
+def _ensure_schema(
+    conn: psycopg.Connection[TupleRow], *, create: bool = True, upgrade: bool = True
+) -> None:
     """Create the tables if missing (`StoreAbsent` instead, without `create`); upgrade older
-    ones; refuse a schema newer than this code."""
+    ones (`OlderSchema` instead, without `upgrade`); refuse a schema newer than this code."""
     try:
         row = conn.execute("SELECT max(version) FROM workwarden_schema_version").fetchone()
     except psycopg.errors.UndefinedTable:
@@ -802,6 +809,12 @@ def _ensure_schema(conn: psycopg.Connection[TupleRow], *, create: bool = True) -
             raise StoreAbsent(
                 "the database holds no workwarden store (no workwarden_schema_version table)"
             ) from None
+    if not upgrade and row is not None and (row[0] or 0) < SCHEMA_VERSION:
+        raise OlderSchema(
+            f"the database holds schema version {row[0] or 0}, older than this release's"
+            f" {SCHEMA_VERSION}: a command that writes to it (worker, sweeper, import...)"
+            " brings it up to date; until then it cannot be read"
+        )
     if row is None or row[0] is None or row[0] < SCHEMA_VERSION:
         # Several processes may get here at once on a fresh database; the
         # lock makes them create the tables one after the other.

@@ -342,8 +342,11 @@ class PostgresStore:
 
     `create` (the default) creates the store's tables in a database that
     holds none; with `create=False` such a database is `StoreAbsent`, so a
-    mistyped database name is not taken for a new, empty store (tables of an
-    older schema are upgraded either way).
+    mistyped database name is not taken for a new, empty store. Tables of an
+    older release's schema are brought up to date, unless `upgrade=False`
+    (what `open_store(url, mode="read")` passes): then such a database is
+    `OlderSchema`, left as it was, so that reading it never changes what the
+    older release's processes still running on it use.
 
     `synchronous_commit` stays on unless asked otherwise: a write is
     acknowledged only once it is durable. Turning it off makes writes faster,
@@ -389,11 +392,14 @@ class PostgresStore:
         pool_size: int = 8,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         create: bool = True,
+        upgrade: bool = True,
     ) -> None:
         if not isinstance(dsn, str) or "\x00" in dsn:
             raise bad_argument("dsn", "dsn must be a libpq connection string or URL")
         if not isinstance(create, bool):
             raise bad_argument("create", "create must be True or False")
+        if not isinstance(upgrade, bool):
+            raise bad_argument("upgrade", "upgrade must be True or False")
         if not isinstance(synchronous_commit, bool):
             raise bad_argument("synchronous_commit", "synchronous_commit must be True or False")
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
@@ -415,7 +421,7 @@ class PostgresStore:
         # answers yet: that is waited for).
         first = _connect(dsn, self.connect_timeout_s, "cannot open the database")
         with _failures("cannot open the database"), first:
-            _ensure_schema(first, create=create)
+            _ensure_schema(first, create=create, upgrade=upgrade)
         # The pool is given no `check`: the store checks each connection it
         # is lent itself (see `_lend`), because the pool's own check loop
         # sleeps after every dead connection it finds (1 s, then 2 s, 4 s...:

@@ -38,9 +38,9 @@ PostgreSQL URL (which may hold a password):
   (`"create"` creates them).
 - `WORKLOAD_STORE_UNUSABLE`: the store exists but cannot serve the mode: a
   directory, a file that is not a SQLite database or not a workwarden store,
-  one written by a newer release (a SQLite file or a PostgreSQL database), a
-  SQLite file of an older release opened to read (a command that writes brings
-  it up to date), or a read-only file opened to write.
+  one written by a newer release (a SQLite file or a PostgreSQL database), one
+  of an older release opened to read (either backend: a command that writes
+  brings it up to date), or a read-only file opened to write.
 - `WORKLOAD_STORAGE_FAILURE`: the store could not be reached or stayed locked
   (a server that is down, a file locked past the busy timeout): try later.
 """
@@ -219,9 +219,11 @@ def _open_postgres(dsn: str, mode: Mode) -> Store:
     module = importlib.import_module("workwarden.storage.postgres")
     schema = importlib.import_module("workwarden.storage.pg_schema")
     try:
-        store: Store = module.PostgresStore(dsn, create=mode == "create", **options)
-    except schema.NewerSchema as exc:
-        # Not a failure to retry later: the store needs a newer workwarden.
+        store: Store = module.PostgresStore(
+            dsn, create=mode == "create", upgrade=mode != "read", **options
+        )
+    except (schema.NewerSchema, schema.OlderSchema) as exc:
+        # Not a failure to retry later: the store needs a newer workwarden, or a write.
         raise WorkloadError(
             STORE_UNUSABLE, "cannot use the PostgreSQL store: " + _without(str(exc), dsn)
         ) from None

@@ -55,7 +55,7 @@ from workwarden.storage import (
 from workwarden.storage.base import Pauses, Purges, StoredDocument, Tombstones
 from workwarden.storage.pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from workwarden.storage.pg_schema import TABLES as PG_TABLES
-from workwarden.storage.pg_schema import drop_schema_written_only_by
+from workwarden.storage.pg_schema import OlderSchema, drop_schema_written_only_by
 from workwarden.storage.postgres import PostgresStore
 from workwarden.storage.sqlite_schema import SCHEMA_VERSION
 
@@ -760,6 +760,49 @@ def test_an_older_sqlite_file_opened_to_read_is_refused_as_older_until_a_write_u
     assert main(["import", "--store", str(path), str(empty)]) == 0
     assert main(["export", "--store", str(path)]) == 0
     assert capsys.readouterr().out.endswith(text)
+
+
+@pytest.mark.postgres
+def test_an_older_postgres_database_opened_to_read_is_refused_and_left_as_it_was(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with postgres_database() as dsn:
+        with contextlib.closing(PostgresStore(dsn)) as store:
+            populate(store)
+            text = exported(store)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE workwarden_pauses, workwarden_pause_versions")
+            conn.execute("DROP TABLE workwarden_tombstones")
+            conn.execute("ALTER TABLE workwarden_documents DROP COLUMN definition")
+            conn.execute("DELETE FROM workwarden_schema_version")
+            conn.execute("INSERT INTO workwarden_schema_version (version) VALUES (2)")
+
+        def tables() -> list[tuple[Any, ...]]:
+            with psycopg.connect(dsn) as conn:
+                return (
+                    conn.execute(
+                        "SELECT table_name, column_name FROM information_schema.columns"
+                        " WHERE table_name LIKE 'workwarden_%' ORDER BY 1, 2"
+                    ).fetchall()
+                    + conn.execute(
+                        "SELECT version FROM workwarden_schema_version ORDER BY 1"
+                    ).fetchall()
+                )
+
+        before = tables()
+        url = _postgres_url(dsn)
+        for command in (["export"], ["stats"], ["list", "t", "app"]):
+            assert main([*command, "--store", url]) == 1
+            err = capsys.readouterr().err
+            assert err.startswith("WORKLOAD_STORE_UNUSABLE: "), err
+            assert "schema version 2, older than this release's" in err
+        with pytest.raises(OlderSchema):
+            PostgresStore(dsn, upgrade=False)
+        assert tables() == before
+        # A store opened to write brings it up to date; then it reads as it was.
+        PostgresStore(dsn).close()
+        assert main(["export", "--store", url]) == 0
+        assert capsys.readouterr().out.endswith(text)
 
 
 @pytest.mark.postgres
