@@ -415,6 +415,9 @@ BATTERY: dict[str, list[Bad]] = {
         bad("sweeper", code=URL_INVALID),
         bad("sweeper", "--bogus", status=2, code=USAGE),
         bad("sweeper", "--store", "{store}", "--metrics-port", "70000", status=2, code=USAGE),
+        # Refused before --create makes the store: no file is left behind.
+        bad("sweeper", "--store", "{missing}", "--create", "--tenant", "", code=INVALID),
+        bad("sweeper", "--store", "{missing}", "--create", "--spec", "{toml}", code=SPEC_INVALID),
     ],
     "scheduler": [
         bad("scheduler", "--store", "bogus://x", "--schedules", "x:y", "--no-grant-signatures"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -355,6 +356,59 @@ def test_an_out_of_range_worker_option_is_a_usage_error_before_it_starts(
     (line,) = stderr.splitlines()
     assert line.startswith(f"WORKWARDEN_USAGE: workwarden worker: argument {option}: ")
     assert _states(tmp_path / "store.db") == ["READY"]
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "said"),
+    [
+        ("worker", ["--concurrency", str(2**60)], "WORKLOAD_INVALID: concurrency "),
+        ("worker", ["--lease-ms", "3"], "WORKLOAD_INVALID: batch_window_ms "),
+        ("worker", ["--also-serve", "t"], "WORKLOAD_INVALID: each scope "),
+        ("worker", ["--worker-id", "w" * 244], "WORKLOAD_INVALID: worker_id "),
+        ("worker", ["--spec", "no-such.toml"], "WORKLOAD_SPEC_INVALID: "),
+        ("worker", ["--metrics-port", "{busy}"], "WORKWARDEN_USAGE: --metrics-port "),
+        ("sweeper", ["--tenant", ""], "WORKLOAD_INVALID: tenant"),
+        ("sweeper", ["--spec", "no-such.toml"], "WORKLOAD_SPEC_INVALID: "),
+        ("sweeper", ["--metrics-port", "{busy}"], "WORKWARDEN_USAGE: --metrics-port "),
+    ],
+)
+def test_an_option_refused_with_create_leaves_no_store_behind(
+    tmp_path: Path, command: str, options: list[str], said: str
+) -> None:
+    # Options the worker or sweeper itself refuses are refused before --create makes the
+    # store: a first deployment whose command line is wrong does not leave an empty store
+    # that the next, corrected, command would take as the real one.
+    (tmp_path / "tasks.py").write_text(APP, encoding="utf-8")
+    app = ["--app", "tasks:app", "--tenant", "t", "--application", "app"]
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        refused = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "workwarden",
+                command,
+                "--store",
+                f"sqlite:///{tmp_path / 'store.db'}",
+                "--create",
+                "--until-idle",
+                *(app if command == "worker" else []),
+                *(option.replace("{busy}", port) for option in options),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "PYTHONPATH": ""},
+        )
+    line = refused.stderr.splitlines()[0]  # the coded line; the error's details follow
+    assert line.startswith(said), refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert refused.returncode == (2 if said.startswith("WORKWARDEN_USAGE") else 1)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tasks.py"]
 
 
 def test_a_grace_of_zero_seconds_is_taken_and_the_work_still_drains(tmp_path: Path) -> None:

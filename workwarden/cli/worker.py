@@ -48,7 +48,8 @@ from workwarden.runtime.worker import _exception_text
 from workwarden.statemachine import Authority, GrantVerifier
 from workwarden.statemachine import errors as codes
 from workwarden.statemachine.errors import WorkloadError
-from workwarden.statemachine.spec import load_spec
+from workwarden.statemachine.spec import Spec, load_spec
+from workwarden.storage import MemoryStore
 
 __all__ = [
     "MAX_LEASE_MS",
@@ -149,10 +150,21 @@ def load_app(target: str) -> App:
     return app
 
 
-def _authority(store: Any, spec_path: str | None) -> Authority:
+def _authority(store: Any, spec: Spec | None) -> Authority:
     # Workers and sweepers admit nothing: no grant signature is ever checked here.
-    spec = load_spec(spec_path) if spec_path is not None else None
     return Authority(store, grants=GrantVerifier.without_signatures(), spec=spec)
+
+
+def _checked_before_opening(
+    remote: tuple[str, str] | None, spec: Spec | None, build: Callable[[Authority], object]
+) -> None:
+    """Build the worker or sweeper once over an empty memory store, before the real one
+    is opened: an option it refuses is refused before `--create` makes a store that the
+    refusal would leave behind. Over `--warden` nothing is created, and the service's
+    spec is not known here.
+    """
+    if remote is None:
+        build(_authority(MemoryStore(), spec))
 
 
 def _usage(message: str) -> WorkloadError:
@@ -175,18 +187,28 @@ def _remote(command: str, args: argparse.Namespace) -> tuple[str, str] | None:
     return args.warden, token
 
 
-@contextlib.contextmanager
-def _opened_authority(command: str, args: argparse.Namespace) -> Iterator[Any]:
-    """The authority over `--store`, or over HTTP with `--warden`."""
-    remote = _remote(command, args)
-    if remote is None:
-        with opened_store(args.store, "create" if args.create else "write") as store:
-            yield _authority(store, args.spec)
-        return
+def _spec(command: str, args: argparse.Namespace) -> Spec | None:
+    """The spec `--spec` names (None: the shipped one), read before the store is opened.
+
+    A usage error when `--create` or `--spec` comes with `--warden`.
+    """
+    if args.warden is None:
+        return load_spec(args.spec) if args.spec is not None else None
     if args.create:
         raise _usage(f"{command}: --create goes with --store; the service keeps its own store")
     if args.spec is not None:
         raise _usage(f"{command}: --spec goes with --store; over --warden the service's spec holds")
+    return None
+
+
+@contextlib.contextmanager
+def _opened_authority(command: str, args: argparse.Namespace, spec: Spec | None) -> Iterator[Any]:
+    """The authority over `--store` (deciding under `spec`), or over HTTP with `--warden`."""
+    remote = _remote(command, args)
+    if remote is None:
+        with opened_store(args.store, "create" if args.create else "write") as store:
+            yield _authority(store, spec)
+        return
     try:
         from workwarden.service.client import HttpAuthority
     except ImportError as exc:
@@ -253,10 +275,12 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _work(args: argparse.Namespace, running: list[Any]) -> int:
     _configure_logging()
-    _remote("worker", args)
+    remote = _remote("worker", args)
     app = load_app(args.app)
-    with _opened_authority("worker", args) as authority:
-        worker = Worker(
+    spec = _spec("worker", args)
+
+    def build(authority: Any) -> Worker:
+        return Worker(
             authority,
             app,
             tenant=args.tenant,
@@ -270,7 +294,12 @@ def _work(args: argparse.Namespace, running: list[Any]) -> int:
             also_serve=args.also_serve,
             all_scopes=args.all_scopes,
         )
-        _serve_metrics(args.metrics_port, lambda: worker.counts)
+
+    _checked_before_opening(remote, spec, build)
+    # The port before the store too; its counts are the worker's once there is one.
+    _serve_metrics(args.metrics_port, lambda: running[0].counts if running else {})
+    with _opened_authority("worker", args, spec) as authority:
+        worker = build(authority)
         running.append(worker)
         if args.until_idle:
             worker.run_until_idle()
@@ -287,9 +316,16 @@ def _sweeper(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace, running: list[Any]) -> int:
     _configure_logging()
-    with _opened_authority("sweeper", args) as authority:
-        sweeper = Sweeper(authority, tenant=args.tenant, application=args.application)
-        _serve_metrics(args.metrics_port, lambda: sweeper.counts)
+    remote = _remote("sweeper", args)
+    spec = _spec("sweeper", args)
+
+    def build(authority: Any) -> Sweeper:
+        return Sweeper(authority, tenant=args.tenant, application=args.application)
+
+    _checked_before_opening(remote, spec, build)
+    _serve_metrics(args.metrics_port, lambda: running[0].counts if running else {})
+    with _opened_authority("sweeper", args, spec) as authority:
+        sweeper = build(authority)
         running.append(sweeper)
         if args.until_idle:
             sweeper.run_until_idle()
