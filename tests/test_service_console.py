@@ -551,3 +551,34 @@ def test_every_console_page_loads_in_a_fresh_browser_without_a_console_error(
         page.wait_for_load_state("networkidle")
         assert errors == [], path
         context.close()
+
+
+def test_a_page_with_an_operators_form_does_not_refresh_away_what_is_typed(
+    browser: Browser, console: tuple[RunningService, dict[str, str]]
+) -> None:
+    service, ids = console
+    with_forms = ["/console/pauses", "/console/dead-letters"]
+    with_forms.append(f"/console/workloads/{quote(ids['dead'], safe='')}")
+    without = [
+        "/console/",
+        "/console/audit",
+        f"/console/workloads/{quote(ids['running'], safe='')}",
+    ]
+    page = browser.new_page()
+    for path in with_forms + without:  # read-only: nothing to type, every page refreshes
+        page.goto(service.url + path)
+        assert page.locator("meta[http-equiv=refresh]").count() == 1, path
+    page.goto(service.url + "/console/login")
+    assert page.locator("meta[http-equiv=refresh]").count() == 0
+    page.fill("#token", service.token("operator", "alice"))
+    page.click("#sign-in")
+    assert page.locator("#operator").inner_text() == "alice"
+    for path in with_forms:
+        page.goto(service.url + path)
+        assert page.locator("meta[http-equiv=refresh]").count() == 0, path
+        assert page.locator("form input[name=reason]").count() >= 1, path
+        assert "reload" in page.locator("main > p.muted").last.inner_text(), path
+    for path in without:
+        page.goto(service.url + path)
+        assert page.locator("meta[http-equiv=refresh]").count() == 1, path
+    page.close()

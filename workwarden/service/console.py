@@ -1,7 +1,9 @@
 """The operator console: server-rendered pages over the service's store, under `/console`.
 
 Pages (Jinja2 templates shipped in `workwarden/service/templates/`, no
-JavaScript; each refreshes itself with `<meta http-equiv="refresh">`):
+JavaScript; each refreshes itself with `<meta http-equiv="refresh">`, but for
+the sign-in form and a page showing a signed-in operator a form to fill, which
+a refresh would wipe as it is typed):
 
 - `/console/`: workloads by state per tenant and application, the age of the
   oldest queued workload, recoveries and timeouts in the last hour;
@@ -127,11 +129,24 @@ class _Pages:
             return None
         return caller if caller.actor_class == "operator" else None
 
-    def page(self, request: Request, name: str, status: int = 200, **values: Any) -> Response:
+    def page(
+        self,
+        request: Request,
+        name: str,
+        status: int = 200,
+        *,
+        forms: bool = False,
+        **values: Any,
+    ) -> Response:
+        """The page `name`, refreshing itself every `REFRESH_S` seconds unless it shows
+        a form to fill: the sign-in form, or (`forms`) an operator's forms to a signed-in
+        operator, which a refresh would wipe while they are typed."""
         template = self.env.get_template(name)
+        operator = self.operator(request)
+        still = name == "login.html" or (forms and operator is not None)
         html = template.render(
-            operator=self.operator(request),
-            refresh=REFRESH_S,
+            operator=operator,
+            refresh=None if still else REFRESH_S,
             spec_name=self.service.spec.data.spec.name,
             now=self.service.wall_now(),
             **values,
@@ -338,6 +353,7 @@ def console_router(service: Service) -> APIRouter:
             rearmable=w.state in rearmable_states(service),
             document=json.dumps(json.loads(doc.document), indent=2, sort_keys=True),
             message=request.query_params.get("message"),
+            forms=w.state in rearmable_states(service),
         )
 
     @router.get("/dead-letters")
@@ -347,7 +363,13 @@ def console_router(service: Service) -> APIRouter:
             (w for w in pages.workloads() if w.state in held),
             key=lambda w: (w.updated_at, w.workload_id),
         )
-        return pages.page(request, "dead_letters.html", workloads=chosen, rearm_states=sorted(held))
+        return pages.page(
+            request,
+            "dead_letters.html",
+            workloads=chosen,
+            rearm_states=sorted(held),
+            forms=bool(chosen),
+        )
 
     @router.post("/workloads/{workload_id:path}/retry")
     async def rearm(request: Request, workload_id: str) -> Response:
@@ -379,6 +401,7 @@ def console_router(service: Service) -> APIRouter:
             "pauses.html",
             pauses=service.authority.pauses(),
             message=request.query_params.get("message"),
+            forms=True,
         )
 
     @router.post("/pauses")
