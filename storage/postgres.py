@@ -176,7 +176,7 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _write_statement,
 )
 
-__all__ = ["CONNECT_TIMEOUT_S", "READ_TRIES", "SCHEMA_VERSION", "PostgresStore"]
+__all__ = ["CONNECT_TIMEOUT_S", "DEADLOCK_TRIES", "READ_TRIES", "SCHEMA_VERSION", "PostgresStore"]
 
 CONNECT_TIMEOUT_S: Final = 10.0
 """How long a store waits for an unreachable server, unless told otherwise."""
@@ -184,6 +184,9 @@ CONNECT_TIMEOUT_S: Final = 10.0
 _T = TypeVar("_T")
 
 _SCAN_PAGE = 500
+
+DEADLOCK_TRIES: Final = 3
+"""How many times a statement is run when the server keeps ending it to break a deadlock."""
 
 
 def _outcome(key: str, expected_version: int | None, row: TupleRow | None) -> WriteOutcome:
@@ -382,6 +385,10 @@ class PostgresStore:
     - `StoreOutcomeUnknown` when a write's connection broke after the
       write was sent: it may have committed. Call again with the same
       arguments.
+    - `StoreFailure` when the server ended a call's transaction to break
+      a deadlock `DEADLOCK_TRIES` (3) times in a row (each time it wrote
+      nothing and ran again: two batches writing the same keys in
+      different orders deadlock, and one of them is ended).
     """
 
     def __init__(
@@ -514,16 +521,26 @@ class PostgresStore:
         `READ_TRIES` times in all. A write whose connection breaks has been
         sent and may have committed: `StoreOutcomeUnknown`. `write` may be a
         callable saying whether `run` has sent its write yet: until it has,
-        a broken connection is tried again as a read's is. Other database
-        errors are raised as they are, for the caller to name.
+        a broken connection is tried again as a read's is. A transaction the
+        server ended to break a deadlock wrote nothing: it runs again,
+        `DEADLOCK_TRIES` times in all. Other database errors are raised as
+        they are, for the caller to name.
         """
         deadline = self._deadline()
         tries = 0
+        deadlocks = 0
         while True:
             tries += 1
             with self._lend(what, deadline) as conn:
                 try:
                     return run(conn)
+                except psycopg.errors.DeadlockDetected:
+                    # Two batches taking rows in different orders: the server
+                    # rolled this one back whole, and the other goes on.
+                    deadlocks += 1
+                    tries -= 1
+                    if deadlocks >= DEADLOCK_TRIES or _broken(conn):
+                        raise
                 except psycopg.Error as exc:
                     if not _broken(conn):
                         raise

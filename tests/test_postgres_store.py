@@ -197,6 +197,41 @@ def test_a_create_racing_its_keys_purge_is_a_conflict_not_a_document_at_version_
     assert store.tombstone("k") == 2
 
 
+def test_a_batch_the_server_ends_to_break_a_deadlock_runs_again_and_writes_once(
+    dsn: str, store: PostgresStore
+) -> None:
+    """Two writers taking the same keys in opposite orders deadlock; the server ends the
+    transaction of one of them, which wrote nothing: a batch so ended runs again (once the
+    other writer is done), rather than failing every write it held."""
+    outcome: list[Any] = []
+    batch = [Write(key, "{}", index(), None, audit(key)) for key in ("a", "b")]
+
+    def write_batch() -> None:
+        try:
+            outcome.append(store.write_many(batch))
+        except StoreFailure as exc:
+            outcome.append(exc)
+
+    insert = (
+        "INSERT INTO workwarden_documents"
+        " (key, version, document, tenant, application, state, priority, created_at)"
+        " VALUES (%s, 1, '{}', 't', 'app', 'READY', 0, 0)"
+    )
+    with psycopg.connect(dsn) as other:  # another writer's transaction, held open
+        other.execute(insert, ("b",))
+        racer = threading.Thread(target=write_batch)
+        racer.start()
+        _settled_or_waiting(dsn, racer)  # the batch wrote "a" and waits on "b"
+        # "a" now waits on the batch: a cycle, which the server breaks by ending the
+        # batch's transaction (it began waiting first, so it finds the deadlock first).
+        other.execute(insert, ("a",))
+        other.rollback()
+    racer.join(30)
+    assert not racer.is_alive()
+    assert outcome == [[1, 1]], outcome
+    assert [(r.key, r.version) for r in store.audit_log()] == [("a", 1), ("b", 1)]
+
+
 def test_audit_records_are_numbered_from_one_in_the_order_of_their_writes(
     store: PostgresStore,
 ) -> None:
