@@ -677,6 +677,12 @@ def test_a_wrong_method_is_405_with_allow_and_head_answers_as_get(fresh: Running
     posted = httpx.post(fresh.url + "/healthz")
     assert posted.status_code == posted.json()["status"] == 405
     assert posted.headers["allow"] == "GET, HEAD"
+    # A console page and the form posted to it share a path: both methods are allowed.
+    for path in ("/console/pauses", "/console/login"):
+        put = httpx.put(fresh.url + path)
+        assert put.status_code == put.json()["status"] == 405, path
+        assert put.headers["allow"] == "GET, HEAD, POST", path
+        assert put.json()["detail"].endswith("it takes GET, HEAD, POST"), path
 
     health = httpx.get(fresh.url + "/healthz")
     assert health.json() == {"ok": True, "version": workwarden.__version__}

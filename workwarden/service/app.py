@@ -27,6 +27,7 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.responses import RedirectResponse, Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workwarden import __version__
@@ -94,11 +95,22 @@ class _HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, headless)
 
 
-def _allow(headers: Mapping[str, str]) -> dict[str, str]:
-    """`headers`, with HEAD beside GET in an `Allow` header, its methods sorted."""
+#: The methods a route of this service may take (`_allow` asks the routes about each).
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allow(headers: Mapping[str, str], request: Request) -> dict[str, str]:
+    """`headers`, whose `Allow` names every method of every route at the request's path
+    (Starlette names only the first route's: a path served by a GET route and a POST
+    route, such as a console page and its form, would seem to take GET alone), with HEAD
+    beside GET, sorted."""
     out = dict(headers)
     if "Allow" in out:
         methods = {m.strip() for m in out["Allow"].split(",") if m.strip()}
+        for method in _METHODS:
+            asked = {**request.scope, "method": method}
+            if any(r.matches(asked)[0] is Match.FULL for r in request.app.router.routes):
+                methods.add(method)
         if "GET" in methods:
             methods.add("HEAD")
         out["Allow"] = ", ".join(sorted(methods))
@@ -171,7 +183,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
         code = errors.NOT_FOUND if exc.status_code == 404 else errors.INVALID
-        headers = _allow(exc.headers or {})
+        headers = _allow(exc.headers or {}, request)
         message = str(exc.detail)
         if exc.status_code == 405:
             takes = headers.get("Allow", "-")
