@@ -14,6 +14,7 @@ else into the test's temporary folder.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -582,3 +583,47 @@ def test_a_page_with_an_operators_form_does_not_refresh_away_what_is_typed(
         page.goto(service.url + path)
         assert page.locator("meta[http-equiv=refresh]").count() == 1, path
     page.close()
+
+
+def test_the_check_page_refuses_a_file_that_is_no_report_and_says_what_a_report_found(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "check.json"
+    subprocess.run(
+        [
+            sys.executable, "-m", "workwarden", "check", "--single", "--workers", "1",
+            "--max-attempts", "1", "--rearms", "0", "--operator-actions", "0",
+            "--json", str(report),
+        ],
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    clean = json.loads(report.read_text(encoding="utf-8"))
+    excerpt = Path(__file__).resolve().parents[1] / "diagrams" / "workload-check.json"
+    found = {
+        **clean,
+        "ok": False,
+        "cannot_finish": 2,
+        "violations": [{"property": "no_<b>double</b>", "message": "m", "trace": [{}, {}]}],
+    }
+    shown = tmp_path / "shown.json"
+    with running_service(check_report=str(shown)) as service:
+
+        def page(content: str) -> httpx.Response:
+            # The page reads the report at each request.
+            shown.write_text(content, encoding="utf-8")
+            return httpx.get(service.url + "/console/check")
+
+        for content in (excerpt.read_text(), "[]", "null", '{"violations": 5}', "{}"):
+            reply = page(content)
+            assert reply.status_code == 200, (content, reply.text[:300])
+            assert "is not a report of `workwarden check --json`" in reply.text, content
+        verdict = re.compile(r'<td id="verdict">(.*?)</td>')
+        assert verdict.findall(page(json.dumps(clean)).text) == ["no violation"]
+        stopped = page(json.dumps({**clean, "complete": False})).text
+        assert verdict.findall(stopped) == [
+            "no violation found, but the check stopped early: it proves nothing"
+        ]
+        failed = page(json.dumps(found)).text
+        assert verdict.findall(failed) == ["1 violation(s), 2 state(s) that cannot finish"]
+        assert "<b>no_&lt;b&gt;double&lt;/b&gt;</b>: m (2 steps)" in failed

@@ -41,7 +41,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from jinja2 import Environment, PackageLoader, select_autoescape
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -231,6 +231,67 @@ def same_origin(request: Request) -> bool:
         return False
     host = request.headers.get("host")
     return host is not None and urlsplit(origin).netloc.lower() == host.lower()
+
+
+class _Finding(BaseModel):
+    """A violation of a check report, as far as the page shows it."""
+
+    property: str
+    message: str
+    trace: list[Any]
+
+
+class _CheckReport(BaseModel):
+    """The fields of a `workwarden check --json` report the check page shows: a file of
+    another shape (a trace, a scheduling report, the diagram's excerpt) is not drawn."""
+
+    spec: str
+    universe: dict[str, Any]
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    complete: bool
+    violations: list[_Finding]
+    policy_problems: list[Any] = []
+    refinement: list[_Finding] = []
+    cannot_finish: int = 0
+    edges_never_taken: list[str]
+    never_at_rest: list[str]
+    rules_never_taken: dict[str, list[str]]
+
+
+def _verdict(report: _CheckReport) -> str:
+    """What the report found, in words, an incomplete check saying it proves nothing."""
+    found = [
+        (len(report.violations), "violation(s)"),
+        (len(report.policy_problems), "policy problem(s)"),
+        (report.cannot_finish, "state(s) that cannot finish"),
+        (len(report.refinement), "refinement failure(s)"),
+    ]
+    named = [f"{count} {what}" for count, what in found if count]
+    if named:
+        return ", ".join(named)
+    if not report.complete:
+        return "no violation found, but the check stopped early: it proves nothing"
+    return "no violation"
+
+
+def _read_report(path: str) -> tuple[_CheckReport | None, str | None]:
+    """The report at `path`, or None and why it cannot be shown."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"The report {path} cannot be read: {exc}"
+    try:
+        return _CheckReport.model_validate(data), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        return None, (
+            f"The report {path} is not a report of `workwarden check --json`:"
+            f" {where}: {first['msg']}"
+        )
 
 
 def _optional(form: Mapping[str, str], name: str) -> str | None:
@@ -469,16 +530,19 @@ def console_router(service: Service) -> APIRouter:
     @router.get("/check")
     def check(request: Request) -> Response:
         path = service.config.check_report
-        report: Mapping[str, Any] | None = None
-        problem = None
+        report: _CheckReport | None = None
         if path is None:
-            problem = "No report: start the service with --check-report FILE."
+            problem: str | None = "No report: start the service with --check-report FILE."
         else:
-            try:
-                report = json.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                problem = f"The report {path} cannot be read: {exc}"
-        return pages.page(request, "check.html", report=report, problem=problem, path=path)
+            report, problem = _read_report(path)
+        return pages.page(
+            request,
+            "check.html",
+            report=report,
+            verdict=_verdict(report) if report is not None else None,
+            problem=problem,
+            path=path,
+        )
 
     @router.get("/login")
     def login_form(request: Request) -> Response:
