@@ -39,6 +39,7 @@ claimer's ledger, so fairness costs no extra write on the store.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -109,10 +110,12 @@ class FairShare:
         if isinstance(scopes, (str, bytes)) or not isinstance(scopes, Iterable):
             raise errors.bad_argument("scopes", "a list of (tenant, application) scopes")
         ordered: list[FairScope] = []
+        named: set[FairScope] = set()
         for value in scopes:
             scope = FairScope.of(value)
-            if scope in ordered:
+            if scope in named:
                 raise errors.bad_argument("scopes", f"{scope.key} is named twice")
+            named.add(scope)
             ordered.append(scope)
         if not ordered:
             raise errors.bad_argument("scopes", "a fair claim serves at least one scope")
@@ -192,11 +195,21 @@ class FairShare:
             raise errors.bad_argument("served", "a scope not served by this ledger")
         if served is not None and served in empty:
             raise errors.bad_argument("served", "a served scope was not empty")
-        unknown = set(empty) - set(self.passes)
+        empty = set(empty)
+        unknown = [scope for scope in empty if scope not in self.passes]
         if unknown:
             raise errors.bad_argument("empty", "a scope not served by this ledger")
-        others = [self.passes[s] for s in self.scopes if s not in empty]
-        floor = min(others) if others else max(self.passes[s] for s in empty)
+        passes = self.passes
+        if len(empty) == 1:
+            # The lowest pass of the others: every pass but one copy of the empty scope's.
+            others = list(passes.values())
+            others.remove(passes[next(iter(empty))])
+            floor = min(others) if others else passes[next(iter(empty))]
+        elif empty:
+            others = [value for s, value in passes.items() if s not in empty]
+            floor = min(others) if others else max(passes[s] for s in empty)
+        else:
+            floor = 0  # unused: no scope was found empty
         self.records += 1
         for scope in empty:
             self.passes[scope] = max(self.passes[scope], floor + self.stride(scope))
@@ -215,7 +228,12 @@ class FairShare:
 
     def copy(self) -> FairShare:
         """An independent ledger with the same scopes, weights and passes."""
-        twin = type(self)(self.scopes, self.weights, self.policy)
+        # Made field by field: this ledger's scopes and weights were checked when it was.
+        twin = object.__new__(type(self))
+        twin.policy = self.policy
+        twin.scopes = self.scopes
+        twin.weights = dict(self.weights)
+        twin.stride_unit = self.stride_unit
         twin.passes = dict(self.passes)
         twin.touched = dict(self.touched)
         twin.records = self.records
@@ -308,9 +326,10 @@ def claim_fair(
         share = share.copy()
     claims: list[Any] = []
     empty: set[FairScope] = set()
+    turns = _Turns(share)
     calls = 0
     while len(claims) < limit and len(empty) < len(share.scopes):
-        for scope, wanted in _plan(share, empty, limit - len(claims)):
+        for scope, wanted in turns.plan(empty, limit - len(claims)):
             sub_id = None if request_id is None else f"{request_id}.{calls}"
             calls += 1
             if wanted == 1:
@@ -337,6 +356,7 @@ def claim_fair(
                 )
             for claim in got:
                 share.record(scope, ())
+                turns.served(scope)
                 claims.append(claim)
             if len(got) < wanted:
                 share.record(None, (scope,))
@@ -355,8 +375,73 @@ def spec_weight(spec: Any, scope: FairScope) -> int:
     return weight
 
 
-def _plan(share: FairShare, empty: set[FairScope], count: int) -> list[tuple[FairScope, int]]:
-    """The next `count` claims by the ledger, as (scope, how many) in first-turn order."""
+class _Turns:
+    """The ledger's scopes on a heap by (pass, last touch, position): what `order()` sorts.
+
+    Kept beside the ledger for one `claim_fair` call: `served` pushes a scope's new turn
+    after the ledger records a claim of it; an entry whose pass and touch are no longer
+    the scope's is stale and passed over, as is a scope found empty.
+    """
+
+    def __init__(self, share: FairShare) -> None:
+        self.share = share
+        self.position = {scope: i for i, scope in enumerate(share.scopes)}
+        self.heap = [
+            (share.passes[scope], share.touched[scope], i, scope)
+            for i, scope in enumerate(share.scopes)
+        ]
+        heapq.heapify(self.heap)
+
+    def served(self, scope: FairScope) -> None:
+        """The ledger has recorded a claim of `scope`: its new turn."""
+        share = self.share
+        turn = (share.passes[scope], share.touched[scope], self.position[scope], scope)
+        heapq.heappush(self.heap, turn)
+
+    def plan(self, empty: set[FairScope], count: int) -> list[tuple[FairScope, int]]:
+        """The next `count` claims by the ledger, as (scope, how many) in first-turn order.
+
+        What `count` rounds of taking the first of `order()` not in `empty` and recording
+        it served would give on a copy of the ledger: a round changes only the pass and
+        touch of the scope at the top (ties go to the scope listed first, as in `order()`).
+        A ledger whose class orders its scopes otherwise is planned by its own `order()`.
+        """
+        share = self.share
+        if type(share).order is not FairShare.order:
+            return _plan_by_order(share, empty, count)
+        # What is stale or empty at the top now stays so: dropped for good, not per plan.
+        real = self.heap
+        while real:
+            passed, touched, _position, scope = real[0]
+            if scope not in empty and (passed, touched) == (
+                share.passes[scope],
+                share.touched[scope],
+            ):
+                break
+            heapq.heappop(real)
+        heap = list(real)
+        moved: dict[FairScope, tuple[int, int]] = {}
+        records = share.records
+        wanted: dict[FairScope, int] = {}
+        for _ in range(count):
+            while True:
+                passed, touched, position, scope = heap[0]
+                now = moved.get(scope) or (share.passes[scope], share.touched[scope])
+                if scope not in empty and (passed, touched) == now:
+                    break
+                heapq.heappop(heap)
+            records += 1
+            turn = (passed + share.stride(scope), records)
+            moved[scope] = turn
+            heapq.heapreplace(heap, (*turn, position, scope))
+            wanted[scope] = wanted.get(scope, 0) + 1
+        return list(wanted.items())
+
+
+def _plan_by_order(
+    share: FairShare, empty: set[FairScope], count: int
+) -> list[tuple[FairScope, int]]:
+    """`_Turns.plan`, by `share.order()` on a copy of the ledger, one round at a time."""
     sim = share.copy()
     wanted: dict[FairScope, int] = {}
     for _ in range(count):
@@ -377,6 +462,7 @@ def _weights(weights: Any, scopes: Sequence[FairScope]) -> dict[FairScope, Any]:
         return {}
     if not isinstance(weights, Mapping):
         raise errors.bad_argument("weights", "weights map scopes to whole numbers ≥ 1")
+    served = set(scopes)
     given: dict[FairScope, Any] = {}
     for key, weight in weights.items():
         try:
@@ -385,7 +471,7 @@ def _weights(weights: Any, scopes: Sequence[FairScope]) -> dict[FairScope, Any]:
             raise errors.bad_argument(
                 "weights", f"{str(key)[:80]!r}: a weight's key is a scope"
             ) from None
-        if scope not in scopes:
+        if scope not in served:
             raise errors.bad_argument("weights", f"{scope.key}: not a scope this ledger serves")
         given[scope] = weight
     return given

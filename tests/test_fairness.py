@@ -419,3 +419,71 @@ def test_a_worker_of_every_scope_needs_a_store_that_lists_them() -> None:
     with pytest.raises(WorkloadError) as unnamed:
         Worker(make_authority(MemoryStore()), app)
     assert unnamed.value.code == "WORKLOAD_INVALID"
+
+
+def planned_fair_claims(share: FairShare, work: dict[FairScope, int], limit: int) -> list[str]:
+    """What `claim_fair` claims as its docstring says it plans, step by step on the ledger's
+    public calls (`copy`, `order`, `record`): the tenants of the claims, in order."""
+    claims: list[str] = []
+    empty: set[FairScope] = set()
+    while len(claims) < limit and len(empty) < len(share.scopes):
+        sim = share.copy()
+        wanted: dict[FairScope, int] = {}
+        for _ in range(limit - len(claims)):
+            scope = next(s for s in sim.order() if s not in empty)
+            sim.record(scope, ())
+            wanted[scope] = wanted.get(scope, 0) + 1
+        for scope, count in wanted.items():
+            got = min(count, work[scope])
+            work[scope] -= got
+            for _ in range(got):
+                share.record(scope, ())
+                claims.append(scope.tenant)
+            if got < count:
+                share.record(None, (scope,))
+                empty.add(scope)
+                break
+    return claims
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    work=st.lists(st.integers(0, 4), min_size=1, max_size=6),
+    weights=st.lists(st.integers(1, 4), min_size=6, max_size=6),
+    limits=st.lists(st.integers(1, 8), min_size=1, max_size=3),
+    weighted=st.booleans(),
+)
+def test_claim_fair_claims_in_the_order_its_plan_on_the_ledger_gives(
+    work: list[int], weights: list[int], limits: list[int], weighted: bool
+) -> None:
+    # The plan is kept on a heap beside the ledger; it must claim exactly what planning
+    # on copies of the ledger, as documented, claims, with the same ledger after.
+    warden = make_authority(MemoryStore())
+    tenant_of: dict[str, str] = {}
+    for i, count in enumerate(work):
+        for j in range(count):
+            tenant_of[admit(warden, f"t{i}", f"t{i}-{j}", now=10_000 + j)] = f"t{i}"
+    scopes = [FairScope(f"t{i}", "app") for i in range(len(work))]
+    policy = "weighted" if weighted else "round_robin"
+    share = FairShare(scopes, dict(zip(scopes, weights, strict=False)), policy)
+    model = share.copy()
+    left = dict(zip(scopes, work, strict=True))
+    for n, limit in enumerate(limits):
+        claims = warden.claim_fair(share, "w", CAPS, now=11_000 + n, lease_ms=LEASE, limit=limit)
+        assert [tenant_of[c.workload_id] for c in claims] == planned_fair_claims(model, left, limit)
+        assert share.to_dict() == model.to_dict()
+
+
+def test_a_fair_claim_over_thousands_of_idle_tenants_finds_every_busy_one() -> None:
+    # 5,000 tenants, 25 of them with work: the claim walks past the idle ones, each found
+    # empty once.
+    warden = make_authority(MemoryStore())
+    busy = {i * 200 for i in range(25)}
+    for i in busy:
+        admit(warden, f"t{i}", f"t{i}-0")
+    share = warden.fair_share([(f"t{i}", "app") for i in range(5_000)])
+    claims = warden.claim_fair(share, "w", CAPS, now=11_000, lease_ms=LEASE, limit=50)
+    assert sorted(warden.get(c.workload_id).tenant_id for c in claims) == sorted(
+        f"t{i}" for i in busy
+    )
+    assert warden.claim_fair(share, "w", CAPS, now=11_001, lease_ms=LEASE, limit=50) == []
