@@ -934,3 +934,21 @@ def test_a_refusal_for_the_wrong_actor_class_names_the_class_in_plain_words(
     cancel = {"workload_id": "w", "actor": "w1"}
     refused = _assert_problem(_post(fresh, "cancel", cancel, worker), "WORKWARDEN_FORBIDDEN")
     assert refused["detail"].endswith("this token is a worker's"), refused["detail"]
+
+
+def test_an_instant_header_that_is_not_plain_digits_is_refused_and_writes_nothing(
+    fresh: RunningService,
+) -> None:
+    admission = json.loads(request(idempotency_key="spelled").model_dump_json())
+    token = fresh.token("worker", "w1")
+    for spelled in ("20_000", "+20000", "2e4", "20000.0", ""):
+        reply = httpx.post(
+            fresh.url + "/v1/admit",
+            json=admission,
+            headers={"Authorization": "Bearer " + token, "X-Workwarden-Now": spelled},
+        )
+        body = _assert_problem(reply, "WORKLOAD_INVALID")
+        assert body["details"]["field"] == "X-Workwarden-Now", spelled
+        assert stored(fresh) == [], spelled
+    reply = _post(fresh, "admit", admission, token, now=20_000)
+    assert reply.status_code == 200, reply.text
