@@ -627,3 +627,51 @@ def test_the_check_page_refuses_a_file_that_is_no_report_and_says_what_a_report_
         failed = page(json.dumps(found)).text
         assert verdict.findall(failed) == ["1 violation(s), 2 state(s) that cannot finish"]
         assert "<b>no_&lt;b&gt;double&lt;/b&gt;</b>: m (2 steps)" in failed
+
+
+def test_a_page_of_another_origin_cannot_frame_the_console_to_borrow_a_click(
+    browser: Browser, quiet_console: RunningService, tmp_path: Path
+) -> None:
+    # Same host, another port: the same site, so the framed console would get the
+    # SameSite=Strict cookie, and a click on its Resume button would be the console's own form.
+    service = quiet_console
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(
+        f'<iframe src="{service.url}/console/pauses" width="1200" height="800"></iframe>',
+        encoding="utf-8",
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0", "-d", str(site)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
+        port = int(re.search(r"port (\d+)", line).group(1))  # type: ignore[union-attr]
+        with service.client() as client:
+            client.pause("*", wall_clock_ms(), tenant="acme", reason="incident")
+        page = browser.new_page()
+        page.goto(service.url + "/console/login?next=/console/pauses")
+        page.fill("#token", service.token("operator", "alice"))
+        page.click("#sign-in")
+        page.wait_for_url("**/console/pauses")
+        assert page.locator("#pauses button").count() == 1  # its own page shows Resume
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_load_state("networkidle")
+        framed = [f for f in page.frames if f is not page.main_frame]
+        assert len(framed) == 1
+        resume = framed[0].locator("#pauses button")
+        clicked = resume.count() > 0
+        if clicked:
+            resume.click()
+            page.wait_for_load_state("networkidle")
+        with service.client() as client:
+            assert [p.scope.key for p in client.pauses()] == ["pause/acme/*/*"]
+        assert not clicked
+        page.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

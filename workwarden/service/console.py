@@ -53,7 +53,14 @@ from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
 from workwarden.statemachine.models import Name, Workload
 from workwarden.storage.base import PauseRecord, StoredDocument
 
-__all__ = ["COOKIE", "FORM_MAX_BYTES", "REFRESH_S", "console_router", "rearmable_states"]
+__all__ = [
+    "COOKIE",
+    "FORM_MAX_BYTES",
+    "PAGE_HEADERS",
+    "REFRESH_S",
+    "console_router",
+    "rearmable_states",
+]
 
 #: The cookie the console keeps an operator's token in.
 COOKIE = "workwarden_token"
@@ -64,6 +71,20 @@ REFRESH_S = 10
 #: The most bytes a form posted to the console may have (more is refused with 413): its
 #: largest, a reason of 4,096 characters and four names, each percent-encoded, fits 16 times.
 FORM_MAX_BYTES = 1024 * 1024
+
+#: What every page is sent with. No page may be framed by another (`frame-ancestors`,
+#: and `X-Frame-Options` for older browsers): a page of another origin of the same site,
+#: which the sign-in cookie still reaches, would frame the console and borrow an operator's
+#: click on its own Resume or Re-arm button. The pages run no script and load nothing but
+#: their inline style, and their forms post only to the console.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self';"
+        " frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+}
 
 _HOUR_MS = 3_600_000
 _AUDIT_PAGE = 200
@@ -151,7 +172,7 @@ class _Pages:
             now=self.service.wall_now(),
             **values,
         )
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
 
     def workloads(self) -> list[Workload]:
         return [Workload.model_validate_json(doc.document) for doc in self.service.store.scan()]
