@@ -68,6 +68,7 @@ __all__ = [
     "Outcome",
     "Report",
     "admit_many",
+    "as_batch",
     "claim_many",
     "report_many",
 ]
@@ -99,8 +100,13 @@ Outcome = Any
 """One slot of a batch's answer: the one-call method's reply, or the `WorkloadError` it raises."""
 
 
-def _batch(items: Iterable[Any], what: str) -> list[Any]:
-    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+def as_batch(items: Iterable[Any], what: str) -> list[Any]:
+    """`items` as a batch's list: `WORKLOAD_INVALID` naming `what` when it is not a list
+    (text, bytes of any kind, a mapping, a number) or holds more than `MAX_BATCH`, as every
+    batch call refuses it (`HttpAuthority`'s too)."""
+    if isinstance(items, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(
+        items, Iterable
+    ):
         raise errors.bad_argument(what, f"{what} must be a list")
     # One item past the most a batch takes is enough to refuse it: a longer
     # iterable (a generator that never ends) is not drawn on further.
@@ -191,7 +197,7 @@ def admit_many(
 ) -> list[AdmitReply | errors.WorkloadError]:
     """Admit each request, one round trip for the batch; see `Authority.admit_many`."""
     inputs.check_now(now)
-    batch = _batch(requests, "requests")
+    batch = as_batch(requests, "requests")
     slots: list[Outcome] = [None] * len(batch)
     commands: list[tuple[int, AdmitCommand, str]] = []
     later: list[tuple[int, AdmitCommand]] = []
@@ -263,7 +269,7 @@ def report_many(
 ) -> list[Outcome]:
     """Decide and commit each report, one round trip per round; see `Authority.report_many`."""
     inputs.check_now(now)
-    batch = _batch(reports, "reports")
+    batch = as_batch(reports, "reports")
     slots: list[Outcome] = [None] * len(batch)
     # Rounds: a key at most once per round, its reports in the order given. A
     # completion naming a result id another report of the batch named before

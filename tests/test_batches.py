@@ -140,9 +140,13 @@ def test_a_batch_that_is_not_a_list_or_too_long_is_refused_and_writes_nothing(
     authority: Authority, store: Store
 ) -> None:
     before = store_snapshot(store)
-    for bad in ("requests", {"a": 1}, 7):
+    # Bytes of any kind are refused whole, not read as a list of numbers, each its own slot.
+    for bad in ("requests", {"a": 1}, 7, b"xy", bytearray(b"xy"), memoryview(b"xy")):
         with pytest.raises(WorkloadError) as refused:
             authority.admit_many(bad, NOW)  # type: ignore[arg-type]
+        assert refused.value.code == errors.INVALID
+        with pytest.raises(WorkloadError) as refused:
+            authority.report_many(bad, NOW)  # type: ignore[arg-type]
         assert refused.value.code == errors.INVALID
     with pytest.raises(WorkloadError) as too_long:
         authority.admit_many([request(idempotency_key=f"k{i}") for i in range(MAX_BATCH + 1)], NOW)

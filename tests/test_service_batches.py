@@ -9,6 +9,7 @@ not make, whole or in one item, is refused and writes nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -226,6 +227,9 @@ def _batch_script(authority: Any) -> list[Any]:
     run(_outcome(lambda: authority.admit_many([], 10_000)))
     run(_outcome(lambda: authority.admit_many("not a list", 10_000)))
     run(_outcome(lambda: authority.admit_many([request()] * (MAX_BATCH + 1), 10_000)))
+    run(_outcome(lambda: authority.admit_many(bytearray(b"xy"), 10_000)))
+    # An endless iterable is refused after one item past the most a batch takes.
+    run(_outcome(lambda: authority.admit_many(itertools.repeat(request()), 10_000)))
     run(_outcome(lambda: authority.claim_many("t", "app", "w1", ["other"], 11_000, 5_000, 2)))
     claims = authority.claim_many("t", "app", "w1", CAPS, 11_000, 5_000, 2, request_id="r1")
     run([c.model_dump(mode="json") for c in claims])
@@ -266,6 +270,7 @@ def _batch_script(authority: Any) -> list[Any]:
     run(_outcome(lambda: authority.report_many(reports, 12_000)))
     run(_outcome(lambda: authority.report_many(reports[-2:], 12_500)))  # replays
     run(_outcome(lambda: authority.report_many({"op": "start"}, 12_500)))
+    run(_outcome(lambda: authority.report_many(memoryview(b"xy"), 12_500)))
     third = authority.claim_many("t", "app", "w1", CAPS, 13_000, 5_000, 5)
     run([c.model_dump(mode="json") for c in third])
     return out

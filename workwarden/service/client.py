@@ -54,7 +54,7 @@ from workwarden.service.operator_models import (
 )
 from workwarden.service.state import MIN_BODY_BYTES, NOW_HEADER
 from workwarden.statemachine import errors, fairness, inputs, safety
-from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS
+from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS, as_batch
 from workwarden.statemachine.commands import (
     AdmitReply,
     CancelCommand,
@@ -459,7 +459,7 @@ class HttpAuthority:
         library refuses it, and is not sent.
         """
         inputs.check_now(now)
-        slots: builtins.list[Any] = [None] * len(batch := _batch(requests, "requests"))
+        slots: builtins.list[Any] = [None] * len(batch := as_batch(requests, "requests"))
         sent: builtins.list[tuple[int, CreateWorkload]] = []
         items: builtins.list[str] = []
         for index, request in enumerate(batch):
@@ -549,7 +549,7 @@ class HttpAuthority:
         is not sent.
         """
         inputs.check_now(now)
-        slots: builtins.list[Any] = [None] * len(batch := _batch(reports, "reports"))
+        slots: builtins.list[Any] = [None] * len(batch := as_batch(reports, "reports"))
         sent: builtins.list[tuple[int, Command]] = []
         items: builtins.list[str] = []
         for index, report in enumerate(batch):
@@ -847,16 +847,6 @@ def _carried(spec: Spec, value: Any, what: str) -> None:
         return
     if safety.json_depth(value) > spec.limits.max_json_depth:
         safety.check_json(spec, value, what)
-
-
-def _batch(items: Any, what: str) -> builtins.list[Any]:
-    """`items` as a list, refused as `Authority`'s batch calls refuse it (not a list, too long)."""
-    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
-        raise errors.bad_argument(what, f"{what} must be a list")
-    batch = builtins.list(items)
-    if len(batch) > MAX_BATCH:
-        raise errors.bad_argument(what, f"at most {MAX_BATCH} {what} per batch")
-    return batch
 
 
 def _slots(data: Any, count: int) -> builtins.list[Any]:
