@@ -35,9 +35,10 @@ from support import CAPS, request
 from support import authority as make_authority
 from workwarden.chaos import ChaosConfig, ChaosReport, print_report, run_chaos
 from workwarden.chaos.audit import audit_store, claim_ending_operations
+from workwarden.chaos.workers import COUNTERS, _Slot
 from workwarden.cli import main
 from workwarden.statemachine import Workload, WorkloadError, default_spec
-from workwarden.statemachine.errors import CONFLICT, INVALID
+from workwarden.statemachine.errors import CONFLICT, INVALID, OUTCOME_UNKNOWN, STORAGE_FAILURE
 from workwarden.storage import AuditRecord, MemoryStore, SQLiteStore, Store
 from workwarden.storage.pgserver import PrivateServer
 
@@ -425,3 +426,14 @@ def test_a_lagging_instant_still_gets_answers_that_write_nothing() -> None:
     doc = store.read(wid)
     assert doc is not None
     assert Workload.model_validate_json(doc.document).state == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("code", [STORAGE_FAILURE, OUTCOME_UNKNOWN])
+def test_a_call_the_store_failed_or_could_not_confirm_counts_as_a_store_failure(
+    code: str,
+) -> None:
+    # claim_many's reply lost after its claims were sent is WORKLOAD_OUTCOME_UNKNOWN: the
+    # run's figures count it among the store failures, as a storage failure is.
+    shared = [0] * len(COUNTERS)
+    _Slot(shared, 0).refused(WorkloadError(code, "the store went away"))
+    assert dict(zip(COUNTERS, shared, strict=True))["store_failures"] == 1

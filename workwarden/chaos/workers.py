@@ -134,7 +134,8 @@ class _Slot:
     def refused(self, exc: WorkloadError) -> None:
         name = f"refused {exc.code}"
         self.add(name if name in _INDEX else "refused other")
-        if exc.code == codes.STORAGE_FAILURE:
+        # A call whose outcome the store could not confirm is a store failure too.
+        if exc.code in (codes.STORAGE_FAILURE, codes.OUTCOME_UNKNOWN):
             self.add("store_failures")
 
 
