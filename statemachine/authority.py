@@ -639,7 +639,11 @@ class Authority:
         A store that cannot be reached is `WORKLOAD_STORAGE_FAILURE`; a
         batch of claims sent whose answer was lost is
         `WORKLOAD_OUTCOME_UNKNOWN` (its claims may be held now), and the
-        repeat with the same `request_id` answers them.
+        repeat with the same `request_id` answers them. A call that takes
+        several steps (another round past candidates it passed over, a walk
+        past blocked ones) and whose later step cannot reach the store, after
+        earlier steps committed claims, answers those claims: they are held,
+        and nothing of the failed step was written.
         """
         return batches.claim_many(
             self, tenant, application, worker_id, capabilities, now, lease_ms, limit, request_id

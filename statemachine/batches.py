@@ -380,11 +380,33 @@ def claim_many(
         if held:
             return held[:limit]
     seeker = scheduler.Seeker(tenant, application, now, frozenset(probe.capabilities))
+    claims: list[ClaimReply] = []
+    try:
+        _claim_into(claims, authority, seeker, probe, now, limit)
+    except errors.WorkloadError as exc:
+        # A step that failed and committed nothing, after steps that committed
+        # claims: those claims are held, and are the answer (fewer than asked for,
+        # as when the work runs out). Any other refusal, or a failure with no claim
+        # made yet, is the call's.
+        if exc.code != errors.STORAGE_FAILURE or not claims:
+            raise
+    return claims
+
+
+def _claim_into(
+    claims: list[ClaimReply],
+    authority: Authority,
+    seeker: scheduler.Seeker,
+    probe: ClaimCommand,
+    now: int,
+    limit: int,
+) -> None:
+    """`claim_many`'s claims, appended to `claims` as each step commits them."""
     store = authority.store
     if not isinstance(store, BatchStore):
-        return _claim_walk(authority, seeker, probe, now, limit)
+        _claim_walk(authority, seeker, probe, now, limit, claims=claims)
+        return
     waiting: list[StoredDocument] = []
-    claims: list[ClaimReply] = []
     full: set[str] = set()
     # A claim that times out or dead-letters its candidate writes that
     # decision, not a claim, and one refused for its concurrency key's limit
@@ -408,13 +430,12 @@ def claim_many(
             break
     if len(claims) < limit and waiting:
         unique = list({doc.key: doc for doc in waiting}.values())
-        claims.extend(_claim_waiting(authority, seeker, probe, now, limit - len(claims), unique))
+        _claim_waiting(authority, seeker, probe, now, limit, unique, claims)
     if len(claims) < limit and unseen:
         # More candidates than the rounds' pages hold were passed over (work
         # needing a capability the worker lacks, waiting on a dependency, or
         # of a full concurrency key): walk on past them as `claim_next` does.
-        claims.extend(_claim_walk(authority, seeker, probe, now, limit - len(claims), full))
-    return claims
+        _claim_walk(authority, seeker, probe, now, limit, full, claims)
 
 
 def _claim_round(
@@ -528,14 +549,15 @@ def _claim_waiting(
     seeker: scheduler.Seeker,
     probe: ClaimCommand,
     now: int,
-    wanted: int,
+    limit: int,
     waiting: Sequence[StoredDocument],
-) -> list[ClaimReply]:
-    """Claims, one call each, of candidates with dependencies whose dependencies are met."""
-    claims: list[ClaimReply] = []
+    claims: list[ClaimReply],
+) -> None:
+    """Claims, one call each, of candidates with dependencies whose dependencies are met,
+    appended to `claims` until it holds `limit`."""
     states: dict[str, Workload | None] = {}
     for doc in waiting:
-        if len(claims) >= wanted:
+        if len(claims) >= limit:
             break
         workload = inputs.parse_stored(doc)
         if not scheduler.dependencies_met(
@@ -545,7 +567,6 @@ def _claim_waiting(
         claim = _try_single_claim(authority, probe, now, doc, workload)
         if claim is not None:
             claims.append(claim)
-    return claims
 
 
 def _reader(authority: Authority) -> Any:
@@ -580,13 +601,15 @@ def _claim_walk(
     now: int,
     limit: int,
     full: set[str] | frozenset[str] = frozenset(),
+    claims: list[ClaimReply] | None = None,
 ) -> list[ClaimReply]:
-    """`claim_many` on a store without batches: candidates walked as `claim_next` walks them.
+    """`claim_many` on a store without batches: candidates walked as `claim_next` walks them,
+    each claim appended to `claims` (a new list by default) until it holds `limit`.
 
     A candidate of a concurrency key in `full` (found at its limit or out of
     its rate earlier in the call) is passed over untried.
     """
-    claims: list[ClaimReply] = []
+    claims = [] if claims is None else claims
     while len(claims) < limit:
         taken = {claim.workload_id for claim in claims}
 

@@ -41,8 +41,9 @@ from workwarden.statemachine.conformance.runner import read_vectors, render_vect
 from workwarden.statemachine.conformance.vectors import generate_vectors
 from workwarden.statemachine.models import ClaimReply, Fence
 from workwarden.statemachine.spec import load_spec_text, shipped_spec_text
-from workwarden.storage import Store
+from workwarden.storage import Store, StoreFailure
 from workwarden.storage.base import CLAIM_PAGES
+from workwarden.storage.forwarding import ForwardingBatchStore
 
 NOW = 10_000
 LEASE = 10_000
@@ -291,6 +292,44 @@ def test_claim_many_claims_in_place_of_a_candidate_it_timed_out(authority: Autho
     claims = authority.claim_many("t", "app", "w", CAPS, NOW + 500, LEASE, 1)
     assert [claim.workload_id for claim in claims] == [other]
     assert authority.get(late).state == "DEAD_LETTER", "its queue deadline fell: timed out"
+
+
+class _SecondBatchFails(ForwardingBatchStore):
+    """A real store whose second `claim_batch` of a call cannot reach it (nothing written)."""
+
+    batches = 0
+
+    def claim_batch(self, *args: Any) -> Any:
+        self.batches += 1
+        if self.batches == 2:
+            raise StoreFailure("the server could not be reached")
+        return super().claim_batch(*args)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_claim_many_whose_later_round_fails_answers_the_claims_earlier_rounds_made(
+    backend: str,
+) -> None:
+    with BACKENDS[backend]() as inner:
+        store = _SecondBatchFails(inner)
+        warden = Authority(store, grants=VERIFIER)
+        late = _admit(warden, "late", priority=9, timeouts=Timeouts(queue_ms=100))
+        first = _admit(warden, "first", priority=5)
+        second = _admit(warden, "second", priority=4)
+        third = _admit(warden, "third", priority=3)
+        # The first round times `late` out in place of a claim, so a second round is
+        # asked for the third claim; it fails, and the two claims made are the answer.
+        claims = warden.claim_many("t", "app", "w", CAPS, NOW + 500, LEASE, 3)
+        assert [claim.workload_id for claim in claims] == [first, second]
+        assert store.batches == 2
+        assert [warden.get(key).state for key in (late, first, second, third)] == [
+            "DEAD_LETTER",
+            "CLAIMED",
+            "CLAIMED",
+            "READY",
+        ]
+        for claim in claims:
+            warden.start(claim.workload_id, claim.fence, NOW + 501)
 
 
 def test_a_repeated_claim_many_request_is_answered_with_its_claims_and_writes_nothing(
