@@ -403,12 +403,27 @@ BATTERY: dict[str, list[Bad]] = {
             ]
         ),
         bad(*WORKER[:4], "../tasks:app", *WORKER[5:], code=INVALID),
+        *(
+            bad("worker", "--warden", url, "--token", "x", *WORKER[3:], status=2, code=USAGE)
+            for url in ["http://[::1", "http://warden:port", "http://u:p@w:0"]
+        ),
     ],
     "sweeper": [
         bad(
             "sweeper", "--store", "{store}", "--warden", "http://127.0.0.1:9", status=2, code=USAGE
         ),
         bad("sweeper", "--token", "x", "--store", "{store}", status=2, code=USAGE),
+        # A --warden URL no service can be reached at: refused at once, not a bug later.
+        *(
+            bad("sweeper", "--warden", url, "--token", "x", status=2, code=USAGE)
+            for url in [
+                "http://[::1",
+                "http://warden:port",
+                "http://:99999",
+                "http://",
+                "http:// h",
+            ]
+        ),
         bad("sweeper", "--store", "bogus://x", code=URL_INVALID),
         bad("sweeper", "--store", "{missing}", code=NOT_FOUND),
         bad("sweeper", "--store", "{text}", code=UNUSABLE),

@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType, ModuleType
 from typing import Any
@@ -181,10 +182,35 @@ def _remote(command: str, args: argparse.Namespace) -> tuple[str, str] | None:
         raise _usage(f"{command}: give --store URL or --warden URL, not both")
     if not args.warden.startswith(("http://", "https://")):
         raise _usage(f"{command}: --warden {args.warden}: give an http:// or https:// URL")
+    _check_warden_url(command, args.warden)
     token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE, "")
     if not token:
         raise _usage(f"{command}: --warden needs --token TOKEN (or ${TOKEN_VARIABLE})")
     return args.warden, token
+
+
+def _check_warden_url(command: str, url: str) -> None:
+    """A usage error unless `url` names a host (and a port from 1 to 65535, when it has one).
+
+    A URL no service can be reached at would otherwise be refused only when the
+    first call is made, as a bug, or retried as an unreachable service forever.
+    The URL is not repeated: it may hold a password.
+    """
+    problem = None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        problem = "its host or port cannot be read" + ("" if "@" in url else f" ({exc})")
+    else:
+        if any(c.isspace() or not c.isprintable() for c in url):
+            problem = "it holds a space or an unprintable character"
+        elif not parts.hostname:
+            problem = "it names no host"
+        elif port == 0:
+            problem = "port 0 is no port a service listens on"
+    if problem is not None:
+        raise _usage(f"{command}: --warden: give http(s)://HOST[:PORT]: {problem}")
 
 
 def _spec(command: str, args: argparse.Namespace) -> Spec | None:
