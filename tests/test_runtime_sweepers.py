@@ -7,14 +7,18 @@ the store names, not a fixed tick.
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from support import CAPS, authority, request
 from workwarden import Sweeper
 from workwarden.runtime import ManualClock
 from workwarden.statemachine import Timeouts
-from workwarden.storage import MemoryStore, SQLiteStore
+from workwarden.storage import MemoryStore, SQLiteStore, StoreFailure
 
 T0 = 10_000
 
@@ -76,5 +80,34 @@ def test_three_sweepers_at_once_recover_each_expired_lease_exactly_once(tmp_path
         recoveries = [r.key for r in store.audit_log() if r.operation == "recover_expired"]
         assert sorted(recoveries) == sorted(ids), "each lease recovered once, by one sweeper"
         assert {w.state for w in auth.list("t", "app")} == {"READY"}
+    finally:
+        store.close()
+
+
+class _DeadlineScanFails(SQLiteStore):
+    """A SQLite store whose deadline scan fails, as a store that went away between two
+    statements would: the lease recovery just before it committed."""
+
+    def deadlines_due(
+        self, now: int, limit: int, tenant: str | None = None, application: str | None = None
+    ) -> Sequence[str]:
+        raise StoreFailure("the server went away")
+
+
+def test_recoveries_committed_before_a_failed_deadline_scan_are_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _DeadlineScanFails(tmp_path / "store.db")
+    try:
+        auth = authority(store)
+        wid = auth.admit(request(), T0).workload.workload_id
+        assert auth.claim_next("t", "app", "w1", CAPS, T0, 100) is not None
+        sweeper = Sweeper(auth, clock=ManualClock(T0 + 1_000))
+        with caplog.at_level(logging.INFO, logger="workwarden.runtime"):
+            sweeper.step()
+        assert auth.get(wid).state == "READY", "the recovery committed"
+        assert sweeper.counts.get("recovered") == 1
+        assert sweeper.counts.get("store_error") == 1
+        assert f"recovered workload={wid}" in caplog.messages
     finally:
         store.close()

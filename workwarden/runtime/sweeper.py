@@ -102,9 +102,16 @@ class Sweeper:
         if now < self._due_at:
             return self._due_at
         scope = {"tenant": self.tenant, "application": self.application}
+        # Each sweep's changes are counted and logged as soon as it returns: a later call
+        # that fails does not undo them, and the next try does not find them again.
         try:
-            recovered = self.authority.recover_expired(now, **scope)
-            timed_out = self.authority.enforce_deadlines(now, **scope)
+            for name, sweep in (
+                ("recovered", self.authority.recover_expired),
+                ("timed_out", self.authority.enforce_deadlines),
+            ):
+                for key in sweep(now, **scope):
+                    self._count(name)
+                    event(name, workload=key)
             nxt = self._next_instant(now)
         except (WorkloadError, StoreError) as exc:
             delay = self._backoff.next_delay()
@@ -116,12 +123,6 @@ class Sweeper:
         self._backoff.reset()
         self._swept = True
         self._count("sweeps")
-        for key in recovered:
-            self._count("recovered")
-            event("recovered", workload=key)
-        for key in timed_out:
-            self._count("timed_out")
-            event("timed_out", workload=key)
         self._next = nxt
         latest = now + self.poll_ms
         self._due_at = latest if nxt is None else min(nxt, latest)
