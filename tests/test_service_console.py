@@ -675,3 +675,37 @@ def test_a_page_of_another_origin_cannot_frame_the_console_to_borrow_a_click(
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_rearm_form_sent_twice_is_answered_as_the_first_and_rearms_once(
+    browser: Browser, console: tuple[RunningService, dict[str, str]]
+) -> None:
+    # A second click, or the form sent again after its reply never came: the same request.
+    service, ids = console
+    page = browser.new_page()
+    page.goto(service.url + "/console/login?next=/console/dead-letters")
+    page.fill("#token", service.token("operator", "alice"))
+    page.click("#sign-in")
+    page.wait_for_url("**/console/dead-letters")
+    form = page.locator(f'#dead-letters tr[data-workload="{ids["dead"]}"] form')
+    # Every field the form sends, as the browser would send it.
+    fields = {
+        name: form.locator(f"input[name={name}]").input_value()
+        for name in form.locator("input").evaluate_all("els => els.map(e => e.name)")
+    }
+    fields["reason"] = "address fixed"
+    target = service.url + (form.get_attribute("action") or "")
+    messages = []
+    for _ in range(2):
+        reply = page.request.post(
+            target, form=fields, headers={"Origin": service.url}, max_redirects=0
+        )
+        assert reply.status == 303
+        page.goto(service.url + reply.headers["location"])
+        messages.append(page.locator("#message").inner_text())
+    assert messages == ["re-armed by alice: now READY"] * 2
+    with service.client() as client:
+        assert client.get(ids["dead"]).state == "READY"
+    page.goto(service.url + "/console/audit")
+    assert page.locator('#audit tr[data-operation="retry"][data-actor="alice"]').count() == 1
+    page.close()

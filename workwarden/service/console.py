@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import secrets
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -128,6 +129,10 @@ class _Pages:
         self.env.filters["when"] = _when
         self.env.filters["age"] = _age
         self.env.filters["url"] = lambda text: quote(str(text), safe="")
+        # A fresh operator request id for each re-arm form rendered: the form sent again
+        # (a second click, a reply that never arrived) is the same request, answered as the
+        # first was, not a second re-arm refused because the first succeeded.
+        self.env.globals["request_id"] = lambda: "console-" + secrets.token_hex(8)
 
     def operator(self, request: Request) -> Caller | None:
         """The operator signed in (cookie or header), or None when read-only.
@@ -462,14 +467,14 @@ def console_router(service: Service) -> APIRouter:
             return pages.sign_in_first(request, "Re-arming", back)
         actor = _actor(caller)
         reason = form.get("reason") or None
+        request_id = form.get("request_id") or None
+
+        def run() -> str:
+            at = service.wall_now()
+            return service.authority.retry(workload_id, actor, at, reason, request_id=request_id)
+
         try:
-            state = await run_in_threadpool(
-                service.call,
-                "retry",
-                caller,
-                lambda: service.authority.retry(workload_id, actor, service.wall_now(), reason),
-                acting_as=actor,
-            )
+            state = await run_in_threadpool(service.call, "retry", caller, run, acting_as=actor)
             message = f"re-armed by {actor}: now {state}"
         except errors.WorkloadError as exc:
             message = f"refused: {exc.code}: {exc.message}"
