@@ -611,7 +611,9 @@ _WRITE_MANY = f"""
         WHERE i.expected IS NULL AND t.key IS NULL
             -- As in `_CREATE`: not while the key's purge is uncommitted.
             AND NOT EXISTS (SELECT 1 FROM workwarden_documents AS d WHERE d.key = i.key)
-        ORDER BY i.ord
+        -- In key order, as every batch creates: two batches creating some of the same
+        -- keys wait for one another in one order, never each for the other.
+        ORDER BY i.key COLLATE "C"
         ON CONFLICT (key) DO NOTHING
         RETURNING key, version
     ), reborn AS (
@@ -623,7 +625,7 @@ _WRITE_MANY = f"""
             i.concurrency_key, i.concurrency_limit, i.rate_every_ms, i.rate_burst
         FROM input AS i JOIN workwarden_tombstones AS t
             ON t.key = i.key AND t.version = i.expected
-        ORDER BY i.ord
+        ORDER BY i.key COLLATE "C"
         ON CONFLICT (key) DO NOTHING
         RETURNING key, version
     ), updated AS (

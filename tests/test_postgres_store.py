@@ -713,3 +713,46 @@ def test_four_processes_complete_every_workload_exactly_once(dsn: str) -> None:
 
 if __name__ == "__main__":
     print(json.dumps({"done": work(sys.argv[1], sys.argv[2])}))
+
+
+def test_batches_creating_the_same_keys_in_opposite_orders_never_deadlock(
+    dsn: str, store: PostgresStore
+) -> None:
+    """Producers sending the same admissions again, in another order, create the same keys
+    at once: each batch creates in key order, so none waits on another that waits on it
+    (a deadlock costs the server's `deadlock_timeout`, a second, before it is broken)."""
+
+    def deadlocks() -> int:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    before = deadlocks()
+    failures: list[BaseException] = []
+    together = threading.Barrier(2)
+
+    def produce(rounds: range, backwards: bool) -> None:
+        for n in rounds:
+            keys = [f"r{n}-k{i:03}" for i in range(200)]
+            order = keys[::-1] if backwards else keys
+            together.wait(30)
+            try:
+                store.write_many([Write(k, "{}", index(), None, audit(k)) for k in order])
+            except StoreFailure as exc:  # pragma: no cover - reported below
+                failures.append(exc)
+
+    racers = [
+        threading.Thread(target=produce, args=(range(40), backwards)) for backwards in (False, True)
+    ]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(120)
+    assert failures == []
+    # Every key created once, by one of the two batches; the other's create conflicted.
+    assert len({(r.key, r.version) for r in store.audit_log(limit=10_000)}) == 40 * 200
+    store.close()  # its sessions end, and with them hand in what they counted
+    assert deadlocks() == before
