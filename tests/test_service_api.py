@@ -669,6 +669,21 @@ def test_unknown_query_parameters_are_refused_naming_them_and_write_nothing(
     assert len(known.json()) == 1
 
 
+def test_a_path_with_a_slash_too_many_is_an_unknown_route_not_a_redirect(
+    fresh: RunningService,
+) -> None:
+    # Redirected, the Location was built from the Host header the caller sent.
+    auth = {"Authorization": "Bearer " + fresh.token("worker"), "Host": "evil.example"}
+    for method, path in (("POST", "/v1/admit/"), ("GET", "/metrics/"), ("GET", "/healthz/")):
+        answer = httpx.request(method, fresh.url + path, headers=auth, json={})
+        assert answer.status_code == 404, (path, answer.headers)
+        assert "location" not in answer.headers
+        assert _assert_problem(answer, "WORKLOAD_NOT_FOUND")["details"]["path"] == path
+    # The console's home is still reached without its slash, on this host's own path.
+    home = httpx.get(fresh.url + "/console", headers={"Host": "evil.example"})
+    assert (home.status_code, home.headers["location"]) == (307, "/console/")
+
+
 def test_a_wrong_method_is_405_with_allow_and_head_answers_as_get(fresh: RunningService) -> None:
     put = httpx.put(fresh.url + "/v1/admit", json={})
     assert put.status_code == put.json()["status"] == 405

@@ -159,6 +159,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
             "`workwarden.statemachine`; refusals are `application/problem+json` with the "
             "catalogue code and class. Authenticate with `Authorization: Bearer <token>`."
         ),
+        # A path with a slash too many or too few is an unknown route (404, a problem
+        # document), not a redirect built from the request's own Host header.
+        redirect_slashes=False,
     )
     app.state.service = service
 
@@ -215,6 +218,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:
+        return RedirectResponse("/console/", status_code=307)
+
+    @app.get("/console", include_in_schema=False)
+    async def console_home() -> Response:
         return RedirectResponse("/console/", status_code=307)
 
     @app.get("/healthz", include_in_schema=False)
