@@ -39,6 +39,7 @@ from workwarden.statemachine.catalogue import shipped_classes
 from workwarden.statemachine.conformance.scenarios import request as fixture_request
 from workwarden.statemachine.errors import WorkloadError
 from workwarden.statemachine.models import Fence
+from workwarden.statemachine.spec import default_spec
 from workwarden.storage import MemoryStore
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
@@ -442,7 +443,11 @@ def test_metrics_parse_and_count_what_the_store_holds(fresh: RunningService) -> 
         (s.labels["tenant"], s.labels["application"], s.labels["state"]): s.value
         for s in samples["workwarden_workloads"]
     }
-    assert gauge == held
+    # Every state of the spec has its sample for each scope held, 0 when none is in it.
+    states = default_spec().states
+    scopes = {(tenant, application) for tenant, application, _ in held}
+    assert gauge == {(*scope, state): held[(*scope, state)] for scope in scopes for state in states}
+    assert 0 in gauge.values()
 
     def value(taken: dict[str, list[Any]], name: str, **labels: str) -> float:
         return sum(s.value for s in taken.get(name, []) if s.labels.items() >= labels.items())

@@ -6,7 +6,8 @@ process (the worker runtime) can expose its own the same way
 (`prometheus_client.generate_latest(metrics.registry)`).
 
 - `workwarden_workloads` (gauge; tenant, application, state): workloads in
-  the store, counted at each scrape;
+  the store, counted at each scrape (every state of the spec, 0 when empty,
+  for each tenant and application held);
 - `workwarden_claims_total`: claims granted (`claim`, `claim_next`);
 - `workwarden_completions_total`: results recorded (not their replays);
 - `workwarden_failures_total` (kind): failure reports recorded;
@@ -30,7 +31,7 @@ store_error), read from the runtime's `counts` at each scrape.
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -68,10 +69,16 @@ RUNTIME_COUNTS = (
 
 
 class StoreCollector(Collector):
-    """The `workwarden_workloads` gauge, counted from the store at each scrape."""
+    """The `workwarden_workloads` gauge, counted from the store at each scrape.
 
-    def __init__(self, store: Callable[[], Store]) -> None:
+    With `states` (the spec's), every tenant and application the store holds has a
+    sample for each of them, 0 when none of its workloads is in it: a series that
+    drops to zero reads 0, rather than vanishing from the scrape.
+    """
+
+    def __init__(self, store: Callable[[], Store], states: Sequence[str] = ()) -> None:
         self._store = store
+        self._states = tuple(states)
 
     @staticmethod
     def _family() -> GaugeMetricFamily:
@@ -92,6 +99,9 @@ class StoreCollector(Collector):
             (doc.index.tenant, doc.index.application, doc.index.state)
             for doc in self._store().scan()
         )
+        for scope in {(tenant, application) for tenant, application, _ in counts}:
+            for state in self._states:
+                counts.setdefault((*scope, state), 0)
         for labels, count in sorted(counts.items()):
             gauge.add_metric(list(labels), count)
         yield gauge
@@ -112,15 +122,16 @@ class Metrics:
     claim_to_complete: Histogram
 
 
-def registry(store: Callable[[], Store] | None = None) -> Metrics:
+def registry(store: Callable[[], Store] | None = None, states: Sequence[str] = ()) -> Metrics:
     """A new registry with every metric of the warden; with `store`, the workload gauge too.
 
     `store` is called at each scrape (so a service whose store is replaced
-    counts the new one).
+    counts the new one); `states` (the spec's) are the states the gauge
+    gives a sample of, 0 or more, for each tenant and application it holds.
     """
     reg = CollectorRegistry(auto_describe=True)
     if store is not None:
-        reg.register(StoreCollector(store))
+        reg.register(StoreCollector(store, states))
     return Metrics(
         registry=reg,
         claims=Counter("workwarden_claims", "Claims granted.", registry=reg),

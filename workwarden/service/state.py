@@ -201,7 +201,7 @@ class Service:
             MIN_BODY_BYTES, _JSON_VALUES_PER_BODY * self.spec.limits.max_json_bytes
         )
         self.tokens = TokenVerifier(self.config.token_keys)
-        self.metrics = registry(lambda: self.store)
+        self.metrics = registry(lambda: self.store, tuple(self.spec.states))
         self.use(self.config.store, self.config.grant_keys)
 
     def use(self, store: Store, grant_keys: Mapping[str, bytes] | None) -> None:
