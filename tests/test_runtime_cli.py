@@ -253,6 +253,35 @@ def test_a_second_signal_exits_at_once_with_the_signals_status(tmp_path: Path) -
     assert worker.returncode == 130
 
 
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_second_signal_exits_at_once_while_standard_error_is_not_read(
+    tmp_path: Path, sig: int, status: int
+) -> None:
+    # A log reader that stopped reading: the worker blocks writing a line to a full pipe.
+    # The second signal is how an operator ends it, and it must not wait for that pipe.
+    _admit(tmp_path / "store.db", 1_000)
+    worker = _worker(tmp_path, "--concurrency", "4")
+    try:
+        done, still = -1, 0
+        deadline = time.monotonic() + 60
+        while still < 4 and time.monotonic() < deadline:
+            time.sleep(0.25)
+            states = _states(tmp_path / "store.db")
+            now_done = states.count("SUCCEEDED")
+            still = still + 1 if now_done == done and now_done < len(states) else 0
+            done = now_done
+        assert still == 4, "the worker never blocked on its standard error"
+        worker.send_signal(sig)
+        time.sleep(0.5)
+        worker.send_signal(sig)
+        assert worker.wait(timeout=10) == status
+    finally:
+        worker.kill()
+        worker.wait()
+        assert worker.stderr is not None
+        worker.stderr.close()
+
+
 def test_a_sweeper_process_recovers_a_lease_a_killed_worker_left(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     [wid] = _admit(path, 1, sleep=30)

@@ -157,6 +157,9 @@ class ThreadExecutor(Executor):
         return future
 
 
+#: How long a second stop signal waits for its log line before the process exits (s).
+_LAST_LINE_S = 0.2
+
 #: The shortest wait between looks for work while a rated key may be out of tokens (ms).
 _RATE_LOOK_MS = 10
 
@@ -1182,7 +1185,21 @@ class Worker:
         def on_signal(number: int, frame: FrameType | None) -> None:
             self._signals += 1
             if self._signals > 1:
-                event("stopped", worker=self.worker_id, signal=number, abandoned=len(self._held))
+                # The line is written on a thread of its own, waited for a moment only: this
+                # thread may be the one blocked writing to a full standard error (a log
+                # reader that stopped reading), and a second signal must end the process.
+                last = threading.Thread(
+                    target=event,
+                    args=("stopped",),
+                    kwargs={
+                        "worker": self.worker_id,
+                        "signal": number,
+                        "abandoned": len(self._held),
+                    },
+                    daemon=True,
+                )
+                last.start()
+                last.join(_LAST_LINE_S)
                 os._exit(128 + number)
             from_handler(self.stop)
 
