@@ -304,6 +304,31 @@ def test_a_pause_form_that_is_not_utf8_is_refused_and_pauses_nothing(
     assert (record.scope.key, record.reason) == ("pause/acme/*/*", "café")
 
 
+def test_a_page_shows_only_the_messages_the_console_itself_sealed(
+    quiet_console: RunningService,
+) -> None:
+    service = quiet_console
+    # A link crafted elsewhere, as an operator might be sent it: no such message is shown.
+    forged = "Tenant acme is compromised: sign in again at evil.example"
+    for path in ("/console/pauses", "/console/workloads/anything"):
+        for query in ({"message": forged}, {"message": forged, "seal": "0" * 64}):
+            page = httpx.get(service.url + path, params=query)
+            assert "compromised" not in page.text, (path, query)
+    # The console's own answer to a form is shown on the page it leads to.
+    headers = {
+        "Authorization": "Bearer " + service.token("operator", "alice"),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    answer = httpx.post(
+        service.url + "/console/pauses", content=b"tenant=sealed&reason=x", headers=headers
+    )
+    assert answer.status_code == 303
+    shown = httpx.get(service.url + answer.headers["location"])
+    assert "paused pause/sealed/*/* by alice" in shown.text
+    with service.client() as client:
+        client.resume("alice", 30_000, tenant="sealed")
+
+
 _ATTACK = """<!doctype html><html><body>
 <form id="f" method="post" action="{target}">
 <input name="tenant" value="victim"><input name="reason" value="cross-origin form">

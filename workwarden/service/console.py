@@ -32,6 +32,8 @@ audit log records who did it.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 import json
 import secrets
 from collections import Counter
@@ -89,6 +91,30 @@ PAGE_HEADERS = {
 
 _HOUR_MS = 3_600_000
 _AUDIT_PAGE = 200
+
+#: The key that seals the messages a form's answer hands the page it leads to: a page
+#: shows a `message` only with its seal, so a link crafted elsewhere cannot make the
+#: console tell an operator something it did not say. One per process: a sealed link
+#: of an earlier run shows no message.
+_SEAL_KEY = secrets.token_bytes(32)
+
+
+def _seal(message: str) -> str:
+    return hmac.new(_SEAL_KEY, message.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _told(path: str, message: str) -> str:
+    """`path` with `message` for the page to show, and its seal."""
+    return f"{path}?{urlencode({'message': message, 'seal': _seal(message)})}"
+
+
+def _heard(request: Request) -> str | None:
+    """The message of the request's query, when its seal is this console's; else None."""
+    message = request.query_params.get("message")
+    seal = request.query_params.get("seal", "")
+    if message is None or not hmac.compare_digest(seal.encode(), _seal(message).encode()):
+        return None
+    return message
 
 
 def rearmable_states(service: Service) -> list[str]:
@@ -439,7 +465,7 @@ def console_router(service: Service) -> APIRouter:
             audit=audit,
             rearmable=w.state in rearmable_states(service),
             document=json.dumps(json.loads(doc.document), indent=2, sort_keys=True),
-            message=request.query_params.get("message"),
+            message=_heard(request),
             forms=w.state in rearmable_states(service),
         )
 
@@ -478,7 +504,7 @@ def console_router(service: Service) -> APIRouter:
             message = f"re-armed by {actor}: now {state}"
         except errors.WorkloadError as exc:
             message = f"refused: {exc.code}: {exc.message}"
-        target = f"/console/workloads/{quote(workload_id, safe='')}?message={quote(message)}"
+        target = _told(f"/console/workloads/{quote(workload_id, safe='')}", message)
         return RedirectResponse(target, status_code=303)
 
     @router.get("/pauses")
@@ -487,7 +513,7 @@ def console_router(service: Service) -> APIRouter:
             request,
             "pauses.html",
             pauses=service.authority.pauses(),
-            message=request.query_params.get("message"),
+            message=_heard(request),
             forms=True,
         )
 
@@ -520,7 +546,7 @@ def console_router(service: Service) -> APIRouter:
                 message = f"{record.scope.key} already paused by {record.actor}; nothing written"
         except errors.WorkloadError as exc:
             message = f"refused: {exc.code}: {exc.message}"
-        return RedirectResponse(f"/console/pauses?message={quote(message)}", status_code=303)
+        return RedirectResponse(_told("/console/pauses", message), status_code=303)
 
     @router.post("/pauses/resume")
     async def resume(request: Request) -> Response:
@@ -545,7 +571,7 @@ def console_router(service: Service) -> APIRouter:
             message = f"resumed by {actor}" if resumed else "it was not paused; nothing written"
         except errors.WorkloadError as exc:
             message = f"refused: {exc.code}: {exc.message}"
-        return RedirectResponse(f"/console/pauses?message={quote(message)}", status_code=303)
+        return RedirectResponse(_told("/console/pauses", message), status_code=303)
 
     @router.get("/audit")
     def audit(request: Request) -> Response:
