@@ -78,9 +78,8 @@ def _request(key: str, tenant: str, application: str, **changes: object) -> obje
     )
 
 
-@pytest.fixture
-def console(tmp_path: Path) -> Iterator[tuple[RunningService, dict[str, str]]]:
-    report = tmp_path / "check.json"
+def small_check_report(report: Path) -> Path:
+    """`report`, written by `workwarden check --json` over a one-worker, one-attempt universe."""
     subprocess.run(
         [
             sys.executable, "-m", "workwarden", "check", "--single", "--workers", "1",
@@ -90,6 +89,13 @@ def console(tmp_path: Path) -> Iterator[tuple[RunningService, dict[str, str]]]:
         capture_output=True,
         timeout=300,
     )  # fmt: skip
+    assert report.exists()
+    return report
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[tuple[RunningService, dict[str, str]]]:
+    report = small_check_report(tmp_path / "check.json")
     assert report.exists()
     with running_service(grant_keys={KEY_ID: SECRET}, check_report=str(report)) as service:
         now = wall_clock_ms()
@@ -613,16 +619,7 @@ def test_a_page_with_an_operators_form_does_not_refresh_away_what_is_typed(
 def test_the_check_page_refuses_a_file_that_is_no_report_and_says_what_a_report_found(
     tmp_path: Path,
 ) -> None:
-    report = tmp_path / "check.json"
-    subprocess.run(
-        [
-            sys.executable, "-m", "workwarden", "check", "--single", "--workers", "1",
-            "--max-attempts", "1", "--rearms", "0", "--operator-actions", "0",
-            "--json", str(report),
-        ],
-        capture_output=True,
-        timeout=300,
-    )  # fmt: skip
+    report = small_check_report(tmp_path / "check.json")
     clean = json.loads(report.read_text(encoding="utf-8"))
     excerpt = Path(__file__).resolve().parents[1] / "diagrams" / "workload-check.json"
     found = {

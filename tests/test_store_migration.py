@@ -762,6 +762,17 @@ def test_an_older_sqlite_file_opened_to_read_is_refused_as_older_until_a_write_u
     assert capsys.readouterr().out.endswith(text)
 
 
+def as_postgres_version_2(dsn: str) -> None:
+    """Make the store's tables in `dsn` what schema version 2 had: no definition column, no
+    pauses, no tombstones, and version 2 recorded."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE workwarden_pauses, workwarden_pause_versions")
+        conn.execute("DROP TABLE workwarden_tombstones")
+        conn.execute("ALTER TABLE workwarden_documents DROP COLUMN definition")
+        conn.execute("DELETE FROM workwarden_schema_version")
+        conn.execute("INSERT INTO workwarden_schema_version (version) VALUES (2)")
+
+
 @pytest.mark.postgres
 def test_an_older_postgres_database_opened_to_read_is_refused_and_left_as_it_was(
     capsys: pytest.CaptureFixture[str],
@@ -770,12 +781,7 @@ def test_an_older_postgres_database_opened_to_read_is_refused_and_left_as_it_was
         with contextlib.closing(PostgresStore(dsn)) as store:
             populate(store)
             text = exported(store)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DROP TABLE workwarden_pauses, workwarden_pause_versions")
-            conn.execute("DROP TABLE workwarden_tombstones")
-            conn.execute("ALTER TABLE workwarden_documents DROP COLUMN definition")
-            conn.execute("DELETE FROM workwarden_schema_version")
-            conn.execute("INSERT INTO workwarden_schema_version (version) VALUES (2)")
+        as_postgres_version_2(dsn)
 
         def tables() -> list[tuple[Any, ...]]:
             with psycopg.connect(dsn) as conn:
@@ -811,11 +817,7 @@ def test_a_version_2_postgres_database_is_brought_to_version_3_with_its_definiti
         with contextlib.closing(PostgresStore(dsn)) as store:
             populate(store)
             before = committed(store)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DROP TABLE workwarden_pauses, workwarden_pause_versions")
-            conn.execute("DROP TABLE workwarden_tombstones")
-            conn.execute("ALTER TABLE workwarden_documents DROP COLUMN definition")
-            conn.execute("DELETE FROM workwarden_schema_version WHERE version > 2")
+        as_postgres_version_2(dsn)
 
         with contextlib.closing(PostgresStore(dsn)) as store:
             works_after_the_upgrade(store, before)
