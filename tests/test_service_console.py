@@ -14,6 +14,7 @@ else into the test's temporary folder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -335,6 +336,28 @@ def test_a_page_shows_only_the_messages_the_console_itself_sealed(
         client.resume("alice", 30_000, tenant="sealed")
 
 
+@contextlib.contextmanager
+def other_origin(tmp_path: Path, html: str) -> Iterator[int]:
+    """A page served as `index.html` by another server on this host: the port it listens on
+    (the same site as the console, another origin)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(html, encoding="utf-8")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0", "-d", str(site)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
+        yield int(re.search(r"port (\d+)", line).group(1))  # type: ignore[union-attr]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 _ATTACK = """<!doctype html><html><body>
 <form id="f" method="post" action="{target}">
 <input name="tenant" value="victim"><input name="reason" value="cross-origin form">
@@ -347,21 +370,8 @@ def test_a_form_posted_by_a_page_of_another_origin_acts_as_no_one(
     # The attacking page is on the same host, another port: the same site, so the
     # browser sends the SameSite=Strict sign-in cookie with its form.
     service = quiet_console
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "index.html").write_text(
-        _ATTACK.format(target=service.url + "/console/pauses"), encoding="utf-8"
-    )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0", "-d", str(site)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
-        port = int(re.search(r"port (\d+)", line).group(1))  # type: ignore[union-attr]
+    html = _ATTACK.format(target=service.url + "/console/pauses")
+    with other_origin(tmp_path, html) as port:
         page = browser.new_page()
         page.goto(service.url + "/console/login?next=/console/pauses")
         page.fill("#token", service.token("operator", "alice"))
@@ -380,9 +390,6 @@ def test_a_form_posted_by_a_page_of_another_origin_acts_as_no_one(
         with service.client() as client:
             assert [p.scope.key for p in client.pauses()] == ["pause/victim/*/*"]
         page.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def test_the_overview_counts_a_deadline_found_at_a_worker_call_and_resume_names_a_spaced_scope(
@@ -657,22 +664,8 @@ def test_a_page_of_another_origin_cannot_frame_the_console_to_borrow_a_click(
     # Same host, another port: the same site, so the framed console would get the
     # SameSite=Strict cookie, and a click on its Resume button would be the console's own form.
     service = quiet_console
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "index.html").write_text(
-        f'<iframe src="{service.url}/console/pauses" width="1200" height="800"></iframe>',
-        encoding="utf-8",
-    )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0", "-d", str(site)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
-        port = int(re.search(r"port (\d+)", line).group(1))  # type: ignore[union-attr]
+    html = f'<iframe src="{service.url}/console/pauses" width="1200" height="800"></iframe>'
+    with other_origin(tmp_path, html) as port:
         with service.client() as client:
             client.pause("*", wall_clock_ms(), tenant="acme", reason="incident")
         page = browser.new_page()
@@ -694,9 +687,6 @@ def test_a_page_of_another_origin_cannot_frame_the_console_to_borrow_a_click(
             assert [p.scope.key for p in client.pauses()] == ["pause/acme/*/*"]
         assert not clicked
         page.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def test_a_rearm_form_sent_twice_is_answered_as_the_first_and_rearms_once(
