@@ -788,3 +788,72 @@ def test_the_guard_works_whatever_cursor_class_the_connection_makes(
             assert forget(conn, WORKLOAD) == 1
     finally:
         conn.close()
+
+
+# --- a table of the guard's name made otherwise ------------------------------------------------
+
+_COLUMNS = "workload_id TEXT NOT NULL, resource TEXT NOT NULL, token {token} NOT NULL,"
+_COLUMNS += " claim_id TEXT NOT NULL, worker_id TEXT NOT NULL"
+
+
+def _fences_table(rest: str, token: str = "BIGINT") -> str:
+    return f"CREATE TABLE workwarden_fences ({_COLUMNS.format(token=token)}{rest})"
+
+
+# (the statement, what the refusal says): each would let a stale write in, or fail each write
+# with the database's own error, if the guard used it.
+_OTHER_SHAPES = [
+    # Tokens compared as text: "9" > "10", so a stale 9 would land after a fresh 10.
+    (_fences_table(", PRIMARY KEY (workload_id, resource)", "TEXT"), "column token"),
+    (_fences_table(""), "no primary key or unique constraint"),
+    (_fences_table(", PRIMARY KEY (workload_id, resource, token)"), "no primary key"),
+    (_fences_table(", UNIQUE (workload_id, resource), UNIQUE (claim_id)"), "(claim_id)"),
+    (_fences_table(", at TEXT NOT NULL, PRIMARY KEY (workload_id, resource)"), "column at"),
+    ("CREATE TABLE workwarden_fences (workload_id TEXT PRIMARY KEY, token BIGINT)", "resource"),
+    ("CREATE VIEW workwarden_fences AS SELECT 1 AS workload_id", ""),
+]
+
+
+@pytest.mark.parametrize(("statement", "said"), _OTHER_SHAPES)
+def test_a_fence_table_of_another_shape_is_refused_and_nothing_is_written(
+    db: Database, statement: str, said: str
+) -> None:
+    with db.transaction() as conn:
+        conn.execute(statement)
+    for token in (10, 9):
+        error = refused(lambda token=token: fenced_write(db, fence(token)))  # type: ignore[misc]
+        assert error.code == "WORKLOAD_INVALID", error
+        assert error.details is not None
+        assert error.details["errors"][0]["field"] == "conn"
+        assert error.details["table"] == "workwarden_fences"
+        assert said in error.message
+    assert db.rows("notes") == []
+
+
+@pytest.mark.postgres
+def test_a_postgres_fence_table_of_32_bit_tokens_is_refused(postgres_db: Database) -> None:
+    """The documented PostgreSQL table holds tokens as BIGINT: an INTEGER one would fail with
+    the server's own error once a workload's tokens pass 2**31."""
+    with postgres_db.transaction() as conn:
+        conn.execute(_fences_table(", PRIMARY KEY (workload_id, resource)", "INTEGER"))
+    error = refused(lambda: fenced_write(postgres_db, fence(2**31)))
+    assert error.code == "WORKLOAD_INVALID"
+    assert "BIGINT" in error.message
+    assert postgres_db.rows("notes") == []
+
+
+def test_a_fence_table_made_otherwise_but_fit_is_used(db: Database) -> None:
+    """A table with a surrogate key, a defaulted column and the key's columns in another
+    order keeps the rule as the documented one does."""
+    serial = "INTEGER PRIMARY KEY" if db.kind == "sqlite" else "BIGSERIAL PRIMARY KEY"
+    at = "TEXT NOT NULL DEFAULT 'now'"
+    with db.transaction() as conn:
+        conn.execute(
+            f"CREATE TABLE workwarden_fences (id {serial}, resource VARCHAR(300) NOT NULL,"
+            " workload_id TEXT NOT NULL, token BIGINT NOT NULL, claim_id TEXT NOT NULL,"
+            f" worker_id TEXT NOT NULL, at {at}, UNIQUE (resource, workload_id))"
+        )
+    fenced_write(db, fence(10))
+    assert refused(lambda: fenced_write(db, fence(9))).code == "WORKLOAD_STALE_FENCE"
+    fenced_write(db, fence(11))
+    assert db.rows("notes") == [("n", 11)]

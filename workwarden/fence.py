@@ -104,6 +104,54 @@ RETURNING token"""
 
 _SEEN = f"SELECT token, claim_id FROM {FENCE_TABLE} WHERE workload_id = {{p}} AND resource = {{p}}"
 
+# The columns the guard writes, and what each must hold: a table of the name
+# made otherwise (by hand, by another tool) is refused before it is used, since
+# one that compares tokens as text ("10" < "9") would let a stale writer in.
+_COLUMNS = {
+    "workload_id": "text",
+    "resource": "text",
+    "token": "integers",
+    "claim_id": "text",
+    "worker_id": "text",
+}
+_KEY = frozenset({"workload_id", "resource"})
+
+# SQLite: each column's name, its declared type, whether it is NOT NULL, its
+# default and its place in the primary key; then each unique index's columns
+# (a column of an expression is NULL).
+_SQLITE_COLUMNS = 'SELECT name, type, "notnull", dflt_value, pk FROM pragma_table_info(?)'
+_SQLITE_UNIQUE = (
+    "SELECT il.name, il.partial, ii.name FROM pragma_index_list(?) AS il,"
+    ' pragma_index_info(il.name) AS ii WHERE il."unique"'
+)
+
+# PostgreSQL: the relation's kind, its columns (name, "integers" / "text" /
+# the type it has, whether an insert must give it a value) and its unique
+# indexes (usable as the ON CONFLICT arbiter, key column names; an expression
+# is NULL), or no row when the name is not a relation on the search path.
+_POSTGRES_SHAPE = """SELECT c.relkind::text,
+  (SELECT json_agg(json_build_array(
+      a.attname,
+      CASE
+        WHEN a.atttypid = 'int8'::regtype
+          OR (a.atttypid = 'numeric'::regtype AND a.atttypmod = -1) THEN 'integers'
+        WHEN a.atttypid = 'text'::regtype
+          OR (a.atttypid = 'varchar'::regtype AND (a.atttypmod = -1 OR a.atttypmod >= 260))
+          THEN 'text'
+        ELSE format_type(a.atttypid, a.atttypmod)
+      END,
+      a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = ''
+    ) ORDER BY a.attnum)
+   FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+  (SELECT json_agg(json_build_array(
+      i.indpred IS NULL AND i.indexprs IS NULL,
+      (SELECT json_agg(a.attname)
+       FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) AS k(attnum)
+       LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum)
+    ))
+   FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique)
+FROM pg_class c WHERE c.oid = to_regclass(%s)"""
+
 
 def _invalid(field: str, message: str) -> errors.WorkloadError:
     return errors.WorkloadError(
@@ -176,6 +224,100 @@ def _stale(
             "highest_claim_id": claim_id,
         },
     )
+
+
+def _not_the_guards(problem: str) -> errors.WorkloadError:
+    """`WORKLOAD_INVALID` naming `conn`: its `workwarden_fences` is not the table `guard` keeps."""
+    error = _invalid(
+        "conn",
+        f"the table {FENCE_TABLE} is not the one the guard keeps: {problem}"
+        " (its statement is in docs/fence.md, 'The table')",
+    )
+    assert error.details is not None
+    error.details["table"] = FENCE_TABLE
+    return error
+
+
+def _shape_problem(
+    columns: Sequence[tuple[str, str, bool]],
+    unique: Sequence[tuple[bool, Sequence[str | None]]],
+) -> str | None:
+    """What makes a table of `columns` (name, kind, required) and `unique` keys (usable as
+    the conflict arbiter, column names) unfit for the guard; None when it is fit.
+
+    It needs the guard's columns, of text and of integers, no other column an
+    insert must fill, a unique key on exactly (workload_id, resource), and no
+    unique key of the guard's columns alone without both of those (it would
+    refuse another workload's or resource's row).
+    """
+    kinds = {name: kind for name, kind, _ in columns}
+    for name, want in _COLUMNS.items():
+        if name not in kinds:
+            return f"it has no column {name}"
+        if kinds[name] != want:
+            held = "any token (BIGINT on PostgreSQL)" if want == "integers" else "any id as text"
+            return f"its column {name} is of type {kinds[name]}, which does not hold {held}"
+    for name, _, required in columns:
+        if required and name not in _COLUMNS:
+            return (
+                f"its column {name} is NOT NULL without a default, and the guard does not fill it"
+            )
+    keys = [(arbiter, frozenset(names)) for arbiter, names in unique]
+    if not any(arbiter and names == _KEY for arbiter, names in keys):
+        return "it has no primary key or unique constraint on (workload_id, resource)"
+    for _, names in keys:
+        if names <= _COLUMNS.keys() and not _KEY.issubset(names):
+            listed = ", ".join(sorted(str(name) for name in names))
+            return f"its unique key on ({listed}) would refuse other workloads' or resources' rows"
+    return None
+
+
+def _sqlite_affinity(declared: str) -> str:
+    """The kind of value a SQLite column of the `declared` type keeps (its affinity)."""
+    upper = declared.upper()
+    if "INT" in upper:
+        return "integers"
+    if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+        return "text"
+    if not upper or "BLOB" in upper:
+        return "text"  # no affinity: text is stored as it is given
+    return declared  # REAL or NUMERIC: text that looks like a number is stored as one
+
+
+def _check_sqlite_shape(conn: sqlite3.Connection) -> None:
+    cursor = _tuples(conn)
+    rows = cursor.execute(_SQLITE_COLUMNS, (FENCE_TABLE,)).fetchall()
+    columns = [
+        (str(name), _sqlite_affinity(str(declared or "")), bool(notnull) and default is None)
+        for name, declared, notnull, default, _ in rows
+    ]
+    primary = [str(name) for name, _, _, _, pk in sorted(rows, key=lambda row: row[4]) if pk]
+    # An INTEGER PRIMARY KEY is the rowid and has no index of its own.
+    unique: list[tuple[bool, list[str | None]]] = [(True, list(primary))] if primary else []
+    indexes: dict[str, tuple[bool, list[str | None]]] = {}
+    for index, partial, column in cursor.execute(_SQLITE_UNIQUE, (FENCE_TABLE,)).fetchall():
+        indexes.setdefault(str(index), (not partial, []))[1].append(column)
+    unique.extend(indexes.values())
+    problem = _shape_problem(columns, unique)
+    if problem is not None:
+        raise _not_the_guards(problem)
+
+
+def _postgres_shape(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+    row: tuple[Any, ...] | None = _tuples(conn).execute(_POSTGRES_SHAPE, (FENCE_TABLE,)).fetchone()
+    return row
+
+
+def _check_postgres_shape(row: tuple[Any, ...]) -> None:
+    relkind, columns, unique = row
+    if relkind not in ("r", "p"):
+        raise _not_the_guards("it is not a table")
+    problem = _shape_problem(
+        [(str(name), str(kind), bool(required)) for name, kind, required in columns or []],
+        [(bool(arbiter), list(names or [])) for arbiter, names in unique or []],
+    )
+    if problem is not None:
+        raise _not_the_guards(problem)
 
 
 def _is_postgres(conn: object) -> TypeGuard[psycopg.Connection[Any]]:
@@ -255,22 +397,32 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
     in `docs/fence.md`. On PostgreSQL the table is made in the first schema of
     the connection's `search_path`; concurrent first uses take a
     transaction-scoped advisory lock so that only one creates it. The creation
-    is part of the caller's transaction when one is open. `WORKLOAD_INVALID`
-    for a connection of another kind or one already closed.
+    is part of the caller's transaction when one is open. A table of that
+    name that is already there is checked: one of another shape (a token
+    that is not an integer, no unique key on the workload and resource, a
+    column the guard cannot fill...) is `WORKLOAD_INVALID` naming `conn`.
+    `WORKLOAD_INVALID` too for a connection of another kind or one already
+    closed.
     """
     _usable(conn)
     if isinstance(conn, sqlite3.Connection):
         conn.execute(_SQLITE_TABLE)
+        _check_sqlite_shape(conn)
         return
     if _is_postgres(conn):
-        row = _tuples(conn).execute("SELECT to_regclass(%s) IS NOT NULL", (FENCE_TABLE,)).fetchone()
-        if row is None or not row[0]:
+        row = _postgres_shape(conn)
+        if row is None:
             # In autocommit outside a transaction the lock would be released
             # before the creation: both run in a transaction of their own.
             alone = not _postgres_in_transaction(conn)
             with conn.transaction() if alone else contextlib.nullcontext():
                 _tuples(conn).execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
                 _tuples(conn).execute(_POSTGRES_TABLE)
+            # Another process may have made it first, and not as the guard does.
+            row = _postgres_shape(conn)
+        if row is None:  # pragma: no cover - made just above, in this transaction
+            raise _not_the_guards("it is not on the connection's search_path")
+        _check_postgres_shape(row)
         return
     raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
 
@@ -302,7 +454,8 @@ def guard(
     `WORKLOAD_INVALID` (nothing written) for a connection of another kind
     or one already closed, one with no transaction open that commits each statement alone
     (`sqlite3` with `isolation_level=None` or `autocommit=True` outside
-    `BEGIN`, psycopg in autocommit outside `transaction()`), a malformed fence, or a fence whose
+    `BEGIN`, psycopg in autocommit outside `transaction()`), a table
+    `workwarden_fences` of another shape than the guard's, a malformed fence, or a fence whose
     claim id is not derived from `workload_id` (a fence of another workload).
     Errors of the database itself (a lock timeout, a serialization failure)
     propagate as the driver raises them.
