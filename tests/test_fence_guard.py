@@ -857,3 +857,28 @@ def test_a_fence_table_made_otherwise_but_fit_is_used(db: Database) -> None:
     assert refused(lambda: fenced_write(db, fence(9))).code == "WORKLOAD_STALE_FENCE"
     fenced_write(db, fence(11))
     assert db.rows("notes") == [("n", 11)]
+
+
+@pytest.mark.postgres
+def test_a_repeatable_read_transaction_uses_a_table_made_after_its_snapshot(
+    postgres_db: Database,
+) -> None:
+    """Two first uses at once: the second, at REPEATABLE READ, began before the first made
+    the table, so its snapshot has no catalog rows of it; it is used all the same."""
+    maker, late = postgres_db.connect(), postgres_db.connect()
+    late.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    try:
+        with late.transaction():
+            late.execute("SELECT count(*) FROM notes")  # the snapshot is taken here
+            with maker.transaction():
+                guard(maker, fence(1), WORKLOAD)
+            guard(late, fence(1, workload="workload_other"), "workload_other")
+            postgres_db.write(late, "o", 1)
+    finally:
+        maker.close()
+        late.close()
+    assert [row[:3] for row in postgres_db.rows("workwarden_fences")] == [
+        (WORKLOAD, "", 1),
+        ("workload_other", "", 1),
+    ]
+    assert postgres_db.rows("notes") == [("o", 1)]

@@ -128,8 +128,9 @@ _SQLITE_UNIQUE = (
 # PostgreSQL: the relation's kind, its columns (name, "integers" / "text" /
 # the type it has, whether an insert must give it a value) and its unique
 # indexes (usable as the ON CONFLICT arbiter, key column names; an expression
-# is NULL), or no row when the name is not a relation on the search path.
-_POSTGRES_SHAPE = """SELECT c.relkind::text,
+# is NULL); first, whether the name is a relation on the search path at all
+# (the rest is NULL when it is, but made after this transaction's snapshot).
+_POSTGRES_SHAPE = """SELECT t.oid IS NOT NULL, c.relkind::text,
   (SELECT json_agg(json_build_array(
       a.attname,
       CASE
@@ -150,7 +151,7 @@ _POSTGRES_SHAPE = """SELECT c.relkind::text,
        LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum)
     ))
    FROM pg_index i WHERE i.indrelid = c.oid AND i.indisunique)
-FROM pg_class c WHERE c.oid = to_regclass(%s)"""
+FROM (SELECT to_regclass(%s) AS oid) AS t LEFT JOIN pg_class c ON c.oid = t.oid"""
 
 
 def _invalid(field: str, message: str) -> errors.WorkloadError:
@@ -303,13 +304,13 @@ def _check_sqlite_shape(conn: sqlite3.Connection) -> None:
         raise _not_the_guards(problem)
 
 
-def _postgres_shape(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
-    row: tuple[Any, ...] | None = _tuples(conn).execute(_POSTGRES_SHAPE, (FENCE_TABLE,)).fetchone()
+def _postgres_shape(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+    row: tuple[Any, ...] = _tuples(conn).execute(_POSTGRES_SHAPE, (FENCE_TABLE,)).fetchone()
     return row
 
 
 def _check_postgres_shape(row: tuple[Any, ...]) -> None:
-    relkind, columns, unique = row
+    _, relkind, columns, unique = row
     if relkind not in ("r", "p"):
         raise _not_the_guards("it is not a table")
     problem = _shape_problem(
@@ -411,7 +412,7 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
         return
     if _is_postgres(conn):
         row = _postgres_shape(conn)
-        if row is None:
+        if not row[0]:
             # In autocommit outside a transaction the lock would be released
             # before the creation: both run in a transaction of their own.
             alone = not _postgres_in_transaction(conn)
@@ -420,8 +421,12 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
                 _tuples(conn).execute(_POSTGRES_TABLE)
             # Another process may have made it first, and not as the guard does.
             row = _postgres_shape(conn)
-        if row is None:  # pragma: no cover - made just above, in this transaction
-            raise _not_the_guards("it is not on the connection's search_path")
+        if row[1] is None:
+            # On the search path, but made by another transaction after this
+            # one's snapshot (REPEATABLE READ or SERIALIZABLE): its catalog
+            # rows cannot be read here. Made concurrently, it is most likely
+            # another first use of the guard; the next transaction checks it.
+            return
         _check_postgres_shape(row)
         return
     raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
