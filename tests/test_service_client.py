@@ -120,6 +120,67 @@ def test_the_client_refuses_with_the_library_s_code_message_and_details(
     assert answers["get . scoped"][0] == "WORKLOAD_NOT_FOUND"
 
 
+def _execute_script(warden: Any) -> list[tuple[str, Any]]:
+    """A lifecycle and its refusals, every call a command given to `execute`."""
+    admitted = warden.execute({"op": "admit", "request": request().model_dump(mode="json")}, 9_000)
+    wid = admitted.workload.workload_id
+    other = warden.execute(
+        {"op": "admit", "request": request(idempotency_key="other").model_dump(mode="json")},
+        9_001,
+    ).workload.workload_id
+    claim = {"op": "claim", "workload_id": wid, "worker_id": "w1", "capabilities": list(CAPS)}
+    granted = warden.execute({**claim, "lease_ms": 60_000}, 10_000)
+    fence = granted.fence.model_dump()
+    mine = {"workload_id": wid, "fence": fence}
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("start", lambda: warden.execute({"op": "start", **mine}, 10_100)),
+        ("heartbeat", lambda: warden.execute({"op": "heartbeat", **mine, "extend_ms": 1}, 10_200)),
+        (
+            "checkpoint",
+            lambda: warden.execute({"op": "checkpoint", **mine, "state": {"n": 1}}, 10_300),
+        ),
+        (
+            "complete",
+            lambda: warden.execute(
+                {"op": "complete", **mine, "result_id": "r1", "output": {"ok": True}}, 10_400
+            ),
+        ),
+        (
+            "complete again",
+            lambda: warden.execute(
+                {"op": "complete", **mine, "result_id": "r1", "output": {"ok": True}}, 10_500
+            ),
+        ),
+        ("stale start", lambda: warden.execute({"op": "start", **mine}, 10_600)),
+        (
+            "operator cancel",
+            lambda: warden.execute(
+                {"op": "cancel", "workload_id": other, "actor": "alice", "request_id": "c1"},
+                10_700,
+            ),
+        ),
+        ("sweep", lambda: warden.execute({"op": "recover_expired", "workload_id": other}, 10_800)),
+        ("not a command", lambda: warden.execute({"op": "claim_next", "workload_id": wid}, 11_000)),
+        ("malformed", lambda: warden.execute({"op": "start", "workload_id": wid}, 11_000)),
+        ("a list", lambda: warden.execute([1, 2], 11_000)),
+        ("bad now", lambda: warden.execute({"op": "start", **mine}, -1)),
+    ]
+    return [("admit", _data(admitted)), ("claim", _data(granted))] + [
+        (name, _answer(call)) for name, call in calls
+    ]
+
+
+def test_the_client_executes_commands_as_the_library_does(fresh: RunningService) -> None:
+    library = Authority(MemoryStore(), grants=GrantVerifier({KEY_ID: SECRET}))
+    with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as client:
+        over_http = _execute_script(client)
+    assert over_http == _execute_script(library)
+    answers = dict(over_http)
+    assert answers["complete"] == answers["complete again"]
+    assert answers["stale start"][0] == "WORKLOAD_LEASE_EXPIRED"  # its claim ended
+    assert answers["not a command"][0] == answers["malformed"][0] == "WORKLOAD_INVALID"
+
+
 def test_an_operation_operate_does_not_take_is_invalid_for_either_token_and_writes_nothing(
     fresh: RunningService,
 ) -> None:

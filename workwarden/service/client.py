@@ -56,6 +56,7 @@ from workwarden.service.state import MIN_BODY_BYTES, NOW_HEADER
 from workwarden.statemachine import errors, fairness, inputs, safety
 from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS, as_batch
 from workwarden.statemachine.commands import (
+    AdmitCommand,
     AdmitReply,
     CancelCommand,
     CheckpointCommand,
@@ -73,6 +74,7 @@ from workwarden.statemachine.commands import (
     StateReply,
     TimeoutCommand,
 )
+from workwarden.statemachine.conformance.schemas import REPLY_MODELS
 from workwarden.statemachine.models import (
     Attempt,
     Checkpoint,
@@ -647,6 +649,28 @@ class HttpAuthority:
             now=now,
         )
         return _reply(data, StateReply).state  # type: ignore[no-any-return]
+
+    def execute(self, command: Command | Mapping[str, Any], now: int) -> Any:
+        """`Authority.execute` over HTTP (`/v1/execute`): a command of the core, by its `op`.
+
+        The command is checked here as the library checks it (a malformed one,
+        or an `op` that is no command of the core, is `WORKLOAD_INVALID` and
+        nothing is sent); the reply is the model the library's `execute`
+        returns for that `op`, and a refusal the library's `WorkloadError`.
+        """
+        inputs.check_now(now)
+        parsed = inputs.as_command(command)
+        if isinstance(parsed, AdmitCommand):
+            _carried(self.spec, parsed.request.input, "input")
+        operation = parsed.operation if isinstance(parsed, OperatorCommand) else parsed.op
+        data = self.request(
+            "POST",
+            "/v1/execute",
+            operation,
+            body=parsed.model_dump(mode="json", by_alias=True),
+            now=now,
+        )
+        return _reply(data, REPLY_MODELS[parsed.op])
 
     # -- pauses and retention ---------------------------------------------------------
 
