@@ -373,6 +373,35 @@ def test_the_adapter_refuses_json_nested_too_deeply_and_answers_on() -> None:
     assert lines[1] == '{"ok":[]}'
 
 
+def test_the_adapter_refuses_a_number_too_long_to_read_or_an_op_that_is_not_a_name() -> None:
+    # Python reads no integer of more than 4300 digits; a list is no key of a dict.
+    requests = "\n".join(
+        [
+            '{"type": "command", "command": {"op": "start"}, "now": ' + "9" * 5000 + "}",
+            '{"type": "command", "command": {"op": ["pause"]}, "now": 1}',
+            '{"type": "command", "command": {"op": {"claim_next": 1}}, "now": 1}',
+            '{"type": "store"}',
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden.adapter"],
+        input=requests + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4
+    assert '"code":"WORKLOAD_INVALID"' in lines[0]
+    assert "a number too long to read" in lines[0]
+    for line in lines[1:3]:
+        assert '"code":"WORKLOAD_INVALID"' in line
+        assert "must name one of the operations" in line
+    assert lines[3] == '{"ok":[]}'
+
+
 @pytest.mark.parametrize("timeout", ["-1", "0", "inf", "nan", "1e300", "3601", "soon"])
 def test_a_timeout_that_is_not_positive_finite_and_at_most_an_hour_is_a_usage_error(
     timeout: str, capsys: pytest.CaptureFixture[str]

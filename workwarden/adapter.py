@@ -3,8 +3,9 @@
 Reads one JSON request a line on standard input (`reset`, `command`,
 `store`; see `docs/conformance.md`) and writes one JSON response a line on
 standard output, flushed after each, until its input ends (a line that is
-not JSON, or nested too deeply to read, is answered `WORKLOAD_INVALID`). Behind it is an
-`Authority` over a `MemoryStore`, under the shipped spec or `--spec FILE`.
+not JSON, nested too deeply or holding a number too long to read, is answered
+`WORKLOAD_INVALID`). Behind it is an `Authority` over a `MemoryStore`, under
+the shipped spec or `--spec FILE`.
 This is the program `workwarden conform` holds other implementations' adapters
 beside: it passes every vector, because the vectors were generated with it.
 A spec it cannot load is one coded line on standard error (`WORKLOAD_SPEC_INVALID:
@@ -40,6 +41,11 @@ def serve(reference: ReferenceImplementation, requests: TextIO, responses: TextI
         except RecursionError:
             response = {
                 "error": {"code": "WORKLOAD_INVALID", "message": "JSON nested too deeply to read"}
+            }
+        except ValueError:
+            # Python reads no integer of more than 4300 digits (`sys.get_int_max_str_digits`).
+            response = {
+                "error": {"code": "WORKLOAD_INVALID", "message": "a number too long to read"}
             }
         else:
             response = reference.handle(request)

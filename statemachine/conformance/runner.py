@@ -317,9 +317,12 @@ class ReferenceImplementation:
         return {"ok": None}
 
     def _command(self, command: Any, now: Any) -> dict[str, Any]:
-        if isinstance(command, Mapping) and command.get("op") in SCOPE_COMMAND_MODELS:
+        # An `op` that is not a string (a list, an object) names no operation: the
+        # authority refuses it, and it is never looked up among the scope-wide ones.
+        op = command.get("op") if isinstance(command, Mapping) else None
+        if isinstance(op, str) and op in SCOPE_COMMAND_MODELS:
             return {"ok": run_scope_command(self.authority, command, now)}
-        if isinstance(command, Mapping) and command.get("op") == "claim_next":
+        if op == "claim_next":
             try:
                 claim_next = ClaimNextCommand.model_validate(command)
             except ValidationError as exc:
