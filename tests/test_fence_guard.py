@@ -882,3 +882,85 @@ def test_a_repeatable_read_transaction_uses_a_table_made_after_its_snapshot(
         ("workload_other", "", 1),
     ]
     assert postgres_db.rows("notes") == [("o", 1)]
+
+
+# --- in a SQLite transaction begun before the guard ------------------------------------------
+
+
+def _begun(path: Path) -> sqlite3.Connection:
+    """A connection to `path` whose transaction is begun (deferred: no lock yet), as with
+    `BEGIN` under `isolation_level=None`, or always under Python 3.12's `autocommit=False`."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    conn.execute("BEGIN")
+    return conn
+
+
+def test_a_guard_first_in_a_begun_transaction_writes_when_another_writer_commits_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Called first in the transaction, as docs/fence.md asks, the guard takes the write lock
+    with its first statement: a writer committing just before it never fails it with
+    "database is locked" (a snapshot read first could not be upgraded to a write)."""
+    db = next(_sqlite(tmp_path))
+    fenced_write(db, fence(1))  # the table is there
+    path = tmp_path / "user.sqlite"
+    fresh, other = _begun(path), sqlite3.connect(path, isolation_level=None, timeout=30)
+    committed: list[str] = []
+
+    def meanwhile(statement: str) -> None:
+        if statement.startswith("INSERT INTO workwarden_fences") and not committed:
+            other.execute("INSERT INTO notes VALUES ('other', 0)")  # commits at once
+            committed.append(statement)
+
+    fresh.set_trace_callback(meanwhile)
+    try:
+        guard(fresh, fence(2), WORKLOAD)
+        db.write(fresh, "n", 2)
+        fresh.execute("COMMIT")
+    finally:
+        fresh.close()
+        other.close()
+    assert committed
+    assert db.rows("notes") == [("n", 2), ("other", 0)]
+    assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 2)]
+
+
+@pytest.mark.parametrize(("statement", "said"), _OTHER_SHAPES[:4])
+def test_a_fence_table_of_another_shape_is_refused_in_a_begun_transaction(
+    tmp_path: Path, statement: str, said: str
+) -> None:
+    db = next(_sqlite(tmp_path))
+    with db.transaction() as conn:
+        conn.execute(statement.replace("BIGINT", "INTEGER"))
+        conn.execute(
+            "INSERT INTO workwarden_fences (workload_id, resource, token, claim_id, worker_id)"
+            " VALUES ('w', '', 10, 'c', 'x')"
+        )
+    before = db.rows("workwarden_fences")
+    conn = _begun(tmp_path / "user.sqlite")
+    try:
+        error = refused(lambda: guard(conn, fence(10, workload="w"), "w"))
+        assert conn.in_transaction  # the caller's transaction is left to the caller
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert error.code == "WORKLOAD_INVALID"
+    assert said in error.message
+    assert db.rows("workwarden_fences") == before
+
+
+def test_a_guard_in_a_begun_transaction_makes_the_missing_table_in_it(tmp_path: Path) -> None:
+    db = next(_sqlite(tmp_path))
+    conn = _begun(tmp_path / "user.sqlite")
+    try:
+        guard(conn, fence(3), WORKLOAD)
+        db.write(conn, "n", 3)
+        conn.execute("ROLLBACK")
+        assert not db.has_fence_table()
+        conn.execute("BEGIN")
+        guard(conn, fence(3), WORKLOAD)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 3)]
+    assert db.rows("notes") == []

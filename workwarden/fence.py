@@ -432,6 +432,48 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
     raise _invalid("conn", "must be a sqlite3.Connection or a psycopg.Connection")
 
 
+_SAVEPOINT = "workwarden_guard"
+
+
+def _sqlite_advance(conn: sqlite3.Connection, params: tuple[Any, ...]) -> Any:
+    """The row `_ADVANCE` returns on `conn` (None when refused), the table made or checked.
+
+    In a transaction already open, which may hold no lock yet (`BEGIN`, or
+    Python 3.12's `autocommit=False`), the guard's first statement is its
+    write: a read first would fix the snapshot the write must then upgrade
+    from, and a writer committing in between would fail it with "database is
+    locked", however long the timeout. The write runs in a savepoint, the
+    table's shape read after it; a table of another shape undoes it.
+    """
+    cursor = _tuples(conn)
+    advance = _ADVANCE.format(p="?")
+    if not conn.in_transaction:
+        # The sqlite3 module begins the transaction at the write: what is read
+        # before it runs apart, and fixes no snapshot.
+        ensure_fence_table(conn)
+        return cursor.execute(advance, params).fetchone()
+    cursor.execute(f"SAVEPOINT {_SAVEPOINT}")
+    try:
+        try:
+            accepted = cursor.execute(advance, params).fetchone()
+        except sqlite3.Error:
+            cursor.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            if cursor.execute(_SQLITE_COLUMNS, (FENCE_TABLE,)).fetchone() is not None:
+                _check_sqlite_shape(conn)  # a table of another shape, refused
+                raise  # the guard's table: the database's own error (a lock timeout)
+            conn.execute(_SQLITE_TABLE)  # missing: made, a write, in the transaction
+            accepted = cursor.execute(advance, params).fetchone()
+        else:
+            _check_sqlite_shape(conn)
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # gone when the database rolled back
+            cursor.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            cursor.execute(f"RELEASE {_SAVEPOINT}")
+        raise
+    cursor.execute(f"RELEASE {_SAVEPOINT}")
+    return accepted
+
+
 def guard(
     conn: sqlite3.Connection | psycopg.Connection[Any],
     fence: Fence | Mapping[str, Any],
@@ -471,8 +513,7 @@ def guard(
     if isinstance(conn, sqlite3.Connection):
         if not _sqlite_in_transaction(conn):
             raise _invalid("conn", "no transaction is open: begin one around the fenced write")
-        ensure_fence_table(conn)
-        accepted = _tuples(conn).execute(_ADVANCE.format(p="?"), params).fetchone()
+        accepted = _sqlite_advance(conn, params)
         if accepted is None:
             seen = _tuples(conn).execute(_SEEN.format(p="?"), (workload, key)).fetchone()
             raise _stale(workload, key, checked, seen)
