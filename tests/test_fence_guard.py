@@ -964,3 +964,40 @@ def test_a_guard_in_a_begun_transaction_makes_the_missing_table_in_it(tmp_path: 
         conn.close()
     assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 3)]
     assert db.rows("notes") == []
+
+
+def test_concurrent_first_uses_in_begun_transactions_make_the_table_once(tmp_path: Path) -> None:
+    """Workers whose transactions are begun before the guard, all first to use it: one makes
+    the table, the others wait for it and write, none fails with "database is locked"."""
+    db = next(_sqlite(tmp_path))
+    path = tmp_path / "user.sqlite"
+
+    def first_use(start: threading.Barrier, index: int, failures: list[str]) -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+        try:
+            start.wait()
+            conn.execute("BEGIN")
+            workload = f"workload_{index}"
+            guard(conn, fence(1, workload=workload), workload)
+            db.write(conn, workload, 1)
+            conn.execute("COMMIT")
+        except Exception as exc:  # noqa: BLE001 - collected and shown below
+            failures.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+    for _ in range(10):
+        with contextlib.closing(sqlite3.connect(path)) as admin:
+            admin.execute("DROP TABLE IF EXISTS workwarden_fences")
+            admin.execute("DELETE FROM notes")
+            admin.commit()
+        failures: list[str] = []
+        start = threading.Barrier(4)
+        threads = [threading.Thread(target=first_use, args=(start, i, failures)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == []
+        assert len(db.rows("workwarden_fences")) == 4
+        assert len(db.rows("notes")) == 4

@@ -456,12 +456,15 @@ def _sqlite_advance(conn: sqlite3.Connection, params: tuple[Any, ...]) -> Any:
     try:
         try:
             accepted = cursor.execute(advance, params).fetchone()
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
             cursor.execute(f"ROLLBACK TO {_SAVEPOINT}")
-            if cursor.execute(_SQLITE_COLUMNS, (FENCE_TABLE,)).fetchone() is not None:
-                _check_sqlite_shape(conn)  # a table of another shape, refused
+            # Missing, the table is made here: a write, the transaction's first
+            # lock, waited for while another first use makes it (a read first
+            # would fail once that one commits).
+            conn.execute(_SQLITE_TABLE)
+            _check_sqlite_shape(conn)  # a table of another shape, refused
+            if "no such table" not in str(exc):
                 raise  # the guard's table: the database's own error (a lock timeout)
-            conn.execute(_SQLITE_TABLE)  # missing: made, a write, in the transaction
             accepted = cursor.execute(advance, params).fetchone()
         else:
             _check_sqlite_shape(conn)
