@@ -483,6 +483,14 @@ def test_a_reply_nested_too_deeply_fails_the_scenario_not_the_run(
         assert f"at step 1 of 1: the response is JSON nested too deeply {says}" in out
 
 
+def test_a_number_too_long_to_read_fails_the_scenario_not_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    selected = "admission/a_one_millisecond_timeout_is_accepted"
+    out = _failed_scenario(capsys, wrong("long-number"), selected)
+    assert 'at step 1 of 1: the response holds a number too long to read: \'{"ok":999' in out
+
+
 def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -36,6 +36,7 @@
 - `version-zero`: its store read-back says every document is at version 0;
 - `lists-twice`: its store read-back lists every document twice;
 - `nested-reply DEPTH`: it answers every command with a reply nested DEPTH deep;
+- `long-number`: it answers every command with a number of 5000 digits;
 - `store-object`: its store read-back is an object, not a list.
 """
 
@@ -301,6 +302,18 @@ def nested_reply(depth: int) -> int:
     return 0
 
 
+def long_number() -> int:
+    """Answer a reset and a store read-back as the reference does, a command with a long number."""
+    reference = ReferenceImplementation()
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("type") == "command":
+            print('{"ok":' + "9" * 5000 + "}", flush=True)
+        else:
+            print(json.dumps(reference.handle(request)), flush=True)
+    return 0
+
+
 def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
     if mistake == "lingers":
@@ -309,6 +322,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         return not_utf8()
     if mistake == "nested-reply":
         return nested_reply(int(spec or 0))
+    if mistake == "long-number":
+        return long_number()
     if mistake == "endless-line":
         return endless_line()
     if mistake == "endless-stderr":

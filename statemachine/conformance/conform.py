@@ -273,6 +273,11 @@ class ConformanceProgram:
             raise ProgramError(
                 f"the response is JSON nested too deeply to read: {line[:200]!r}"
             ) from None
+        except ValueError:
+            # JSON, but an integer of more digits than Python reads (4300).
+            raise ProgramError(
+                f"the response holds a number too long to read: {line[:200]!r}"
+            ) from None
         if (
             not isinstance(response, dict)
             or len(response) != 1
