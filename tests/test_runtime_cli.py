@@ -7,6 +7,7 @@ authority on the same file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -224,6 +225,49 @@ def test_a_batch_window_that_is_not_whole_milliseconds_is_a_usage_error(
     assert worker.returncode == 2
     assert stderr.startswith("WORKWARDEN_USAGE: ")
     assert "--batch-window-ms" in stderr
+
+
+def _loading(process: subprocess.Popen[str]) -> None:
+    """Wait until `process` is loading the command line: the library's pydantic is mapped
+    (the entry point itself imports none of it), most of a second before it could run."""
+    maps = Path(f"/proc/{process.pid}/maps")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(OSError):
+            if "pydantic_core" in maps.read_text(encoding="utf-8"):
+                return
+        time.sleep(0.001)
+    raise AssertionError("the command never began loading its library")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_loads_stops_a_worker_quietly_with_status_0(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    _admit(tmp_path / "store.db", 1)
+    worker = _worker(tmp_path)
+    _loading(worker)
+    worker.send_signal(sig)
+    _, stderr = worker.communicate(timeout=60)
+    assert (worker.returncode, stderr) == (0, "")
+    assert _states(tmp_path / "store.db") == ["READY"]
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_another_command_loads_ends_it_with_the_signals_status(
+    tmp_path: Path, sig: signal.Signals, status: int
+) -> None:
+    _admit(tmp_path / "store.db", 1)
+    export = subprocess.Popen(
+        [sys.executable, "-m", "workwarden", "export", "--store", str(tmp_path / "store.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _loading(export)
+    export.send_signal(sig)
+    out, err = export.communicate(timeout=60)
+    assert (export.returncode, out, err) == (status, "", "")
 
 
 def test_sigterm_lets_the_running_handler_finish_then_exits_zero(tmp_path: Path) -> None:

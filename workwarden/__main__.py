@@ -1,5 +1,5 @@
 """`python -m workwarden` runs the command line."""
 
-from workwarden.cli import main
+from workwarden._launch import main
 
 raise SystemExit(main())
