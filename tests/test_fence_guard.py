@@ -1001,3 +1001,30 @@ def test_concurrent_first_uses_in_begun_transactions_make_the_table_once(tmp_pat
         assert failures == []
         assert len(db.rows("workwarden_fences")) == 4
         assert len(db.rows("notes")) == 4
+
+
+def test_forget_first_in_a_begun_transaction_deletes_when_another_writer_commits_meanwhile(
+    tmp_path: Path,
+) -> None:
+    db = next(_sqlite(tmp_path))
+    fenced_write(db, fence(1))
+    path = tmp_path / "user.sqlite"
+    conn, other = _begun(path), sqlite3.connect(path, isolation_level=None, timeout=30)
+    committed: list[str] = []
+
+    def meanwhile(statement: str) -> None:
+        if statement.startswith("DELETE FROM workwarden_fences") and not committed:
+            other.execute("INSERT INTO notes VALUES ('other', 0)")  # commits at once
+            committed.append(statement)
+
+    conn.set_trace_callback(meanwhile)
+    try:
+        assert forget(conn, WORKLOAD) == 1
+        conn.execute("DELETE FROM notes WHERE id = 'n'")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+        other.close()
+    assert committed
+    assert db.rows("notes") == [("other", 0)]
+    assert db.rows("workwarden_fences") == []

@@ -26,9 +26,9 @@ import re
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeGuard
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from pydantic import ValidationError
 
@@ -353,9 +353,12 @@ def forget(
     a bad id.
     """
     workload = as_name(workload_id, "workload_id")
-    ensure_fence_table(conn)  # refuses a connection of another kind
-    mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
-    sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = {mark}"
+    _usable(conn)  # refuses a connection of another kind
+    if isinstance(conn, sqlite3.Connection):
+        sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = ?"
+        return _sqlite_first(conn, lambda cursor: int(cursor.execute(sql, (workload,)).rowcount))
+    ensure_fence_table(conn)
+    sql = f"DELETE FROM {FENCE_TABLE} WHERE workload_id = %s"
     return int(_tuples(conn).execute(sql, (workload,)).rowcount)
 
 
@@ -433,29 +436,29 @@ def ensure_fence_table(conn: sqlite3.Connection | psycopg.Connection[Any]) -> No
 
 
 _SAVEPOINT = "workwarden_guard"
+_T = TypeVar("_T")
 
 
-def _sqlite_advance(conn: sqlite3.Connection, params: tuple[Any, ...]) -> Any:
-    """The row `_ADVANCE` returns on `conn` (None when refused), the table made or checked.
+def _sqlite_first(conn: sqlite3.Connection, run: Callable[[sqlite3.Cursor], _T]) -> _T:
+    """`run(cursor)`, the guard's write to its table on `conn`, with the table made or checked.
 
     In a transaction already open, which may hold no lock yet (`BEGIN`, or
-    Python 3.12's `autocommit=False`), the guard's first statement is its
-    write: a read first would fix the snapshot the write must then upgrade
-    from, and a writer committing in between would fail it with "database is
-    locked", however long the timeout. The write runs in a savepoint, the
-    table's shape read after it; a table of another shape undoes it.
+    Python 3.12's `autocommit=False`), the write is the first statement: a
+    read first would fix the snapshot the write must then upgrade from, and a
+    writer committing in between would fail it with "database is locked",
+    however long the timeout. The write runs in a savepoint, the table's
+    shape read after it; a table of another shape undoes it.
     """
     cursor = _tuples(conn)
-    advance = _ADVANCE.format(p="?")
     if not conn.in_transaction:
         # The sqlite3 module begins the transaction at the write: what is read
         # before it runs apart, and fixes no snapshot.
         ensure_fence_table(conn)
-        return cursor.execute(advance, params).fetchone()
+        return run(cursor)
     cursor.execute(f"SAVEPOINT {_SAVEPOINT}")
     try:
         try:
-            accepted = cursor.execute(advance, params).fetchone()
+            result = run(cursor)
         except sqlite3.Error as exc:
             cursor.execute(f"ROLLBACK TO {_SAVEPOINT}")
             # Missing, the table is made here: a write, the transaction's first
@@ -465,7 +468,7 @@ def _sqlite_advance(conn: sqlite3.Connection, params: tuple[Any, ...]) -> Any:
             _check_sqlite_shape(conn)  # a table of another shape, refused
             if "no such table" not in str(exc):
                 raise  # the guard's table: the database's own error (a lock timeout)
-            accepted = cursor.execute(advance, params).fetchone()
+            result = run(cursor)
         else:
             _check_sqlite_shape(conn)
     except BaseException:
@@ -474,7 +477,7 @@ def _sqlite_advance(conn: sqlite3.Connection, params: tuple[Any, ...]) -> Any:
             cursor.execute(f"RELEASE {_SAVEPOINT}")
         raise
     cursor.execute(f"RELEASE {_SAVEPOINT}")
-    return accepted
+    return result
 
 
 def guard(
@@ -516,7 +519,8 @@ def guard(
     if isinstance(conn, sqlite3.Connection):
         if not _sqlite_in_transaction(conn):
             raise _invalid("conn", "no transaction is open: begin one around the fenced write")
-        accepted = _sqlite_advance(conn, params)
+        advance = _ADVANCE.format(p="?")
+        accepted = _sqlite_first(conn, lambda cursor: cursor.execute(advance, params).fetchone())
         if accepted is None:
             seen = _tuples(conn).execute(_SEEN.format(p="?"), (workload, key)).fetchone()
             raise _stale(workload, key, checked, seen)
