@@ -491,6 +491,33 @@ def test_a_number_too_long_to_read_fails_the_scenario_not_the_run(
     assert 'at step 1 of 1: the response holds a number too long to read: \'{"ok":999' in out
 
 
+def test_what_a_program_writes_is_shown_escaped_and_the_junit_report_stays_well_formed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lone surrogate in a reply, control characters on stderr or in a scenario's name:
+    each is written as its escape, on the terminal and in a JUnit file that parses."""
+    selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
+    line = next(x for x in SHIPPED.read_text("ascii").splitlines() if f'"{selected}"' in x)
+    vectors = tmp_path / "named.jsonl"
+    vectors.write_text(line.replace(selected, selected + "\\u0001\\u001b[2J"), "ascii")
+    for mistake, says in (
+        ("lone-surrogate", 'actual    {"ok":"\\ud800"}'),
+        ("stderr-controls", "bad\\x00byte \\x1b[31mred\\x1b[0m\\x0cend"),
+    ):
+        junit = tmp_path / f"{mistake}.xml"
+        options = ["--vectors", str(vectors), "--junit", str(junit)]
+        assert main(["conform", "--cmd", wrong(mistake), *options]) == 1
+        out = capsys.readouterr().out
+        assert f"FAIL {selected}\\x01\\x1b[2J\n" in out
+        assert says in out
+        assert "failed: lifecycle/a_workload_that_does_not_exist_is_not_found\\x01\\x1b[2J" in out
+        assert not [c for c in out if (c < " " and c != "\n") or "\ud800" <= c <= "\udfff"]
+        case = ElementTree.parse(junit).getroot().find("testsuite/testcase")
+        assert case is not None
+        assert case.get("name") == "a_workload_that_does_not_exist_is_not_found\\x01\\x1b[2J"
+        assert says in ElementTree.tostring(case, encoding="unicode")
+
+
 def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -37,6 +37,10 @@
 - `lists-twice`: its store read-back lists every document twice;
 - `nested-reply DEPTH`: it answers every command with a reply nested DEPTH deep;
 - `long-number`: it answers every command with a number of 5000 digits;
+- `lone-surrogate`: it answers every command with a string holding a lone surrogate
+  (`"\\ud800"`, an escape that names no character);
+- `stderr-controls`: at its first command it writes control characters (a NUL, an
+  escape sequence) on standard error and exits;
 - `store-object`: its store read-back is an object, not a list.
 """
 
@@ -314,6 +318,29 @@ def long_number() -> int:
     return 0
 
 
+def lone_surrogate() -> int:
+    """Answer a reset and a store read-back as the reference does, a command with `"\\ud800"`."""
+    reference = ReferenceImplementation()
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("type") == "command":
+            print('{"ok":"\\ud800"}', flush=True)
+        else:
+            print(json.dumps(reference.handle(request)), flush=True)
+    return 0
+
+
+class StderrControls(ReferenceImplementation):
+    """Writes control characters on standard error at its first command, and exits."""
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        if isinstance(request, dict) and request.get("type") == "command":
+            sys.stderr.write("bad\x00byte \x1b[31mred\x1b[0m\x0cend\n")
+            sys.stderr.flush()
+            raise SystemExit(4)
+        return super().handle(request)
+
+
 def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
     if mistake == "lingers":
@@ -324,6 +351,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         return nested_reply(int(spec or 0))
     if mistake == "long-number":
         return long_number()
+    if mistake == "lone-surrogate":
+        return lone_surrogate()
     if mistake == "endless-line":
         return endless_line()
     if mistake == "endless-stderr":
@@ -336,6 +365,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         reference = StaleFencesAccepted()
     elif mistake == "crash":
         reference = Crashes()
+    elif mistake == "stderr-controls":
+        reference = StderrControls()
     elif mistake == "hang":
         reference = Hangs()
     elif mistake == "closes-stdout":

@@ -59,6 +59,7 @@ __all__ = [
     "StepDifference",
     "compare_step",
     "junit_xml",
+    "printable",
     "run_conformance",
     "shown_argv",
 ]
@@ -356,15 +357,31 @@ class ScenarioResult:
     seconds: float = 0.0
 
     def render(self) -> list[str]:
-        """The result as report lines."""
+        """The result as report lines, each printable (see `printable`)."""
         if self.passed:
-            return [f"PASS {self.name}"]
+            return [f"PASS {printable(self.name)}"]
         lines = [f"FAIL {self.name}"]
         if self.difference is not None:
             lines += [f"  {line}" for line in self.difference.render()]
         if self.error is not None:
-            lines += [f"  {line}" for line in self.error.splitlines()]
-        return lines
+            # Split at line feeds alone: another line break (a form feed) is shown escaped.
+            lines += [f"  {line}" for line in self.error.split("\n")]
+        return [printable(line) for line in lines]
+
+
+#: What `printable` escapes: control characters but the tab, line and paragraph separators,
+#: lone surrogates (a `\ud800` escape in a response) and the two noncharacters XML refuses.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """`text` as one line that a terminal, UTF-8 and XML 1.0 all take: each character of
+    `_UNPRINTABLE` written as its escape (`\\x1b`, `\\ud800`).
+
+    What a program under test writes (on stderr, in a reply) is shown, never obeyed by the
+    terminal, and never makes the report unwritable or the JUnit file malformed.
+    """
+    return _UNPRINTABLE.sub(lambda found: repr(found.group())[1:-1], text)
 
 
 def _compact(value: Any, limit: int) -> str:
@@ -663,7 +680,7 @@ def junit_xml(results: Sequence[ScenarioResult], suite: str = "workwarden confor
         time=f"{sum(r.seconds for r in results):.3f}",
     )
     for result in results:
-        group, _, name = result.name.rpartition("/")
+        group, _, name = printable(result.name).rpartition("/")
         case = ElementTree.SubElement(
             node,
             "testcase",
@@ -673,7 +690,8 @@ def junit_xml(results: Sequence[ScenarioResult], suite: str = "workwarden confor
         )
         body = "\n".join(result.render()[1:])
         if result.error is not None:
-            ElementTree.SubElement(case, "error", message=result.error.splitlines()[0]).text = body
+            message = printable(result.error.split("\n")[0])
+            ElementTree.SubElement(case, "error", message=message).text = body
         elif not result.passed and result.difference is not None:
             message = f"step {result.difference.step}: {result.difference.aspect} differs"
             ElementTree.SubElement(case, "failure", message=message).text = body

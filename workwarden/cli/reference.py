@@ -45,7 +45,12 @@ from workwarden.cli import (
     write_output,
 )
 from workwarden.statemachine import errors
-from workwarden.statemachine.conformance.conform import ScenarioResult, junit_xml, run_conformance
+from workwarden.statemachine.conformance.conform import (
+    ScenarioResult,
+    junit_xml,
+    printable,
+    run_conformance,
+)
 from workwarden.statemachine.conformance.runner import read_vectors, render_vectors
 from workwarden.statemachine.conformance.schemas import (
     render_schema,
@@ -329,7 +334,7 @@ def _conform(args: argparse.Namespace) -> int:
         write_output(args.junit, junit_xml(results), "the JUnit report")
     print(
         f"\n{len(results) - len(failed)} of {len(results)} scenarios passed"
-        + (f"; failed: {', '.join(r.name for r in failed)}" if failed else "")
+        + (f"; failed: {', '.join(printable(r.name) for r in failed)}" if failed else "")
     )
     return 1 if failed else 0
 
