@@ -1028,3 +1028,43 @@ def test_forget_first_in_a_begun_transaction_deletes_when_another_writer_commits
     assert committed
     assert db.rows("notes") == [("other", 0)]
     assert db.rows("workwarden_fences") == []
+
+
+def test_a_sqlite_connection_of_another_thread_is_refused_as_invalid(tmp_path: Path) -> None:
+    """Handlers run in the worker's threads: a sqlite3 connection made in another one (at
+    import, say) cannot be used there, and is refused naming `conn`."""
+    db = next(_sqlite(tmp_path))
+    fenced_write(db, fence(3))
+    conn = sqlite3.connect(tmp_path / "user.sqlite")  # made in this thread
+    header = format_fence_header(WORKLOAD, fence(4))
+    calls: list[Callable[[], Any]] = [
+        lambda: guard(conn, fence(4), WORKLOAD),
+        lambda: ensure_fence_table(conn),
+        lambda: forget(conn, WORKLOAD),
+        lambda: FenceChecker(SqlFenceRecord(conn)).check(header),
+    ]
+    errors: list[BaseException | None] = []
+
+    def use() -> None:
+        for call in calls:
+            try:
+                call()
+            except BaseException as exc:  # noqa: BLE001 - looked at below
+                errors.append(exc)
+            else:
+                errors.append(None)
+
+    try:
+        thread = threading.Thread(target=use)
+        thread.start()
+        thread.join()
+    finally:
+        conn.close()
+    assert len(errors) == len(calls)
+    for error in errors:
+        assert isinstance(error, WorkloadError), repr(error)
+        assert error.code == "WORKLOAD_INVALID"
+        assert error.details is not None
+        assert error.details["errors"][0]["field"] == "conn"
+        assert "another thread" in error.message
+    assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 3)]

@@ -363,13 +363,23 @@ def forget(
 
 
 def _usable(conn: object) -> None:
-    """`WORKLOAD_INVALID` for a connection of another kind, or one already closed."""
+    """`WORKLOAD_INVALID` for a connection of another kind, one already closed, or a
+    sqlite3 one this thread may not use."""
     if isinstance(conn, sqlite3.Connection):
         try:
             _ = conn.in_transaction  # raises once the connection is closed
             closed = False
         except sqlite3.ProgrammingError:  # "Cannot operate on a closed database."
             closed = True
+        if not closed:
+            try:
+                conn.cursor().close()  # raises in another thread than the connection's
+            except sqlite3.ProgrammingError:
+                raise _invalid(
+                    "conn",
+                    "was made in another thread: connect in the thread that uses it (a"
+                    " handler's own), or with check_same_thread=False",
+                ) from None
     elif _is_postgres(conn):
         closed = conn.closed
     else:
@@ -505,7 +515,8 @@ def guard(
     different workloads are never compared.
 
     `WORKLOAD_INVALID` (nothing written) for a connection of another kind
-    or one already closed, one with no transaction open that commits each statement alone
+    or one already closed, a sqlite3 one made in another thread (without
+    `check_same_thread=False`), one with no transaction open that commits each statement alone
     (`sqlite3` with `isolation_level=None` or `autocommit=True` outside
     `BEGIN`, psycopg in autocommit outside `transaction()`), a table
     `workwarden_fences` of another shape than the guard's, a malformed fence, or a fence whose
