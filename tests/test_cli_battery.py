@@ -142,6 +142,12 @@ BATTERY: dict[str, list[Bad]] = {
         bad("list", "--store", "{store}", "--state", "", "t", "app", status=2, code=USAGE),
         bad("list", "--store", "{store}", "t", status=2, code=USAGE),
         bad("list", "--store", "{store}", "t", "app", "extra", status=2, code=USAGE),
+        # Names, as `stats --tenant` takes them: not an empty one, nor a control
+        # character the "no workloads" line would send to the terminal.
+        bad("list", "--store", "{store}", "", "app", code=INVALID),
+        bad("list", "--store", "{store}", "t", "", code=INVALID),
+        bad("list", "--store", "{store}", "\x1b[31m", "app", code=INVALID),
+        bad("list", "--store", "{store}", "t", "a\nb", code=INVALID),
     ],
     "stats": [
         *_bad_stores("stats"),

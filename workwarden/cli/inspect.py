@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workwarden.cli import STORE_HELP, instant, opened_store, plain_table, print_table
-from workwarden.statemachine import errors
+from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.deadlines import next_deadline_at
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget, operator_retries
@@ -261,6 +261,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    # Names, as `stats --tenant` takes them (else WORKLOAD_INVALID): an empty one, or one
+    # holding a control character the "no workloads" line would send to the terminal,
+    # names no scope.
+    inputs.as_full_scope(args.tenant, args.application)
     with opened_store(args.store, "read") as store:
         docs = list(store.list(args.tenant, args.application))
     if args.state is not None:
