@@ -20,6 +20,9 @@ Thread-safety: every store may be shared by the threads of one process
 see each class and `docs/thread-safety.md`.
 """
 
+# The library first: its modules name the store's types, and the store's modules its errors,
+# so it is loaded whole before the store's own modules are, whichever is imported first.
+import workwarden.statemachine  # noqa: F401
 from workwarden.storage.base import (
     AuditRecord,
     BatchStore,

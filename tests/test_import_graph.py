@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -304,3 +305,43 @@ def test_every_python_file_of_the_package_folders_is_in_the_graph(installed: Ins
         if path.resolve() not in read
     )
     assert not unread, "Python files in no installed package:\n" + "\n".join(unread)
+
+
+#: The modules a user imports first: each package, each store backend, the command line.
+FIRST_IMPORTS = (
+    "workwarden",
+    "workwarden.statemachine",
+    "workwarden.statemachine.errors",
+    "workwarden.storage",
+    "workwarden.storage.base",
+    "workwarden.storage.memory",
+    "workwarden.storage.sqlite",
+    "workwarden.storage.postgres",
+    "workwarden.storage.urls",
+    "workwarden.storage.testing",
+    "workwarden.runtime",
+    "workwarden.fence",
+    "workwarden.service",
+    "workwarden.service.client",
+    "workwarden.testing",
+    "workwarden.migrate",
+    "workwarden.periodic",
+    "workwarden.adapter",
+    "workwarden.cli",
+    "workwarden._launch",
+)
+
+
+@pytest.mark.parametrize("module", FIRST_IMPORTS)
+def test_each_module_a_user_imports_first_imports_in_a_fresh_interpreter(module: str) -> None:
+    # The import order inside one test process hides a module that only imports after
+    # another: `import workwarden.storage` on its own once failed on a partial module.
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
