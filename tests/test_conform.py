@@ -7,11 +7,13 @@ deliberately wrong ones in `tests/wrong_adapter.py`.
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import pytest
@@ -516,6 +518,32 @@ def test_what_a_program_writes_is_shown_escaped_and_the_junit_report_stays_well_
         assert case is not None
         assert case.get("name") == "a_workload_that_does_not_exist_is_not_found\\x01\\x1b[2J"
         assert says in ElementTree.tostring(case, encoding="unicode")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        (
+            "store",
+            [{"key": "k", "document": {"state": "READY"}}],
+            "store.0.document: Value error, not a workload document: ",
+        ),
+        ("grant_keys", {"conformance": "not hex"}, "grant_keys.conformance: String should match"),
+    ],
+)
+def test_a_vector_whose_reset_the_protocol_forbids_is_refused_not_blamed_on_the_program(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, says: str
+) -> None:
+    """An initial store that is not workload documents, or a grant key that is not hex, is
+    the vector file's fault: refused naming its line, never sent to the program to refuse."""
+    lines = SHIPPED.read_text("ascii").splitlines()[:2]
+    lines[1] = json.dumps({**json.loads(lines[1]), field: value})
+    vectors = tmp_path / "edited.jsonl"
+    vectors.write_text("\n".join(lines) + "\n", "ascii")
+    assert main(["conform", "--cmd", ADAPTER, "--vectors", str(vectors)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"WORKLOAD_INVALID: not a vector file: line 2: {says}")
 
 
 def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(

@@ -16,7 +16,11 @@ import pytest
 from referencing import Registry, Resource
 
 from workwarden.cli import main
-from workwarden.statemachine.conformance.runner import ReferenceImplementation, command_json
+from workwarden.statemachine.conformance.runner import (
+    ReferenceImplementation,
+    command_json,
+    read_vectors,
+)
 from workwarden.statemachine.conformance.scenarios import Work, request
 from workwarden.statemachine.conformance.schemas import SCHEMA_BASE, schema_documents
 
@@ -225,6 +229,25 @@ def test_the_schemas_refuse_what_the_reference_refuses_as_invalid() -> None:
     assert _validator("command-pause.schema.json", schemas).is_valid(
         {"op": "pause", "tenant": "t", "application": "a", "definition": "d", "actor": "o"}
     )
+
+
+def test_the_vector_schema_refuses_an_initial_store_or_grant_key_the_reset_would_not_carry() -> (
+    None
+):
+    schemas = _schemas()
+    vector = _validator("vector.schema.json", schemas)
+    request = _validator("conformance-request.schema.json", schemas)
+    line = json.loads(VECTORS.read_text("ascii").splitlines()[0])
+    for field, value in (
+        ("store", [{"key": "k", "document": {"state": "READY"}}]),
+        ("grant_keys", {"conformance": "not hex"}),
+    ):
+        bad = {**line, field: value}
+        reset = {"type": "reset", "store": bad["store"], "grant_keys": bad["grant_keys"]}
+        assert not request.is_valid(reset)
+        assert not vector.is_valid(bad), field
+        with pytest.raises(ValueError, match=f"line 1: {field}"):
+            read_vectors(json.dumps(bad))
 
 
 def test_an_operator_move_has_its_command_and_reply_schemas() -> None:

@@ -21,9 +21,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+)
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.admission import workload_id_for
@@ -107,11 +114,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: A grant key as the reset request carries it: the secret's bytes in lowercase hex.
+_GrantKeyHex = Annotated[str, Field(pattern="^([0-9a-f]{2})+$")]
+
+
 class StoreEntry(_Strict):
-    """A document the store holds before the first step (written at version 1)."""
+    """A document the store holds before the first step (written at version 1).
+
+    A workload document, as the reset request that carries it requires: a vector
+    holding anything else is refused when read, not sent to the program.
+    """
 
     key: str
-    document: dict[str, JsonValue]
+    document: dict[str, JsonValue]  # its schema is `workload.schema.json` (`schemas.py`)
+
+    @field_validator("document")
+    @classmethod
+    def _a_workload_document(cls, document: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        normalise_document(document)  # `ValueError` naming the field at fault
+        return document
 
 
 class DocumentState(_Strict):
@@ -159,7 +180,7 @@ class VectorScenario(_Strict):
     about: str = ""
     spec: str
     contract_version: int
-    grant_keys: dict[str, str]
+    grant_keys: dict[str, _GrantKeyHex]
     store: list[StoreEntry]
     steps: list[VectorStep]
     documents: dict[str, dict[str, JsonValue]]

@@ -217,6 +217,14 @@ def _scope_rule(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _vector_schema() -> dict[str, Any]:
+    """One line of the vector file: its initial documents are workload documents (the reset
+    request that carries them says so, and `read_vectors` refuses any other)."""
+    schema = _model(VectorScenario)
+    schema["$defs"]["StoreEntry"]["properties"]["document"] = {"$ref": "workload.schema.json"}
+    return schema
+
+
 def _error_schema(spec: Spec) -> dict[str, Any]:
     schema = _model(ErrorObject)
     schema["properties"]["code"]["enum"] = sorted(spec.errors)
@@ -314,7 +322,7 @@ def schema_documents(spec: Spec | None = None) -> dict[str, dict[str, Any]]:
             "workwarden command (any, told apart by op)",
         ),
         "vector.schema.json": _titled(
-            _model(VectorScenario), "workwarden conformance vector (one line of the vector file)"
+            _vector_schema(), "workwarden conformance vector (one line of the vector file)"
         ),
     }
     for op, model in COMMAND_MODELS.items():
