@@ -130,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
                 ) from None
             exported.append(doc.key)
 
-        with opened_store(args.store, "write") as store:
+        # A dry run only reads: opened read-only, as `stats` opens it, it needs no
+        # more than read access and never brings an older store's tables up to date.
+        with opened_store(args.store, "read" if args.dry_run else "write") as store:
             warden = Authority(store, grants=GrantVerifier.without_signatures(), spec=spec)
             report = warden.purge(
                 now,
