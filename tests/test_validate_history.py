@@ -201,6 +201,12 @@ def test_a_file_that_is_not_a_history_is_refused_with_a_code(
 ) -> None:
     assert main(["validate-history", _write(tmp_path / "x.json", {"hello": 1})]) == 1
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: ")
+    # An event that is not an object names no field (no empty one before a colon).
+    events = _write(tmp_path / "events.json", [1])
+    assert main(["validate-history", events]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"WORKLOAD_INVALID: {events}: value 1: Input should be a valid dictionary"
+    )
     assert main(["validate-history", str(tmp_path / "missing.json")]) == 1
     assert "cannot read" in capsys.readouterr().err
 

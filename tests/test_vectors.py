@@ -10,6 +10,7 @@ nothing, and every step's store read-back is what the step committed.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,10 @@ def test_a_vector_file_with_a_bad_line_is_refused_with_its_line_number() -> None
     good = SHIPPED.read_text("ascii").splitlines()[0]
     with pytest.raises(ValueError, match="line 2: name"):
         read_vectors(good + "\n" + json.dumps({"steps": []}) + "\n")
+    # A line that is not JSON, or not an object, names no field (no empty one).
+    for bad, says in (("[1]", "Input should be an object"), ("{", "Invalid JSON: ")):
+        with pytest.raises(ValueError, match=f"^line 2: {re.escape(says)}"):
+            read_vectors(good + "\n" + bad + "\n")
 
 
 def test_a_vector_file_of_another_format_is_refused_not_run_as_this_one() -> None:

@@ -493,6 +493,7 @@ def read_vectors(text: str) -> list[VectorScenario]:
             out.append(VectorScenario.model_validate_json(line))
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ValueError(f"line {number}: {where}: {first['msg']}") from None
+            # Not JSON, or not an object, is the whole line's fault: no field to name.
+            where = ".".join(str(part) for part in first["loc"]) + ": " if first["loc"] else ""
+            raise ValueError(f"line {number}: {where}{first['msg']}") from None
     return out

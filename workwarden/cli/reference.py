@@ -377,8 +377,9 @@ def load_history_file(text: str, label: str) -> list[tuple[str, list[Event], Wor
             out.append(_history_of(value, label if len(values) == 1 else f"{label}:{number}"))
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ValueError(f"value {number}: {where}: {first['msg']}") from None
+            # An event that is not an object is the whole value's fault: no field to name.
+            where = ".".join(str(part) for part in first["loc"]) + ": " if first["loc"] else ""
+            raise ValueError(f"value {number}: {where}{first['msg']}") from None
     return out
 
 
