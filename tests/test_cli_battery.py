@@ -281,6 +281,11 @@ BATTERY: dict[str, list[Bad]] = {
         bad("demo", "--store", "sqlite://host/x.db", "--workloads", "5", code=URL_INVALID),
         bad("demo", "--workloads", "5", "--out-dir", UNDER_A_FILE, code=UNWRITABLE),
         bad("demo", "--workloads", "many", status=2, code=USAGE),
+        # Out of range is a usage error, before any store is opened (a fleet of 100,000
+        # threads cannot be started).
+        bad("demo", "--store", "{store}", "--workers", "65", status=2, code=USAGE),
+        bad("demo", "--store", "{store}", "--workers", "100000", status=2, code=USAGE),
+        bad("demo", "--store", "{store}", "--workloads", "1000001", status=2, code=USAGE),
         bad("demo", "--store", "{store}", "--workloads", "5", code=UNUSABLE),
         bad("demo", "--store", "{store}", "--out-dir", "{dir}/new/deeper", code=UNUSABLE),
     ],

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workwarden.cli import positive_int, stopped_by_sigterm
+from workwarden.cli import between, stopped_by_sigterm
 
 __all__ = ["register"]
 
@@ -62,8 +62,14 @@ def register(subparsers: Any) -> None:
         "--store", default=None, help="store URL (default: a fresh temporary SQLite file)"
     )
     parser.add_argument("--seed", type=int, default=7, help="the run's random seed")
-    parser.add_argument("--workloads", type=positive_int, default=300, help="workloads to admit")
-    parser.add_argument("--workers", type=positive_int, default=6, help="worker threads")
+    # Bounded as `chaos` bounds them: a fleet of 100,000 threads cannot be started.
+    parser.add_argument(
+        "--workloads",
+        type=between(1, 1_000_000),
+        default=300,
+        help="workloads to admit, 1 to 1,000,000",
+    )
+    parser.add_argument("--workers", type=between(1, 64), default=6, help="worker threads, 1 to 64")
     parser.add_argument(
         "--out-dir",
         default=None,
