@@ -160,6 +160,7 @@ BATTERY: dict[str, list[Bad]] = {
     "audit": [
         *_bad_stores("audit"),
         bad("audit", "--store", "{store}", "--after", "-1", status=2, code=USAGE),
+        bad("audit", "--store", "{store}", "--after", str(2**63), status=2, code=USAGE),
         bad("audit", "--store", "{store}", "--limit", "0", status=2, code=USAGE),
         bad("audit", "--store", "{store}", "--workload", "", code=INVALID),
         bad("audit", "--store", "{store}", "--workload", "a\x01b", code=INVALID),

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
-from workwarden.cli import STORE_HELP, at_least, instant, opened_store, print_table
+from workwarden.cli import STORE_HELP, at_least, between, instant, opened_store, print_table
 from workwarden.statemachine import inputs
 from workwarden.storage.base import AuditRecord, Store
 
@@ -45,7 +45,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--after",
-        type=at_least(0),
+        # A sequence number is stored as a signed 64-bit integer.
+        type=between(0, 2**63 - 1),
         default=0,
         metavar="SEQ",
         help="only records with a sequence number above SEQ",
