@@ -133,6 +133,11 @@ BATTERY: dict[str, list[Bad]] = {
         *_bad_stores("inspect", tail=("some-id",)),
         bad("inspect", "--store", "{store}", "no-such-workload", code="WORKLOAD_NOT_FOUND"),
         bad("inspect", "--store", "{store}", NOT_UTF8_ARG, status=2, code=USAGE),
+        # An id is a name, as `Authority.get` takes it: not empty, no control
+        # character, at most 256 characters.
+        bad("inspect", "--store", "{store}", "", code=INVALID),
+        bad("inspect", "--store", "{store}", "a\x1bb", code=INVALID),
+        bad("inspect", "--store", "{store}", "w" * 257, code=INVALID),
         bad("inspect", "--store", "{store}", status=2, code=USAGE),
         bad("inspect", "some-id", code=URL_INVALID),
     ],

@@ -245,11 +245,14 @@ def render_list(docs: Sequence[StoredDocument]) -> list[str]:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    # A name, as `Authority.get` takes it (else WORKLOAD_INVALID): an empty id, one of
+    # control characters or one longer than any id names no workload.
+    workload_id = inputs.as_name(args.workload_id, "WORKLOAD_ID")
     with opened_store(args.store, "read") as store:
-        doc = store.read(args.workload_id)
+        doc = store.read(workload_id)
     if doc is None:
         raise errors.WorkloadError(
-            errors.NOT_FOUND, f"no workload {args.workload_id}", {"workload_id": args.workload_id}
+            errors.NOT_FOUND, f"no workload {workload_id}", {"workload_id": workload_id}
         )
     workload = _parse(doc)
     if not sys.stdout.isatty():
