@@ -790,6 +790,29 @@ def test_a_postgresql_server_that_cannot_be_reached_is_one_coded_line(
     assert "Is the server running" in coded[0]
 
 
+#: U+009B, the C1 control sequence introducer: a name may hold it (only C0 controls and
+#: DEL are refused), and a terminal may take it for ESC [.
+CSI = "\u009b"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--store", "{store}", f"x{CSI}2J", "app"],
+        ["stats", "--store", "{store}", "--tenant", f"x{CSI}2J"],
+        ["audit", "--store", "{store}", "--workload", f"x{CSI}2J"],
+    ],
+)
+def test_a_line_that_repeats_an_argument_prints_its_control_characters_escaped(
+    argv: list[str], files: dict[str, str]
+) -> None:
+    done = _run([_filled(a, files) for a in argv], files["root"])
+    assert done.returncode == 0, done.stderr
+    assert CSI.encode() not in done.stdout
+    assert b"x\\x9b2J" in done.stdout
+    assert len(done.stdout.splitlines()) == 1
+
+
 def test_the_battery_runs_over_a_hundred_invocations() -> None:
     # The count the project's documentation quotes (docs/cli.md).
     assert len(CASES) + len(PROCESS_CASES) >= 150

@@ -88,6 +88,7 @@ __all__ = [
     "print_table",
     "read_input",
     "seconds",
+    "shown",
     "stopped_by_sigterm",
     "write_output",
 ]
@@ -662,9 +663,13 @@ def instant(ms: int | None) -> str:
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _shown(text: str) -> str:
-    """`text` on one line, each control character written as its escape (`\\n`, `\\x1b`)."""
+def shown(text: str) -> str:
+    """`text` on one line, each control character written as its escape (`\\n`, `\\x1b`):
+    what a command prints of an argument or a stored text, never sent to the terminal."""
     return _UNPRINTABLE.sub(lambda found: repr(found.group())[1:-1], text)
+
+
+_shown = shown
 
 
 def print_table(

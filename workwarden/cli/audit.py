@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
-from workwarden.cli import STORE_HELP, at_least, between, instant, opened_store, print_table
+from workwarden.cli import STORE_HELP, at_least, between, instant, opened_store, print_table, shown
 from workwarden.statemachine import inputs
 from workwarden.storage.base import AuditRecord, Store
 
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(asdict(record), sort_keys=True, ensure_ascii=False))
         return 0
     if not chosen:
-        print("no audit records" + (f" of {workload}" if workload is not None else ""))
+        print(shown("no audit records" + (f" of {workload}" if workload is not None else "")))
         return 0
     rows = [
         (

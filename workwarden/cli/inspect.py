@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workwarden.cli import STORE_HELP, instant, opened_store, plain_table, print_table
+from workwarden.cli import STORE_HELP, instant, opened_store, plain_table, print_table, shown
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.deadlines import next_deadline_at
 from workwarden.statemachine.models import Workload
@@ -274,7 +274,9 @@ def _list(args: argparse.Namespace) -> int:
         docs = [doc for doc in docs if doc.index.state == args.state]
     if not docs:
         state = f" in state {args.state}" if args.state is not None else ""
-        print(f"no workloads{state} for tenant {args.tenant}, application {args.application}")
+        print(
+            shown(f"no workloads{state} for tenant {args.tenant}, application {args.application}")
+        )
         return 0
     print_table(_LIST_HEADERS, _list_rows(docs))
     print(f"{len(docs)} workload(s)")

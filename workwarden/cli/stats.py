@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workwarden.cli import STORE_HELP, instant, instant_ms, opened_store, print_table
+from workwarden.cli import STORE_HELP, instant, instant_ms, opened_store, print_table, shown
 from workwarden.statemachine import inputs
 from workwarden.statemachine.spec import default_spec
 from workwarden.storage import StoredDocument
@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     if not scopes:
-        print("no workloads" + _scope_text(args))
+        print(shown("no workloads" + _scope_text(args)))
         return 0
     states = [name for name in default_spec().states if totals[name]]
     states += sorted(set(totals) - set(states))  # states of another spec's copy
