@@ -112,10 +112,10 @@ def test_what_the_reference_sends_and_answers_in_the_vectors_satisfies_the_schem
                 check(f"reply-{op}.schema.json", answer["ok"])
             else:
                 error.validate(answer["error"])
-    # Malformed on purpose: a missing tenant, an unknown effect, and three the schemas encode
+    # Malformed on purpose: a missing tenant, an unknown effect, and five the schemas encode
     # since they carry those rules: a zero timeout, a blank key, a definition without its
-    # application.
-    assert refused_commands == 5
+    # application, and a purge's `dry_run` that is a string or a number, not a boolean.
+    assert refused_commands == 7
 
 
 def test_the_workload_schema_refuses_a_document_with_an_unknown_field() -> None:
@@ -206,6 +206,8 @@ def test_the_schemas_refuse_what_the_reference_refuses_as_invalid() -> None:
             "command-pause.schema.json",
             {"op": "pause", "tenant": "t", "definition": "d", "actor": "o"},
         ),
+        ("command-purge.schema.json", {"op": "purge", "dry_run": 1}),
+        ("command-purge.schema.json", {"op": "purge", "dry_run": "false"}),
         (
             "command-resume.schema.json",
             {"op": "resume", "tenant": "t", "definition": "d", "actor": "o"},
@@ -217,6 +219,7 @@ def test_the_schemas_refuse_what_the_reference_refuses_as_invalid() -> None:
             "command-claim_next.schema.json",
             "command-pause.schema.json",
             "command-resume.schema.json",
+            "command-purge.schema.json",
         }
         assert _refused(command) == "WORKLOAD_INVALID", (name, command)
     # What is within the rules still passes.

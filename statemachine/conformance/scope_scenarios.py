@@ -227,6 +227,14 @@ def _retention() -> list[Scenario]:
             ends=errors.NOT_FOUND,
         ),
         _s(
+            "retention/a_purge_whose_dry_run_is_not_true_or_false_is_refused_and_writes_nothing",
+            old.admit(10_000),
+            *_finish(old, 11_000),
+            ({"op": "purge", "dry_run": "false"}, late),
+            ({"op": "purge", "dry_run": 0}, late),
+            ends=errors.INVALID,
+        ),
+        _s(
             "retention/a_purged_key_admitted_again_starts_afresh_and_never_reuses_a_version",
             again.admit(10_000),
             *_finish(again, 11_000),

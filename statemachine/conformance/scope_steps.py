@@ -89,7 +89,11 @@ class PurgeCommand(_Strict):
     tenant: Name | None = None
     application: Name | None = None
     actor: Name | None = Field(default=None, description="None: system.retention")
-    dry_run: bool = Field(default=False, description="report what would go, write nothing")
+    # Strict, as the service's body is: a lax `"false"` would purge for real where an
+    # implementation reading any non-empty string as true would only report.
+    dry_run: bool = Field(
+        default=False, strict=True, description="report what would go, write nothing"
+    )
     limit: Annotated[int, Field(strict=True, ge=1)] | None = None
 
 
