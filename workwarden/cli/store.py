@@ -91,7 +91,9 @@ def _write_export(store: Store, out: TextIO) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    with opened_store(args.store, "read") as store:
+    # SIGTERM ends the export as Ctrl-C does (status 143): through the clean-up of
+    # `output_file`, so no scratch file is left beside the target.
+    with stopped_by_sigterm(), opened_store(args.store, "read") as store:
         if args.out is None:
             _write_export(store, sys.stdout)
             sys.stdout.flush()
