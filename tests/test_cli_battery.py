@@ -813,6 +813,25 @@ def test_a_line_that_repeats_an_argument_prints_its_control_characters_escaped(
     assert len(done.stdout.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [
+        (["purge", "--store", "{store}", "--limit", "3"], "workwarden purge"),
+        (["resume", "--tenant", "t", "--actor", "ops", "--reason", "why"], "workwarden resume"),
+        (["list", "--store", "{store}", "t", "app", "extra"], "workwarden list"),
+        (["spec", "show", "a.toml", "b.toml"], "workwarden spec show"),
+    ],
+)
+def test_an_argument_a_command_does_not_take_is_refused_in_that_commands_name(
+    argv: list[str], prog: str, files: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pointing to the command's own `--help`, which lists what it takes, not the top one."""
+    assert main([_filled(a, files) for a in argv]) == 2
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(f"{USAGE}: {prog}: unrecognized arguments: "), first
+    assert first.endswith(f"(see {prog} --help)"), first
+
+
 def test_the_battery_runs_over_a_hundred_invocations() -> None:
     # The count the project's documentation quotes (docs/cli.md).
     assert len(CASES) + len(PROCESS_CASES) >= 150

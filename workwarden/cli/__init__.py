@@ -203,7 +203,28 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _MODULES:
         importlib.import_module(name).register(subparsers)
+    _name_commands(parser)
     return parser
+
+
+def _name_commands(parser: argparse.ArgumentParser) -> None:
+    """Give each command's arguments its parser's name (`workwarden spec show`), so an
+    argument it does not take is refused in its name, pointing to its own `--help`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(command_prog=sub.prog)
+                _name_commands(sub)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but an argument no command takes is refused in the name of
+    the command it was given to (`workwarden purge: unrecognized arguments: ...`)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        prog = getattr(args, "command_prog", parser.prog)
+        raise _Usage(prog, f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -331,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad is not None:
             raise _Usage("workwarden", f"argument {bad} is not UTF-8 text")
         try:
-            args = build_parser().parse_args(args_list)
+            args = _parse(build_parser(), args_list)
             library_logs_one_line()
             status: int = args.handler(args)
         finally:
