@@ -190,11 +190,21 @@ def _check_postgres_numbers(params: dict[str, Any]) -> None:
                 f"the PostgreSQL URL's port {port[:20]!r} is not a port number (1 to 65535)"
             )
     timeout = str(params.get("connect_timeout") or "").strip()
-    if timeout and not (timeout.lstrip("+-").isascii() and timeout.lstrip("+-").isdigit()):
+    if timeout and re.fullmatch(r"[+-]?[0-9]+", timeout, re.ASCII) is None:
         raise StoreURLInvalid(
             f"the PostgreSQL URL's connect_timeout {timeout[:20]!r} is not a whole number of"
             " seconds"
         )
+    if timeout and int(timeout) > MAX_CONNECT_TIMEOUT_S:
+        # libpq's own limit (a C int); past about 9.2e9 s no wait can even be timed.
+        raise StoreURLInvalid(
+            f"the PostgreSQL URL's connect_timeout {timeout[:20]!r} is more than"
+            f" {MAX_CONNECT_TIMEOUT_S:,} seconds"
+        )
+
+
+#: The longest `connect_timeout` a PostgreSQL URL may give, in seconds (libpq's int).
+MAX_CONNECT_TIMEOUT_S = 2**31 - 1
 
 
 def _open_postgres(dsn: str, mode: Mode) -> Store:

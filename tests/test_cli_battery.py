@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -1013,6 +1014,7 @@ def test_the_resolver_takes_the_environment_when_given_no_url(
         "postgresql://user:s3cret@127.0.0.1:99999/db",
         "postgresql://user:s3cret@h1:5432,h2:x/db",
         "postgresql://user:s3cret@127.0.0.1/db?connect_timeout=x",
+        "postgresql://user:s3cret@127.0.0.1/db?connect_timeout=--5",
     ],
 )
 def test_a_postgresql_url_with_a_port_or_timeout_no_server_has_is_refused_at_once(
@@ -1026,6 +1028,27 @@ def test_a_postgresql_url_with_a_port_or_timeout_no_server_has_is_refused_at_onc
     assert refused.value.code == URL_INVALID
     assert "s3cret" not in str(refused.value)
     assert time.monotonic() - started < 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seconds", ["2147483648", "99999999999"])
+def test_a_connect_timeout_longer_than_libpq_takes_is_refused_at_once(seconds: str) -> None:
+    """Past libpq's own limit (a C int): on a server that answers, 10**11 s was an internal
+    error (no wait that long can be timed), and 2**31 s a wait libpq would never make."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from pg import postgres_database
+
+    with postgres_database() as dsn:
+        parts = conninfo_to_dict(dsn)
+        url = (
+            f"postgresql:///{parts['dbname']}?host={quote(str(parts['host']), safe='')}"
+            f"&user={parts['user']}&connect_timeout={seconds}"
+        )
+        with pytest.raises(WorkloadError) as refused:
+            open_store(url, mode="read").close()
+    assert refused.value.code == URL_INVALID
+    assert "more than 2,147,483,647 seconds" in refused.value.message
 
 
 def test_a_bad_postgresql_url_is_refused_without_repeating_it() -> None:
