@@ -293,6 +293,29 @@ def test_a_stopped_programs_end_of_output_never_reaches_the_program_started_afte
         program.close()
 
 
+def test_a_program_that_stops_reading_its_input_is_stopped_after_the_timeout(
+    tmp_path: Path,
+) -> None:
+    """A request larger than the pipe, sent to a program that no longer reads: the write
+    never ends, and the timeout bounds it as it bounds the answer (a run, never a hang)."""
+    selected = "lifecycle/a_workload_that_does_not_exist_is_not_found"
+    line = json.loads(
+        next(x for x in SHIPPED.read_text("ascii").splitlines() if f'"{selected}"' in x)
+    )
+    line["steps"][0]["command"]["padding"] = "x" * (4 << 20)
+    vectors = tmp_path / "large.jsonl"
+    vectors.write_text(json.dumps(line) + "\n", "ascii")
+    command = [sys.executable, "-m", "workwarden", "conform", "--cmd", wrong("stops-reading")]
+    done = subprocess.run(
+        [*command, "--vectors", str(vectors), "--timeout", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a bound for the test run, not a measurement: the run never hangs
+    )
+    assert done.returncode == 1, done.stderr
+    assert "at step 1 of 3: no response within 1 s to a command request" in done.stdout
+
+
 def test_a_program_that_closes_its_output_but_lives_on_is_stopped_and_reported(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -39,6 +39,8 @@
 - `long-number`: it answers every command with a number of 5000 digits;
 - `lone-surrogate`: it answers every command with a string holding a lone surrogate
   (`"\\ud800"`, an escape that names no character);
+- `stops-reading`: it answers a reset and a store read-back (as an empty store), then
+  never reads its input again (a request larger than the pipe cannot be written whole);
 - `stderr-controls`: at its first command it writes control characters (a NUL, an
   escape sequence) on standard error and exits;
 - `store-object`: its store read-back is an object, not a list.
@@ -341,6 +343,16 @@ class StderrControls(ReferenceImplementation):
         return super().handle(request)
 
 
+def stops_reading() -> int:
+    """Answer two requests (a reset, a store read-back), then sleep without reading on."""
+    for answer in (b'{"ok":null}\n', b'{"ok":[]}\n'):
+        sys.stdin.buffer.readline()
+        sys.stdout.buffer.write(answer)
+        sys.stdout.flush()
+    time.sleep(3600)
+    return 0
+
+
 def main(mistake: str, spec: str | None = None) -> int:
     reference: ReferenceImplementation
     if mistake == "lingers":
@@ -353,6 +365,8 @@ def main(mistake: str, spec: str | None = None) -> int:
         return long_number()
     if mistake == "lone-surrogate":
         return lone_surrogate()
+    if mistake == "stops-reading":
+        return stops_reading()
     if mistake == "endless-line":
         return endless_line()
     if mistake == "endless-stderr":

@@ -106,6 +106,10 @@ class ConformanceProgram:
         self._lines: queue.Queue[list[str] | None] = queue.Queue()
         self._pending: deque[str] = deque()
         self._stderr: deque[str] = deque(maxlen=20)
+        # Requests are written by a thread of their own (`_feed`), so a program that stops
+        # reading its input blocks that thread, never the run.
+        self._writes: queue.Queue[str | None] = queue.Queue()
+        self._unread = threading.Event()  # set when a request could not be written
         #: How many valid responses the program has given, over all its starts.
         self.answered = 0
 
@@ -130,11 +134,34 @@ class ConformanceProgram:
         self._lines = queue.Queue()
         self._pending = deque()
         self._stderr = deque(maxlen=20)
+        self._writes = queue.Queue()
+        self._unread = threading.Event()
         threading.Thread(target=self._pump, args=(process, self._lines), daemon=True).start()
         threading.Thread(target=self._drain, args=(process, self._stderr), daemon=True).start()
+        threading.Thread(
+            target=self._feed, args=(process, self._writes, self._unread), daemon=True
+        ).start()
         self._process = process
         self._starting = True
         return process
+
+    @staticmethod
+    def _feed(
+        process: subprocess.Popen[str], writes: queue.Queue[str | None], unread: threading.Event
+    ) -> None:
+        """Write each request handed over on the program's input; at None, close the input.
+
+        A program that stops reading blocks this thread alone: the response's timeout
+        stops the program, and the write then fails. A write that fails sets `unread`.
+        """
+        assert process.stdin is not None
+        try:
+            while (line := writes.get()) is not None:
+                process.stdin.write(line)
+                process.stdin.flush()
+            process.stdin.close()
+        except (OSError, ValueError):
+            unread.set()
 
     @staticmethod
     def _pump(process: subprocess.Popen[str], lines: queue.Queue[list[str] | None]) -> None:
@@ -224,15 +251,8 @@ class ConformanceProgram:
         extra = self.unasked()
         if extra is not None:
             raise ProgramError(f"the program wrote a line no request asked for: {extra[:200]!r}")
-        try:
-            process.stdin.write(json.dumps(message, sort_keys=True) + "\n")
-            process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self.close()
-            raise ProgramError(
-                f"the program exited (status {process.poll()}) before reading a request"
-                + self._stderr_tail()
-            ) from None
+        # Written by `_feed`: the timeout bounds the write and the answer together.
+        self._writes.put(json.dumps(message, sort_keys=True) + "\n")
         # The first response may also wait for the program to start up.
         limit = max(self.timeout, self.startup) if self._starting else self.timeout
         self._starting = False
@@ -262,8 +282,9 @@ class ConformanceProgram:
                     "the program was stopped" + self._stderr_tail()
                 ) from None
             self._process = None
+            how = "before reading" if self._unread.is_set() else "instead of answering"
             raise ProgramError(
-                f"the program exited (status {status}) instead of answering a "
+                f"the program exited (status {status}) {how} a "
                 f"{message.get('type')} request" + self._stderr_tail()
             )
         try:
@@ -309,9 +330,9 @@ class ConformanceProgram:
             process.kill()
             process.wait()
             return
-        if process.stdin is not None:
-            with contextlib.suppress(OSError):
-                process.stdin.close()
+        # Its input is closed by `_feed` once the requests before are written: closed here,
+        # it would wait on a write the program may never read.
+        self._writes.put(None)
         try:
             process.wait(timeout=2)
         except subprocess.TimeoutExpired:
