@@ -112,8 +112,11 @@ def _sqlite_options(query: str, shown: str) -> tuple[Synchronous, int]:
     if synchronous not in ("FULL", "EXTRA", "NORMAL"):
         raise StoreURLInvalid(f"{shown}: synchronous must be one of FULL, EXTRA, NORMAL")
     timeout = options.get("busy_timeout_ms", ["10000"])[-1]
-    if not (timeout.isascii() and timeout.isdigit()):
-        raise StoreURLInvalid(f"{shown}: busy_timeout_ms must be a whole number of ms")
+    # SQLite's busy timeout is a C int of milliseconds.
+    if re.fullmatch(r"[0-9]{1,10}", timeout, re.ASCII) is None or int(timeout) > 2**31 - 1:
+        raise StoreURLInvalid(
+            f"{shown}: busy_timeout_ms must be a whole number of ms, at most 2,147,483,647"
+        )
     return cast(Synchronous, synchronous), int(timeout)
 
 
@@ -185,7 +188,7 @@ def _check_postgres_numbers(params: dict[str, Any]) -> None:
     so at each attempt, so the store would try for its whole connect timeout)."""
     ports = str(params.get("port") or "")
     for port in ports.split(",") if ports else ():
-        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        if port and not (re.fullmatch(r"[0-9]{1,5}", port, re.ASCII) and 1 <= int(port) <= 65535):
             raise StoreURLInvalid(
                 f"the PostgreSQL URL's port {port[:20]!r} is not a port number (1 to 65535)"
             )
@@ -195,11 +198,12 @@ def _check_postgres_numbers(params: dict[str, Any]) -> None:
             f"the PostgreSQL URL's connect_timeout {timeout[:20]!r} is not a whole number of"
             " seconds"
         )
-    if timeout and int(timeout) > MAX_CONNECT_TIMEOUT_S:
+    digits = timeout.lstrip("+-").lstrip("0")
+    if len(digits) > 10 or (digits and int(digits) > MAX_CONNECT_TIMEOUT_S):
         # libpq's own limit (a C int); past about 9.2e9 s no wait can even be timed.
         raise StoreURLInvalid(
-            f"the PostgreSQL URL's connect_timeout {timeout[:20]!r} is more than"
-            f" {MAX_CONNECT_TIMEOUT_S:,} seconds"
+            f"the PostgreSQL URL's connect_timeout {timeout[:20]!r} is outside libpq's range"
+            f" (at most {MAX_CONNECT_TIMEOUT_S:,} seconds)"
         )
 
 
