@@ -588,6 +588,20 @@ def test_the_spec_option_shows_an_extended_specs_documents_field_by_field(
     assert "document workload_" not in out
 
 
+def test_a_spec_that_is_not_the_vectors_own_is_refused_before_any_scenario_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The shipped vectors are of spec `workload`; claim_starts.toml is another.
+    assert main(["conform", "--cmd", ADAPTER, "--spec", str(CLAIM_STARTS)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(
+        "WORKLOAD_INVALID: the vector file's scenario 1 (admission/the_same_request_replays_"
+        f"the_original_without_creating_another) is of spec 'workload', but --spec {CLAIM_STARTS}"
+        " is spec 'workload-claim_starts': give the spec the vectors were generated from"
+    )
+
+
 def test_the_adapter_refuses_a_spec_it_cannot_read_with_one_coded_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "workwarden.adapter", "--spec", str(tmp_path / "none.toml")],

@@ -312,6 +312,19 @@ def _conform(args: argparse.Namespace) -> int:
         vectors = read_vectors(text)
     except ValueError as exc:
         raise errors.WorkloadError(errors.INVALID, f"not a vector file: {exc}") from None
+    if args.spec is not None:
+        # The reference replays each scenario under --spec to show a document field by
+        # field: under another spec than the vectors' own, it would replay something else.
+        name = spec.data.spec.name
+        for number, vector in enumerate(vectors, start=1):
+            if vector.spec != name:
+                raise errors.WorkloadError(
+                    errors.INVALID,
+                    f"the vector file's scenario {number} ({printable(vector.name)}) is of spec"
+                    f" {vector.spec!r}, but --spec {args.spec} is spec {name!r}: give the spec"
+                    " the vectors were generated from",
+                    {"vectors_spec": vector.spec, "spec": name},
+                )
     if args.select:
         vectors = [v for v in vectors if args.select in v.name]
     if not vectors:
