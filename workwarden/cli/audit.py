@@ -69,18 +69,24 @@ def _records(store: Store, after: int, workload: str | None) -> Iterator[AuditRe
         after = page[-1].sequence
 
 
+def _chosen(store: Store, args: argparse.Namespace, workload: str | None) -> Iterator[AuditRecord]:
+    """The records asked for, read a page at a time."""
+    for count, record in enumerate(_records(store, args.after, workload), start=1):
+        yield record
+        if args.limit is not None and count == args.limit:
+            return
+
+
 def _run(args: argparse.Namespace) -> int:
     workload = None if args.workload is None else inputs.as_name(args.workload, "--workload")
     with opened_store(args.store, "read") as store:
-        chosen: list[AuditRecord] = []
-        for record in _records(store, args.after, workload):
-            chosen.append(record)
-            if args.limit is not None and len(chosen) == args.limit:
-                break
-    if args.json:
-        for record in chosen:
-            print(json.dumps(asdict(record), sort_keys=True, ensure_ascii=False))
-        return 0
+        if args.json:
+            # Each record printed as it is read: a whole store's log (the archive
+            # `docs/operations.md` asks to keep) is never held in memory.
+            for record in _chosen(store, args, workload):
+                print(json.dumps(asdict(record), sort_keys=True, ensure_ascii=False))
+            return 0
+        chosen = list(_chosen(store, args, workload))
     if not chosen:
         print(shown("no audit records" + (f" of {workload}" if workload is not None else "")))
         return 0
