@@ -1066,6 +1066,51 @@ def test_a_bad_postgresql_url_is_refused_without_repeating_it() -> None:
 
 
 @pytest.mark.parametrize(
+    "argv",
+    [
+        ["stats", "--store", "{store}"],
+        ["export", "--store", "{store}"],
+        ["audit", "--store", "{store}", "--json"],
+        ["spec", "examples"],
+        ["--help"],
+    ],
+)
+def test_a_closed_standard_output_is_output_unwritable_not_a_bug(
+    argv: list[str], files: dict[str, str]
+) -> None:
+    # Started with `>&-`: Python has no `sys.stdout` at all (None).
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden", *(_filled(a, files) for a in argv)],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "WORKWARDEN_OUTPUT_UNWRITABLE: cannot write the output: standard output is closed"
+    ]
+
+
+def test_a_command_that_prints_nothing_runs_without_standard_output(
+    files: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "export.jsonl"
+    argv = ["export", "--store", files["store"], "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text(encoding="ascii") == Path(files["export"]).read_text(encoding="ascii")
+
+
+@pytest.mark.parametrize(
     "argv", [["vectors"], ["spec", "examples"], ["--version"], ["--help"], ["check", "--help"]]
 )
 def test_output_to_a_full_device_is_output_unwritable_not_a_bug(argv: list[str]) -> None:

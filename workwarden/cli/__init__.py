@@ -31,6 +31,7 @@ import contextlib
 import datetime as dt
 import errno
 import importlib
+import io
 import json
 import math
 import os
@@ -344,9 +345,36 @@ def _not_utf8(argv: Sequence[str]) -> int | None:
     return None
 
 
+class _StdoutClosed(OSError):
+    """A write to a standard output the command was started without (`>&-`)."""
+
+
+class _ClosedStdout(io.TextIOBase):
+    """What `sys.stdout` is when the process has none (Python makes it None): a write is
+    `WORKWARDEN_OUTPUT_UNWRITABLE`, and a command that writes nothing there runs as ever."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        raise _StdoutClosed(errno.EBADF, "standard output is closed")
+
+
+def _closed_streams() -> None:
+    """Give a process started without standard output or error a stand-in for each: a
+    refusal is not printed on standard output in place of a closed standard error."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - standard error, for good
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    _closed_streams()
     try:
         bad = _not_utf8(args_list)
         if bad is not None:
@@ -371,6 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code if isinstance(code, int) else (0 if code is None else EXIT_REFUSED)
     except KeyboardInterrupt:
         return 130
+    except _StdoutClosed as exc:
+        _print_error(OUTPUT_UNWRITABLE, f"cannot write the output: {exc.strerror}")
+        return EXIT_REFUSED
     except BrokenPipeError:
         # The reader went away (`workwarden export ... | head`): nothing more to say.
         _stdout_to_devnull()
