@@ -1093,6 +1093,21 @@ def test_a_closed_standard_output_is_output_unwritable_not_a_bug(
     ]
 
 
+def test_a_refusal_without_standard_error_is_not_printed_on_standard_output(
+    files: dict[str, str],
+) -> None:
+    # Started with `2>&-`: the refusal has nowhere to go; the exit status still says it.
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden", "stats", "--store", files["missing"]],
+        stdout=subprocess.PIPE,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(2),
+    )
+    assert done.returncode == 1
+    assert done.stdout == b""
+
+
 def test_a_command_that_prints_nothing_runs_without_standard_output(
     files: dict[str, str], tmp_path: Path
 ) -> None:
