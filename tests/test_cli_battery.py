@@ -180,6 +180,8 @@ BATTERY: dict[str, list[Bad]] = {
         bad("export", "--store", "{store}", "--out", UNDER_PROC, code=UNWRITABLE),
         bad("export", "--store", "{store}", "--out", "{dir}", code=UNWRITABLE),
         bad("export", "--store", "{store}", "--out", "{fifo}", code=UNWRITABLE),
+        # The store's own file, which the export would replace.
+        bad("export", "--store", "{store}", "--out", "{store}", code=UNWRITABLE),
     ],
     "import": [
         *_bad_stores("import", tail=("{export}",)),
@@ -565,6 +567,8 @@ BATTERY: dict[str, list[Bad]] = {
         bad("purge", "--store", "{store}", "--older-than", "soon", status=2, code=USAGE),
         bad("purge", "--store", "{store}", "--spec", "{missing}", code=SPEC_INVALID),
         bad("purge", "--store", "{store}", "--export", UNDER_A_FILE, code=UNWRITABLE),
+        # The store's own file, which lines appended to would corrupt.
+        bad("purge", "--store", "{store}", "--export", "{store}", code=UNWRITABLE),
         bad("purge", "--store", "{store}", "--actor", "", code=INVALID),
         # An instant out of range is a usage error, as for `stats --now`.
         bad("purge", "--store", "{store}", "--now", "-1", status=2, code=USAGE),

@@ -74,6 +74,7 @@ __all__ = [
     "at_least",
     "between",
     "build_parser",
+    "check_not_the_store",
     "check_output",
     "input_lines",
     "instant",
@@ -609,6 +610,18 @@ def _output_target(path: str, what: str) -> tuple[Path, os.stat_result | None]:
     if not target.parent.is_dir():
         raise _unwritable(path, what, "its directory does not exist or is not a directory")
     return target, status
+
+
+def check_not_the_store(store: Store, path: str, what: str = "output") -> None:
+    """Refuse (`WORKWARDEN_OUTPUT_UNWRITABLE`) an output `path` that is the SQLite file of
+    `store` (or one of its side files), which writing would replace or corrupt."""
+    own = getattr(store, "path", None)
+    if not isinstance(own, str):
+        return
+    for name in (own, own + "-wal", own + "-shm", own + "-journal"):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(path, name):
+                raise _unwritable(path, what, f"it is the store's own file {name}")
 
 
 def check_output(path: str, what: str = "output") -> None:

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from workwarden.cli import STORE_HELP, check_output, instant_ms, opened_store
+from workwarden.cli import STORE_HELP, check_not_the_store, check_output, instant_ms, opened_store
 from workwarden.migrate import export_line
 from workwarden.statemachine import Authority, GrantVerifier, errors, load_spec
 from workwarden.statemachine.models import MAX_INSTANT
@@ -133,6 +133,8 @@ def _run(args: argparse.Namespace) -> int:
         # A dry run only reads: opened read-only, as `stats` opens it, it needs no
         # more than read access and never brings an older store's tables up to date.
         with opened_store(args.store, "read" if args.dry_run else "write") as store:
+            if exporting:
+                check_not_the_store(store, args.export, "--export")
             warden = Authority(store, grants=GrantVerifier.without_signatures(), spec=spec)
             report = warden.purge(
                 now,

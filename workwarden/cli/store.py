@@ -32,7 +32,14 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from workwarden.cli import STORE_HELP, input_lines, opened_store, output_file, stopped_by_sigterm
+from workwarden.cli import (
+    STORE_HELP,
+    check_not_the_store,
+    input_lines,
+    opened_store,
+    output_file,
+    stopped_by_sigterm,
+)
 from workwarden.cli.progress import Progress
 from workwarden.migrate import export_lines, import_workloads
 from workwarden.statemachine.errors import STORAGE_FAILURE, WorkloadError
@@ -100,6 +107,7 @@ def _export(args: argparse.Namespace) -> int:
             return 0
         # Written beside the target and moved over it whole, so a failed
         # export never leaves a truncated file under the target's name.
+        check_not_the_store(store, args.out, "the export")
         with output_file(args.out, "the export") as out:
             count = _write_export(store, out)
     print(f"exported {count} workload(s) to {args.out}", file=sys.stderr)
