@@ -11,6 +11,7 @@ import json
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -314,6 +315,19 @@ def test_a_program_that_stops_reading_its_input_is_stopped_after_the_timeout(
     )
     assert done.returncode == 1, done.stderr
     assert "at step 1 of 3: no response within 1 s to a command request" in done.stdout
+
+
+def test_a_program_stopped_at_the_timeout_leaves_no_thread_writing_its_input() -> None:
+    program = ConformanceProgram(
+        [sys.executable, "-c", "import time; time.sleep(3600)"], timeout=0.2, startup=0.2
+    )
+    for _ in range(3):
+        with pytest.raises(ProgramError, match=r"no response within 0\.2 s"):
+            program.request({"type": "store"})
+    for thread in threading.enumerate():
+        if thread.name == "conformance-feed":
+            thread.join(timeout=10)  # a bound for the test run: each ends at once
+    assert not [t for t in threading.enumerate() if t.name == "conformance-feed"]
 
 
 def test_a_program_that_closes_its_output_but_lives_on_is_stopped_and_reported(

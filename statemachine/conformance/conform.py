@@ -139,7 +139,10 @@ class ConformanceProgram:
         threading.Thread(target=self._pump, args=(process, self._lines), daemon=True).start()
         threading.Thread(target=self._drain, args=(process, self._stderr), daemon=True).start()
         threading.Thread(
-            target=self._feed, args=(process, self._writes, self._unread), daemon=True
+            target=self._feed,
+            args=(process, self._writes, self._unread),
+            name="conformance-feed",
+            daemon=True,
         ).start()
         self._process = process
         self._starting = True
@@ -282,6 +285,7 @@ class ConformanceProgram:
                     "the program was stopped" + self._stderr_tail()
                 ) from None
             self._process = None
+            self._writes.put(None)  # `_feed` ends
             how = "before reading" if self._unread.is_set() else "instead of answering"
             raise ProgramError(
                 f"the program exited (status {status}) {how} a "
@@ -326,13 +330,13 @@ class ConformanceProgram:
         process, self._process = self._process, None
         if process is None:
             return
+        # Its input is closed by `_feed` once the requests before are written (closed here,
+        # it would wait on a write the program may never read), and `_feed` then ends.
+        self._writes.put(None)
         if kill:
             process.kill()
             process.wait()
             return
-        # Its input is closed by `_feed` once the requests before are written: closed here,
-        # it would wait on a write the program may never read.
-        self._writes.put(None)
         try:
             process.wait(timeout=2)
         except subprocess.TimeoutExpired:
