@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import os
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,14 @@ def own_server() -> Iterator[PrivateServer]:
         yield private
     finally:
         private.stop()
+
+
+def postgres_url(dsn: str) -> str:
+    """A libpq key=value connection string as a `postgresql://` URL (as `--store` takes)."""
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    dbname = params.pop("dbname")
+    query = urllib.parse.urlencode({key: str(value) for key, value in params.items()})
+    return f"postgresql:///{urllib.parse.quote(str(dbname))}?{query}"
 
 
 @contextlib.contextmanager

@@ -24,13 +24,12 @@ from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
 
 import pg
-from pg import postgres_database
+from pg import postgres_database, postgres_url
 from support import CAPS, request
 from support import authority as make_authority
 from workwarden.chaos import ChaosConfig, ChaosReport, print_report, run_chaos
@@ -77,20 +76,11 @@ def test_killed_workers_on_sqlite_lose_nothing_and_finish_nothing_twice(tmp_path
     _assert_clean(run_chaos(config))
 
 
-def _url(dsn: str) -> str:
-    """A `postgresql://` URL for a libpq connection string on a Unix socket."""
-    parts = psycopg.conninfo.conninfo_to_dict(dsn)
-    return (
-        f"postgresql:///{quote(str(parts['dbname']))}"
-        f"?host={quote(str(parts['host']), safe='')}&user={quote(str(parts['user']))}"
-    )
-
-
 @pytest.mark.postgres
 def test_killed_workers_on_postgresql_lose_nothing_and_finish_nothing_twice() -> None:
     with postgres_database() as dsn:
         config = ChaosConfig(
-            url=_url(dsn), workloads=WORKLOADS, seconds=KILL_SECONDS, drain_seconds=60
+            url=postgres_url(dsn), workloads=WORKLOADS, seconds=KILL_SECONDS, drain_seconds=60
         )
         _assert_clean(run_chaos(config))
 
@@ -254,7 +244,7 @@ def test_a_chaos_run_whose_postgresql_server_goes_away_says_nothing_was_audited(
         admin.execute("CREATE DATABASE chaos")
     run = _chaos_process(
         tmp_path,
-        _url(private_server.dsn("chaos")),
+        postgres_url(private_server.dsn("chaos")),
         *("--workloads", "3000", "--seconds", "2", "--drain-seconds", "60"),
     )
     chaos_processes.append(run)

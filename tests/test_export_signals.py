@@ -13,23 +13,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import psycopg
 import pytest
 
-from pg import postgres_database
+from pg import postgres_database, postgres_url
 from support import authority, request
 from workwarden.storage.postgres import PostgresStore
-
-
-def _url(dsn: str) -> str:
-    """A `postgresql://` URL for a libpq connection string on a Unix socket."""
-    parts = psycopg.conninfo.conninfo_to_dict(dsn)
-    return (
-        f"postgresql:///{quote(str(parts['dbname']))}"
-        f"?host={quote(str(parts['host']), safe='')}&user={quote(str(parts['user']))}"
-    )
 
 
 @pytest.mark.postgres
@@ -47,7 +37,7 @@ def test_an_export_stopped_by_a_signal_leaves_no_file(
             store.close()
         with psycopg.connect(dsn) as locker:
             locker.execute("LOCK TABLE workwarden_documents IN ACCESS EXCLUSIVE MODE")
-            argv = ["export", "--store", _url(dsn), "--out", str(out / "export.jsonl")]
+            argv = ["export", "--store", postgres_url(dsn), "--out", str(out / "export.jsonl")]
             export = subprocess.Popen(
                 [sys.executable, "-m", "workwarden", *argv],
                 stdout=subprocess.PIPE,

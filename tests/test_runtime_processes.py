@@ -33,7 +33,6 @@ import sys
 import textwrap
 import threading
 import time
-import urllib.parse
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ import pytest
 from hypothesis_profiles import PROFILE_ENV
 
 import pg
+from pg import postgres_url
 from support import SIGNER, grant_for, request
 from support import authority as make_authority
 from workwarden.chaos.audit import audit_store
@@ -228,14 +228,6 @@ class Downstream:
     def rows(self, query: str) -> list[tuple[Any, ...]]:
         with contextlib.closing(self._connect()) as conn:
             return [tuple(row) for row in conn.execute(query).fetchall()]
-
-
-def libpq_url(dsn: str) -> str:
-    """A key=value connection string as a `postgresql://` URL (as `--store` takes)."""
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    dbname = params.pop("dbname")
-    query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
-    return f"postgresql:///{urllib.parse.quote(str(dbname))}?{query}"
 
 
 # --- processes and their logs -----------------------------------------------------------------
@@ -456,7 +448,9 @@ def backend(kind: str, tmp_path: Path) -> Iterator[Backend]:
         yield Backend(kind, f"sqlite:///{path}", down, _sqlite_states(path))
         return
     with pg.postgres_database() as dsn, pg.postgres_database(schema=False) as down_dsn:
-        yield Backend(kind, libpq_url(dsn), Downstream(libpq_url(down_dsn)), _postgres_states(dsn))
+        yield Backend(
+            kind, postgres_url(dsn), Downstream(postgres_url(down_dsn)), _postgres_states(dsn)
+        )
 
 
 BACKEND_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -794,13 +788,13 @@ def test_workers_ride_out_a_server_restart_and_killed_connections(
         admin.execute("CREATE DATABASE downstream")
     store_dsn = private_server.dsn("store")
     PostgresStore(store_dsn, pool_size=1).close()
-    down = Downstream(libpq_url(private_server.dsn("downstream")))
+    down = Downstream(postgres_url(private_server.dsn("downstream")))
     count = DRAIN_WORKLOADS
     modes = ["flaky" if i % 10 == 0 else "invalid" if i % 25 == 1 else "ok" for i in range(count)]
     counts = _postgres_states(store_dsn)
     terminations = 0
     restarts = 0
-    with fleet(tmp_path, libpq_url(store_dsn), down.url) as f:
+    with fleet(tmp_path, postgres_url(store_dsn), down.url) as f:
         store = PostgresStore(store_dsn, pool_size=2)
         try:
             admitted = admit(make_authority(store), modes, sleep_ms=5)

@@ -24,13 +24,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
 
 from backends import BACKENDS
-from pg import postgres_database
+from pg import postgres_database, postgres_url
 from support import CAPS, request, store_snapshot
 from support import authority as make_authority
 from workwarden.cli import main
@@ -614,15 +613,6 @@ def test_a_refused_import_into_a_new_store_leaves_no_file_behind(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work.jsonl"]
 
 
-def _postgres_url(dsn: str) -> str:
-    """A `postgresql://` URL for a libpq connection string on a Unix socket."""
-    parts = psycopg.conninfo.conninfo_to_dict(dsn)
-    return (
-        f"postgresql:///{quote(str(parts['dbname']))}"
-        f"?host={quote(str(parts['host']), safe='')}&user={quote(str(parts['user']))}"
-    )
-
-
 def _workwarden_tables(dsn: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
@@ -638,7 +628,7 @@ def test_a_refused_import_into_a_postgres_database_it_prepared_leaves_no_tables(
     dump = tmp_path / "work.jsonl"
     dump.write_text(exported(source) + "{not json\n")
     with postgres_database(schema=False) as dsn:
-        url = _postgres_url(dsn)
+        url = postgres_url(dsn)
         assert main(["import", "--store", url, "--create", str(dump)]) == 1
         assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: line ")
         assert _workwarden_tables(dsn) == []
@@ -796,7 +786,7 @@ def test_an_older_postgres_database_opened_to_read_is_refused_and_left_as_it_was
                 )
 
         before = tables()
-        url = _postgres_url(dsn)
+        url = postgres_url(dsn)
         for command in (["export"], ["stats"], ["list", "t", "app"]):
             assert main([*command, "--store", url]) == 1
             err = capsys.readouterr().err
