@@ -368,6 +368,23 @@ def test_a_program_that_dies_on_its_first_request_stops_the_run(
     assert len(err) < 1_000
 
 
+def adapter_lines(requests: list[str]) -> list[str]:
+    """What the reference adapter answers to `requests`, one line each; it must exit 0 and
+    write nothing on standard error."""
+    done = subprocess.run(
+        [sys.executable, "-m", "workwarden.adapter"],
+        input="\n".join(requests) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(requests), lines
+    return lines
+
+
 def test_the_adapter_answers_one_line_per_request_and_refuses_what_is_not_the_protocol() -> None:
     requests = "\n".join(
         [
@@ -395,18 +412,7 @@ def test_the_adapter_answers_one_line_per_request_and_refuses_what_is_not_the_pr
 
 
 def test_the_adapter_refuses_json_nested_too_deeply_and_answers_on() -> None:
-    requests = "\n".join(["[" * 100_000 + "]" * 100_000, '{"type": "store"}'])
-    done = subprocess.run(
-        [sys.executable, "-m", "workwarden.adapter"],
-        input=requests + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
-    lines = done.stdout.splitlines()
-    assert len(lines) == 2
+    lines = adapter_lines(["[" * 100_000 + "]" * 100_000, '{"type": "store"}'])
     assert '"code":"WORKLOAD_INVALID"' in lines[0]
     assert "nested too deeply" in lines[0]
     assert lines[1] == '{"ok":[]}'
@@ -414,7 +420,7 @@ def test_the_adapter_refuses_json_nested_too_deeply_and_answers_on() -> None:
 
 def test_the_adapter_refuses_a_number_too_long_to_read_or_an_op_that_is_not_a_name() -> None:
     # Python reads no integer of more than 4300 digits; a list is no key of a dict.
-    requests = "\n".join(
+    lines = adapter_lines(
         [
             '{"type": "command", "command": {"op": "start"}, "now": ' + "9" * 5000 + "}",
             '{"type": "command", "command": {"op": ["pause"]}, "now": 1}',
@@ -422,17 +428,6 @@ def test_the_adapter_refuses_a_number_too_long_to_read_or_an_op_that_is_not_a_na
             '{"type": "store"}',
         ]
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "workwarden.adapter"],
-        input=requests + "\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
-    lines = done.stdout.splitlines()
-    assert len(lines) == 4
     assert '"code":"WORKLOAD_INVALID"' in lines[0]
     assert "a number too long to read" in lines[0]
     for line in lines[1:3]:

@@ -622,17 +622,22 @@ with conn:
     assert done.stdout.split() == ["WORKLOAD_STALE_FENCE", "WORKLOAD_INVALID", "1"]
 
 
-def test_a_closed_connection_is_refused_as_invalid(db: Database) -> None:
-    fenced_write(db, fence(3))
-    conn = db.connect()
-    conn.close()
+def _every_call_on(conn: Any) -> list[Callable[[], Any]]:
+    """Each public fence function's call on `conn`, with fence 4 of `WORKLOAD`."""
     header = format_fence_header(WORKLOAD, fence(4))
-    calls: list[Callable[[], Any]] = [
+    return [
         lambda: guard(conn, fence(4), WORKLOAD),
         lambda: ensure_fence_table(conn),
         lambda: forget(conn, WORKLOAD),
         lambda: FenceChecker(SqlFenceRecord(conn)).check(header),
     ]
+
+
+def test_a_closed_connection_is_refused_as_invalid(db: Database) -> None:
+    fenced_write(db, fence(3))
+    conn = db.connect()
+    conn.close()
+    calls = _every_call_on(conn)
     for call in calls:
         error = refused(call)
         assert error.code == "WORKLOAD_INVALID"
@@ -895,6 +900,29 @@ def _begun(path: Path) -> sqlite3.Connection:
     return conn
 
 
+@contextlib.contextmanager
+def _another_commits_before(tmp_path: Path, prefix: str) -> Iterator[sqlite3.Connection]:
+    """A connection to the user's database in a begun transaction; just before its first
+    statement starting with `prefix` runs, another connection commits a note. Asserts, on
+    leaving, that it did."""
+    path = tmp_path / "user.sqlite"
+    conn, other = _begun(path), sqlite3.connect(path, isolation_level=None, timeout=30)
+    committed: list[str] = []
+
+    def meanwhile(statement: str) -> None:
+        if statement.startswith(prefix) and not committed:
+            other.execute("INSERT INTO notes VALUES ('other', 0)")  # commits at once
+            committed.append(statement)
+
+    conn.set_trace_callback(meanwhile)
+    try:
+        yield conn
+    finally:
+        conn.close()
+        other.close()
+    assert committed
+
+
 def test_a_guard_first_in_a_begun_transaction_writes_when_another_writer_commits_meanwhile(
     tmp_path: Path,
 ) -> None:
@@ -903,24 +931,10 @@ def test_a_guard_first_in_a_begun_transaction_writes_when_another_writer_commits
     "database is locked" (a snapshot read first could not be upgraded to a write)."""
     db = next(_sqlite(tmp_path))
     fenced_write(db, fence(1))  # the table is there
-    path = tmp_path / "user.sqlite"
-    fresh, other = _begun(path), sqlite3.connect(path, isolation_level=None, timeout=30)
-    committed: list[str] = []
-
-    def meanwhile(statement: str) -> None:
-        if statement.startswith("INSERT INTO workwarden_fences") and not committed:
-            other.execute("INSERT INTO notes VALUES ('other', 0)")  # commits at once
-            committed.append(statement)
-
-    fresh.set_trace_callback(meanwhile)
-    try:
+    with _another_commits_before(tmp_path, "INSERT INTO workwarden_fences") as fresh:
         guard(fresh, fence(2), WORKLOAD)
         db.write(fresh, "n", 2)
         fresh.execute("COMMIT")
-    finally:
-        fresh.close()
-        other.close()
-    assert committed
     assert db.rows("notes") == [("n", 2), ("other", 0)]
     assert [row[:3] for row in db.rows("workwarden_fences")] == [(WORKLOAD, "", 2)]
 
@@ -1008,24 +1022,10 @@ def test_forget_first_in_a_begun_transaction_deletes_when_another_writer_commits
 ) -> None:
     db = next(_sqlite(tmp_path))
     fenced_write(db, fence(1))
-    path = tmp_path / "user.sqlite"
-    conn, other = _begun(path), sqlite3.connect(path, isolation_level=None, timeout=30)
-    committed: list[str] = []
-
-    def meanwhile(statement: str) -> None:
-        if statement.startswith("DELETE FROM workwarden_fences") and not committed:
-            other.execute("INSERT INTO notes VALUES ('other', 0)")  # commits at once
-            committed.append(statement)
-
-    conn.set_trace_callback(meanwhile)
-    try:
+    with _another_commits_before(tmp_path, "DELETE FROM workwarden_fences") as conn:
         assert forget(conn, WORKLOAD) == 1
         conn.execute("DELETE FROM notes WHERE id = 'n'")
         conn.execute("COMMIT")
-    finally:
-        conn.close()
-        other.close()
-    assert committed
     assert db.rows("notes") == [("other", 0)]
     assert db.rows("workwarden_fences") == []
 
@@ -1036,13 +1036,7 @@ def test_a_sqlite_connection_of_another_thread_is_refused_as_invalid(tmp_path: P
     db = next(_sqlite(tmp_path))
     fenced_write(db, fence(3))
     conn = sqlite3.connect(tmp_path / "user.sqlite")  # made in this thread
-    header = format_fence_header(WORKLOAD, fence(4))
-    calls: list[Callable[[], Any]] = [
-        lambda: guard(conn, fence(4), WORKLOAD),
-        lambda: ensure_fence_table(conn),
-        lambda: forget(conn, WORKLOAD),
-        lambda: FenceChecker(SqlFenceRecord(conn)).check(header),
-    ]
+    calls = _every_call_on(conn)
     errors: list[BaseException | None] = []
 
     def use() -> None:
