@@ -404,7 +404,7 @@ def _claim_into(
     """`claim_many`'s claims, appended to `claims` as each step commits them."""
     store = authority.store
     if not isinstance(store, BatchStore):
-        _claim_walk(authority, seeker, probe, now, limit, claims=claims)
+        _claim_walk(authority, seeker, probe, now, limit, claims)
         return
     waiting: list[StoredDocument] = []
     full: set[str] = set()
@@ -435,7 +435,7 @@ def _claim_into(
         # More candidates than the rounds' pages hold were passed over (work
         # needing a capability the worker lacks, waiting on a dependency, or
         # of a full concurrency key): walk on past them as `claim_next` does.
-        _claim_walk(authority, seeker, probe, now, limit, full, claims)
+        _claim_walk(authority, seeker, probe, now, limit, claims, full)
 
 
 def _claim_round(
@@ -600,16 +600,15 @@ def _claim_walk(
     probe: ClaimCommand,
     now: int,
     limit: int,
+    claims: list[ClaimReply],
     full: set[str] | frozenset[str] = frozenset(),
-    claims: list[ClaimReply] | None = None,
-) -> list[ClaimReply]:
+) -> None:
     """`claim_many` on a store without batches: candidates walked as `claim_next` walks them,
-    each claim appended to `claims` (a new list by default) until it holds `limit`.
+    each claim appended to `claims` until it holds `limit`.
 
     A candidate of a concurrency key in `full` (found at its limit or out of
     its rate earlier in the call) is passed over untried.
     """
-    claims = [] if claims is None else claims
     while len(claims) < limit:
         taken = {claim.workload_id for claim in claims}
 
@@ -638,7 +637,6 @@ def _claim_walk(
         if claim is None:
             break
         claims.append(claim)
-    return claims
 
 
 def _held_claims(

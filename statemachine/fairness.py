@@ -199,24 +199,29 @@ class FairShare:
         unknown = [scope for scope in empty if scope not in self.passes]
         if unknown:
             raise errors.bad_argument("empty", "a scope not served by this ledger")
-        passes = self.passes
-        if len(empty) == 1:
-            # The lowest pass of the others: every pass but one copy of the empty scope's.
-            others = list(passes.values())
-            others.remove(passes[next(iter(empty))])
-            floor = min(others) if others else passes[next(iter(empty))]
-        elif empty:
-            others = [value for s, value in passes.items() if s not in empty]
-            floor = min(others) if others else max(passes[s] for s in empty)
-        else:
-            floor = 0  # unused: no scope was found empty
         self.records += 1
-        for scope in empty:
-            self.passes[scope] = max(self.passes[scope], floor + self.stride(scope))
-            self.touched[scope] = self.records
+        if empty:
+            floor = self._lowest_pass_but(empty)
+            for scope in empty:
+                self.passes[scope] = max(self.passes[scope], floor + self.stride(scope))
+                self.touched[scope] = self.records
         if served is not None:
             self.passes[served] += self.stride(served)
             self.touched[served] = self.records
+
+    def _lowest_pass_but(self, empty: set[FairScope]) -> int:
+        """The lowest pass of the scopes not in `empty` (when there are none, the highest of
+        `empty`'s)."""
+        passes = self.passes
+        if len(empty) == 1:
+            # A claim finds one scope empty at a time: every pass but one copy of its own,
+            # with no look-up per scope.
+            (only,) = empty
+            others = list(passes.values())
+            others.remove(passes[only])
+            return min(others) if others else passes[only]
+        others = [value for scope, value in passes.items() if scope not in empty]
+        return min(others) if others else max(passes[scope] for scope in empty)
 
     def bound(self, scope: Any) -> int:
         """At most how many claims go to other scopes between two of `scope`'s while it has work."""
@@ -409,27 +414,26 @@ class _Turns:
         share = self.share
         if type(share).order is not FairShare.order:
             return _plan_by_order(share, empty, count)
-        # What is stale or empty at the top now stays so: dropped for good, not per plan.
-        real = self.heap
-        while real:
-            passed, touched, _position, scope = real[0]
-            if scope not in empty and (passed, touched) == (
-                share.passes[scope],
-                share.touched[scope],
-            ):
-                break
-            heapq.heappop(real)
-        heap = list(real)
         moved: dict[FairScope, tuple[int, int]] = {}
-        records = share.records
-        wanted: dict[FairScope, int] = {}
-        for _ in range(count):
+
+        def top(heap: list[tuple[int, int, int, FairScope]]) -> tuple[int, int, int, FairScope]:
+            # The first turn still the scope's (in the ledger, or as `moved` in the plan) of
+            # a scope not found empty; the stale and empty ones before it are dropped.
             while True:
                 passed, touched, position, scope = heap[0]
                 now = moved.get(scope) or (share.passes[scope], share.touched[scope])
                 if scope not in empty and (passed, touched) == now:
-                    break
+                    return passed, touched, position, scope
                 heapq.heappop(heap)
+
+        # What is stale or empty at the ledger's top now stays so: dropped for good, not
+        # once per plan (the caller plans only while a scope is not empty).
+        top(self.heap)
+        heap = list(self.heap)
+        records = share.records
+        wanted: dict[FairScope, int] = {}
+        for _ in range(count):
+            passed, _touched, position, scope = top(heap)
             records += 1
             turn = (passed + share.stride(scope), records)
             moved[scope] = turn
