@@ -361,7 +361,12 @@ class PostgresStore:
     Claim spreading: concurrent claimers, threads sharing this store or
     other processes with stores of their own, are each handed a different
     first candidate, so they do not all race for the best workload and lose
-    the compare-and-swap to one another; see `claim_candidates`. Share one
+    the compare-and-swap to one another; see `claim_candidates`. The
+    store's own connection creates a temporary function of its session
+    (`pg_temp`, nothing in the schema) to look at a candidate again before
+    offering it; a role without the database's TEMPORARY privilege (every
+    role has it unless revoked) gets the spreading without that second look,
+    and more of its first compare-and-swaps fail. Share one
     store among a process's threads: every call borrows a pooled connection for
     its own statement, so any number of threads may share one store, and any
     number of processes and machines may use one database.

@@ -39,6 +39,7 @@ from workwarden.storage import (
     StoredDocument,
     StoreFailure,
     Write,
+    pg_offers,
 )
 from workwarden.storage.postgres import SCHEMA_VERSION, PostgresStore
 
@@ -586,11 +587,38 @@ def test_most_concurrent_claimers_win_the_first_workload_they_try(dsn: str) -> N
     assert first_try > 0.5
 
 
-def test_claimers_with_stores_of_their_own_are_not_offered_work_already_taken(dsn: str) -> None:
+def slow_offers(monkeypatch: pytest.MonkeyPatch, pause_s: float) -> None:
+    """Make every claim page's statement wait `pause_s` between its snapshot and its offer,
+    as a busy server's would."""
+    original = pg_offers._offered_page
+
+    def slowed(query: str, look_again: bool) -> str:
+        statement = original(query, look_again)
+        for before, after in [
+            (
+                "probe AS MATERIALIZED (",
+                f"pause AS MATERIALIZED (SELECT pg_sleep({pause_s})), probe AS MATERIALIZED (",
+            ),
+            ("FROM numbered WHERE", "FROM numbered, pause WHERE"),
+        ]:
+            assert statement.count(before) == 1
+            statement = statement.replace(before, after)
+        return statement
+
+    monkeypatch.setattr(pg_offers, "_offered_page", slowed)
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 0.01], ids=["quick", "slow-statement"])
+def test_claimers_with_stores_of_their_own_are_not_offered_work_already_taken(
+    dsn: str, pause_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Eight stores, each its own sessions, as eight processes would be: a
     # candidate another claimer took since the page was read (and whose offer
     # it then let go) is not offered, so nearly every claim's compare-and-swap
-    # is its first, and none is claimed twice.
+    # is its first, and none is claimed twice. However long the page's
+    # statement takes: with 10 ms between its snapshot and its offer, and no
+    # second look at the locked row, nearly every first try failed.
+    slow_offers(monkeypatch, pause_s)
     with contextlib.closing(FirstCandidates(dsn)) as loader:
         admitted = admit_many(make_authority(loader), MANY // 2)
     stores = [FirstCandidates(dsn) for _ in range(8)]
@@ -618,6 +646,36 @@ def test_claimers_with_stores_of_their_own_are_not_offered_work_already_taken(ds
     first_try = sum(1 for _, first in claims if first) / len(claims)
     print(f"first-try claim rate with 8 stores: {first_try:.3f}")
     assert first_try > 0.9
+
+
+def test_a_role_that_may_not_create_temporary_objects_still_claims() -> None:
+    # The offer's second look is a temporary function of its session; where
+    # the role may not create one, claims go on, offered as the page read them.
+    with postgres_database(schema=False) as owner_dsn:
+        with contextlib.closing(PostgresStore(owner_dsn)) as owner:
+            admitted = admit_many(make_authority(owner), 20)
+        role = f"claimer_{threading.get_ident()}"
+        database = psycopg.conninfo.conninfo_to_dict(owner_dsn)["dbname"]
+        with psycopg.connect(owner_dsn, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {role} LOGIN")
+            admin.execute(f"REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC")
+            admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+            admin.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        role_dsn = psycopg.conninfo.make_conninfo(owner_dsn, user=role)
+        with (
+            psycopg.connect(role_dsn, autocommit=True) as conn,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            conn.execute("CREATE TEMPORARY TABLE t (x int)")
+        with contextlib.closing(PostgresStore(role_dsn)) as store:
+            authority = make_authority(store)
+            claimed = [
+                claim.workload_id
+                for claim in iter(
+                    lambda: authority.claim_next("t", "app", "w", CAPS, CLAIM_AT, LEASE), None
+                )
+            ]
+        assert sorted(claimed) == sorted(admitted)
 
 
 # -- the private server --------------------------------------------------------------------
