@@ -162,6 +162,23 @@ def test_catch_up_one_admits_only_the_latest_missed_tick_and_skip_none(store: St
     ]
 
 
+def test_a_clock_set_back_never_admits_a_tick_its_catch_up_passed_over(store: Store) -> None:
+    authority = Authority(store, grants=VERIFIER)
+    one = _quarter_hourly("one", name="one")
+    skip = _quarter_hourly("skip", name="skip", grace_ms=30 * MINUTE)
+    scheduler = PeriodicScheduler(authority, [one, skip])
+    scheduler.run_once(DAY_START + MINUTE)
+    # An hour with no scheduler; it comes back on a clock ten minutes fast.
+    fast = DAY_START + HOUR + 5 * MINUTE
+    assert len(scheduler.run_once(fast)) == 2, "the tick at DAY_START + 1 h, once for each"
+    # The clock is set right (or another scheduler's clock is ten minutes behind): the
+    # latest tick it sees, DAY_START + 45 min, was passed over for a later one.
+    behind = fast - 10 * MINUTE
+    assert scheduler.run_once(behind) == []
+    assert PeriodicScheduler(Authority(store, grants=VERIFIER), [one, skip]).run_once(behind) == []
+    assert sorted(_admitted_keys(store).values()) == [1] * 4
+
+
 def test_no_tick_before_the_schedule_starts_is_admitted() -> None:
     from workwarden.storage import MemoryStore
 

@@ -21,6 +21,10 @@ What becomes of ticks that fell while no scheduler ran is the schedule's
 - `"skip"`: a tick is admitted only within `grace_ms` after it fell; missed
   ticks are dropped.
 
+Under `"one"` and `"skip"` a tick is never admitted once the tick after it
+is: a clock set back, or a scheduler whose clock is behind another's, does
+not bring back a tick they passed over.
+
 `PeriodicScheduler` runs schedules against an authority: `run_once(now)`
 admits what is due at `now` (one `admit_many` for every schedule), `run()`
 does so until stopped, sleeping until the next tick of any schedule.
@@ -349,7 +353,18 @@ class PeriodicScheduler:
             return []
         if schedule.catch_up == "skip" and now - latest > schedule.grace_ms:
             return []
+        if self._passed_over(schedule, latest):
+            return []
         return [latest]
+
+    def _passed_over(self, schedule: Schedule, tick: int) -> bool:
+        """Is the tick after `tick` admitted already? Then a clock set back (or another
+        scheduler's clock, ahead of this one) must not bring `tick` back."""
+        try:
+            later = schedule.next_tick(tick)
+        except errors.WorkloadError:
+            return False  # the last cron tick of the calendar: none comes after it
+        return self._admitted(schedule, later)
 
     def _admitted(self, schedule: Schedule, tick: int) -> bool:
         """Was `tick` admitted: does its workload exist, or did its purge leave a tombstone?"""
