@@ -253,6 +253,43 @@ def test_a_signal_while_the_command_loads_stops_a_worker_quietly_with_status_0(
     assert _states(tmp_path / "store.db") == ["READY"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("command", ["worker", "sweeper"])
+def test_a_signal_while_the_parser_loads_the_subcommands_stops_quietly_with_status_0(
+    tmp_path: Path, sig: signal.Signals, command: str
+) -> None:
+    # After the entry point has loaded `workwarden.cli`, building the parser loads the
+    # subcommands' modules (most of a second more) before the command has handlers of
+    # its own: the signal is sent from inside that step, so no timing decides the test.
+    _admit(tmp_path / "store.db", 1)
+    (tmp_path / "tasks.py").write_text(APP, encoding="utf-8")
+    script = textwrap.dedent(
+        f"""
+        import os, workwarden.cli as cli
+        from workwarden._launch import main
+        build = cli.build_parser
+        def build_parser():
+            os.kill(os.getpid(), {int(sig)})
+            return build()
+        cli.build_parser = build_parser
+        raise SystemExit(main())
+        """
+    )
+    store = ["--store", f"sqlite:///{tmp_path / 'store.db'}"]
+    app = ["--app", "tasks:app", "--tenant", "t", "--application", "app"]
+    args = [command, *store, *(app if command == "worker" else [])]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert _states(tmp_path / "store.db") == ["READY"]
+
+
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_while_another_command_loads_ends_it_with_the_signals_status(
     tmp_path: Path, sig: signal.Signals, status: int
