@@ -624,9 +624,14 @@ class _Checker:
         for t, test in enumerate(rule.when):
             pname, _ = split_test(test)
             if pname not in PREDICATES:
+                spaced = (
+                    ": write NAME or `not NAME`, with no other space"
+                    if pname.strip() in PREDICATES
+                    else ""
+                )
                 self.add(
                     f"{where}.when[{t}]",
-                    f"unknown predicate {pname!r} (valid: {', '.join(PREDICATES)})",
+                    f"unknown predicate {pname!r}{spaced} (valid: {', '.join(PREDICATES)})",
                 )
         if rule.to is None:
             if policy.via is not None:

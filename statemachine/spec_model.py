@@ -441,10 +441,15 @@ class Problem:
 
 
 def split_test(test: str) -> tuple[str, bool]:
-    """A rule's `when` entry as (predicate name, wanted truth): `not NAME` wants False."""
+    """A rule's `when` entry as (predicate name, wanted truth): `not NAME` wants False.
+
+    The name is taken as written, spaces and all: every reader of the spec (the
+    checker's oracle, another implementation) reads `NAME` or `not NAME` exactly,
+    so a name padded with spaces is an unknown predicate, not one of these.
+    """
     if test.startswith("not "):
-        return test[4:].strip(), False
-    return test.strip(), True
+        return test[4:], False
+    return test, True
 
 
 def spec_json_schema() -> dict[str, Any]:

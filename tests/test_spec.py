@@ -277,6 +277,27 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "policies.claim.rules",
         "policy 'claim' lacks a final rule that always matches (when = [])",
     ),
+    # The checker's oracle, and any other reader, takes a test as NAME or `not NAME`
+    # exactly: a name padded with spaces passed the loader and stopped the checker.
+    (
+        "a predicate name padded with spaces",
+        edited(
+            '{ when = ["budget_exhausted"], decision = "attempt_budget_exhausted", '
+            'to = "DEAD_LETTER", refuse',
+            '{ when = [" budget_exhausted "], decision = "attempt_budget_exhausted", '
+            'to = "DEAD_LETTER", refuse',
+        ),
+        "policies.claim.rules[0].when[0]",
+        "unknown predicate ' budget_exhausted ': write NAME or `not NAME`, with no other space",
+    ),
+    (
+        "a negated predicate name after two spaces",
+        edited(
+            _CLAIMABLE, '{ when = ["not  budget_exhausted"], decision = "x" },\n  ' + _CLAIMABLE
+        ),
+        "policies.claim.rules[1].when[0]",
+        "unknown predicate ' budget_exhausted': write NAME or `not NAME`",
+    ),
     (
         "rule after an always-matching rule",
         edited(_CLAIMABLE, _CLAIMABLE + ",\n  " + _CLAIMABLE),
