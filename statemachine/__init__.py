@@ -29,6 +29,7 @@ from workwarden.statemachine.commands import (
     StateReply,
     SweepReply,
     TimeoutCommand,
+    WorkloadPage,
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.errors import WorkloadError
@@ -103,6 +104,7 @@ __all__ = [
     "Timeouts",
     "Workload",
     "WorkloadError",
+    "WorkloadPage",
     "check_spec_file",
     "decide",
     "default_retry_policy",

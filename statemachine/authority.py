@@ -40,6 +40,7 @@ from workwarden.statemachine import (
     errors,
     fairness,
     inputs,
+    listing,
     pauses,
     replays,
     retention,
@@ -67,6 +68,7 @@ from workwarden.statemachine.commands import (
     StateReply,
     SweepReply,
     TimeoutCommand,
+    WorkloadPage,
 )
 from workwarden.statemachine.core import Decision, decide
 from workwarden.statemachine.grants import GrantVerifier
@@ -561,6 +563,21 @@ class Authority:
                 errors.STORAGE_FAILURE, "the store listed a workload of another scope"
             )
         return workloads
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: str | None = None
+    ) -> WorkloadPage:
+        """The next `limit` workloads of a scope in `list`'s order, and the next page's cursor.
+
+        `after` is None for the first page, then the `next` of the page
+        before (an opaque cursor; any other text is `WORKLOAD_INVALID`
+        naming `after`). `limit` is 1 to `listing.MAX_PAGE` (1,000). A page
+        is read at one instant; a workload written between two pages is
+        listed once, unless its priority changed in between. On a store
+        that is a `ListPages` only the page is read; on any other the scope
+        is listed whole and cut. See `workwarden.statemachine.listing`.
+        """
+        return listing.list_page(self, tenant, application, limit, after)
 
     # -- admission and the worker's calls ---------------------------------
 

@@ -49,6 +49,7 @@ __all__ = [
     "StateReply",
     "SweepReply",
     "TimeoutCommand",
+    "WorkloadPage",
 ]
 
 LeaseMs = Annotated[int, Field(strict=True, ge=1, le=2**53 - 1)]
@@ -287,6 +288,19 @@ class AdmitReply(ValidatedModel):
 
     workload: Workload
     created: bool
+
+
+class WorkloadPage(ValidatedModel):
+    """One page of a scope's workloads (`Authority.list_page`), and the cursor of the next.
+
+    `next` is None when this page is the last: it held fewer than the
+    `limit` asked. A full page's `next` may lead to an empty page.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    workloads: list[Workload]
+    next: str | None
 
 
 class StateReply(ValidatedModel):

@@ -26,6 +26,7 @@ __all__ = [
     "ChooseClaims",
     "DueInstants",
     "IndexFields",
+    "ListPages",
     "LocalWakeUps",
     "NextInstants",
     "PauseRecord",
@@ -437,6 +438,24 @@ class ScopeListing(Protocol):
         """The (tenant, application) pairs with a document eligible at `now`, sorted.
 
         Paused scopes are listed as well: a claim in one finds nothing.
+        """
+        ...
+
+
+@runtime_checkable
+class ListPages(Protocol):
+    """A store that can list a scope a page at a time, so a listing never holds every document."""
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: CandidateCursor | None = None
+    ) -> Sequence[StoredDocument]:
+        """The next `limit` documents of one tenant and application after `after`.
+
+        In `list`'s order (highest priority first, then created_at, then
+        key), starting after the document whose (priority, created_at, key)
+        is `after` (None: from the first). Each page is read at one instant:
+        a document written between two pages may be missed or listed twice
+        when its priority changed, never otherwise.
         """
         ...
 

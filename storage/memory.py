@@ -10,6 +10,7 @@ closed it refuses every call with `StoreFailure`.
 from __future__ import annotations
 
 import builtins
+import heapq
 import threading
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -433,6 +434,21 @@ class MemoryStore:
             ]
         rows.sort(key=_order)
         return rows
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: CandidateCursor | None = None
+    ) -> Sequence[StoredDocument]:
+        """The next `limit` documents of a tenant and application after `after` (`ListPages`)."""
+        start = None if after is None else (-after.priority, after.created_at, after.key)
+        with self._lock:
+            rows = [
+                doc
+                for doc in self._docs.values()
+                if doc.index.tenant == tenant
+                and doc.index.application == application
+                and (start is None or _order(doc) > start)
+            ]
+        return heapq.nsmallest(limit, rows, key=_order)
 
     def scan(self) -> Iterator[StoredDocument]:
         """Every document, by key."""

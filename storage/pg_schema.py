@@ -382,6 +382,20 @@ _LIST = f"""
     ORDER BY -priority, created_at, key
 """
 
+_LIST_PAGE_FIRST = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE tenant = %(tenant)s AND application = %(application)s
+    ORDER BY -priority, created_at, key
+    LIMIT %(limit)s
+"""
+_LIST_PAGE = f"""
+    SELECT {_COLUMNS} FROM workwarden_documents
+    WHERE tenant = %(tenant)s AND application = %(application)s
+        AND (-priority, created_at, key) > (%(neg_priority)s, %(created_at)s, %(key)s)
+    ORDER BY -priority, created_at, key
+    LIMIT %(limit)s
+"""
+
 _SCAN_FIRST = f"SELECT {_COLUMNS} FROM workwarden_documents ORDER BY key LIMIT %s"
 
 _SCAN = f"SELECT {_COLUMNS} FROM workwarden_documents WHERE key > %s ORDER BY key LIMIT %s"

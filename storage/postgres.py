@@ -143,6 +143,8 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _FIND_REQUEST,
     _HELD_CLAIMS,
     _LIST,
+    _LIST_PAGE,
+    _LIST_PAGE_FIRST,
     _LOCK_CANDIDATES,
     _LOCK_CANDIDATES_FIRST,
     _NEXT_INSTANTS,
@@ -785,6 +787,18 @@ class PostgresStore:
     def list(self, tenant: str, application: str) -> Sequence[StoredDocument]:
         """Every document of one tenant and application, by priority then age."""
         rows = self._fetchall("cannot list documents", _LIST, (tenant, application))
+        return [_document(row) for row in rows]
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: CandidateCursor | None = None
+    ) -> Sequence[StoredDocument]:
+        """The next `limit` documents of one tenant and application after `after` (`ListPages`)."""
+        params: dict[str, Any] = {"tenant": tenant, "application": application, "limit": limit}
+        query = _LIST_PAGE_FIRST
+        if after is not None:
+            query = _LIST_PAGE
+            params.update(neg_priority=-after.priority, created_at=after.created_at, key=after.key)
+        rows = self._fetchall("cannot list documents", query, params)
         return [_document(row) for row in rows]
 
     def scan(self) -> Iterator[StoredDocument]:

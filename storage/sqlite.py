@@ -90,6 +90,8 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _HELD_CLAIMS,
     _INSERT,
     _LIST,
+    _LIST_PAGE,
+    _LIST_PAGE_AFTER,
     _NEXT_INSTANTS,
     _NOT_PAUSED,
     _PAUSE_COLUMNS,
@@ -702,6 +704,21 @@ class SQLiteStore:
         """Every document of a tenant and application, by priority then age."""
         params = {"tenant": tenant, "application": application}
         return [_document(row) for row in self._query("list", _LIST, params)]
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: CandidateCursor | None = None
+    ) -> Sequence[StoredDocument]:
+        """The next `limit` documents of a tenant and application after `after` (`ListPages`)."""
+        params: dict[str, Any] = {
+            "tenant": tenant,
+            "application": application,
+            "limit": _limit(limit),
+        }
+        sql = _LIST_PAGE
+        if after is not None:
+            sql = _LIST_PAGE_AFTER
+            params.update(priority=after.priority, created_at=after.created_at, key=after.key)
+        return [_document(row) for row in self._query("list page", sql, params)]
 
     def scan(self) -> Iterator[StoredDocument]:
         """Every document, by key, read a page at a time.

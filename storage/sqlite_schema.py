@@ -213,6 +213,15 @@ _LIST = (
     " WHERE tenant = :tenant AND application = :application"
     " ORDER BY priority DESC, created_at, key"
 )
+_LIST_PAGE = _LIST + " LIMIT :limit"
+# `list`'s keyset paging, as `_CLAIM_CANDIDATES_AFTER` pages the claimable rows.
+_LIST_PAGE_AFTER = (
+    f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_by_scope"
+    " WHERE tenant = :tenant AND application = :application AND priority <= :priority"
+    " AND (priority < :priority OR (priority = :priority"
+    " AND (created_at > :created_at OR (created_at = :created_at AND key > :key))))"
+    " ORDER BY priority DESC, created_at, key LIMIT :limit"
+)
 _SCAN = f"SELECT {_DOCUMENT} FROM documents WHERE key > :after ORDER BY key LIMIT :limit"
 _HELD_CLAIMS = (
     f"SELECT {_DOCUMENT} FROM documents INDEXED BY documents_by_claim_worker"
@@ -324,6 +333,8 @@ _EXPLAINED: Mapping[str, str] = {
     "expired_leases": _EXPIRED_LEASES,
     "deadlines_due": _DEADLINES_DUE,
     "list": _LIST,
+    "list_page": _LIST_PAGE,
+    "list_page_after": _LIST_PAGE_AFTER,
     "scan": _SCAN,
     "audit_log": _AUDIT_LOG,
     "held_claims": _HELD_CLAIMS,

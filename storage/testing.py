@@ -33,7 +33,8 @@ twice is harmless).
 
 Further checks cover optional capabilities (`workwarden.storage.base`), and
 pass for a store that does not offer them: `next_instants` (`DueInstants`),
-`claimable_scopes` (`ScopeListing`),
+`claimable_scopes` (`ScopeListing`), `list_page` (`ListPages`: walked by
+pages of several sizes, it lists what `list` lists, in its order),
 the work signal (`WakeUps`), and batches (`BatchStore`: `write_many`
 outcomes, conflicts, duplicate keys, result id clashes and audit records;
 `read_many`; `claim_batch` pages, limits and compare-and-swaps, and two
@@ -80,6 +81,7 @@ from workwarden.storage.base import (
     CandidateCursor,
     DueInstants,
     IndexFields,
+    ListPages,
     NextInstants,
     PauseRecord,
     Pauses,
@@ -913,6 +915,8 @@ def _a_closed_store_refuses_reads_and_writes(store: Store) -> None:
         "claim_candidates": lambda: store.claim_candidates("t", "a", 0, 10),
         "expired_leases": lambda: store.expired_leases(_BIG, 10),
     }
+    if isinstance(store, ListPages):
+        calls["list_page"] = lambda: store.list_page("t", "a", 10)
     for what, call in calls.items():
         try:
             answer = call()
@@ -943,6 +947,37 @@ def _claimable_scopes_are_the_scopes_with_work_eligible_now(store: Store) -> Non
     writer.put("k2", _index("t1", "b", state="CLAIMED", claim_worker="w"))
     writer.put("k5", _index("t1", "b", state="SUCCEEDED"))
     _equal(store.claimable_scopes(500), [("t1", "a"), ("t2", "a")], "after the claims")
+
+
+def _list_pages_walk_a_scope_in_list_order(store: Store) -> None:
+    if not isinstance(store, ListPages):
+        return
+    _equal(list(store.list_page("t", "a", 5)), [], "list_page of an empty store")
+    writer = _Writer(store)
+    rng = random.Random(7)
+    for number in range(40):
+        # Few priorities and instants, so that ties are ordered by key.
+        index = _index(priority=rng.choice([-2, 0, 0, 3]), created_at=rng.choice([0, 5, 9]))
+        writer.put(f"k{rng.randrange(10_000):04d}-{number}", index)
+    writer.put("v", _index("t", "other", priority=5))
+    writer.put("u", _index("other", "a", priority=5))
+    whole = list(store.list("t", "a"))
+    for limit in (1, 3, 7, 40, 100):
+        walked: list[StoredDocument] = []
+        after: CandidateCursor | None = None
+        for _ in range(len(whole) // limit + 1):  # a page more than the walk needs
+            page = list(store.list_page("t", "a", limit, after))
+            _expect(len(page) <= limit, f"a list_page of limit {limit} held {len(page)}")
+            walked.extend(page)
+            if len(page) < limit:
+                break
+            ended = page[-1]
+            after = CandidateCursor(ended.index.priority, ended.index.created_at, ended.key)
+        _equal(_keys(walked), _keys(whole), f"list_page walked by {limit}, against list")
+        _equal(walked, whole, f"list_page walked by {limit}: the latest versions")
+    end = CandidateCursor(whole[-1].index.priority, whole[-1].index.created_at, whole[-1].key)
+    _equal(list(store.list_page("t", "a", 5, end)), [], "list_page after the last")
+    _equal(list(store.list_page("nobody", "a", 5)), [], "list_page of a tenant with no work")
 
 
 def _next_instants_are_the_earliest_after_an_instant(store: Store) -> None:
@@ -1992,6 +2027,7 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         "claimable_scopes_are_the_scopes_with_work_eligible_now",
         _claimable_scopes_are_the_scopes_with_work_eligible_now,
     ),
+    ("list_pages_walk_a_scope_in_list_order", _list_pages_walk_a_scope_in_list_order),
     (
         "a_work_signal_wakes_on_a_write_that_makes_work_claimable",
         _a_work_signal_wakes_on_a_write_that_makes_work_claimable,
@@ -2292,6 +2328,10 @@ class StoreConformance:
     def test_claimable_scopes_are_the_scopes_with_work_eligible_now(self) -> None:
         """`claimable_scopes` lists each scope with work eligible now once, sorted."""
         self._check("claimable_scopes_are_the_scopes_with_work_eligible_now")
+
+    def test_list_pages_walk_a_scope_in_list_order(self) -> None:
+        """`list_page`, walked by pages of several sizes, lists what `list` lists, in its order."""
+        self._check("list_pages_walk_a_scope_in_list_order")
 
     def test_a_work_signal_wakes_on_a_write_that_makes_work_claimable(self) -> None:
         """A work signal (when offered) wakes on a READY write of its scope, not before."""

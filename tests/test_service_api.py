@@ -340,6 +340,11 @@ def _bad_calls(warden: Any) -> list[tuple[str, Any]]:
         ("get tenant surrogate", lambda: warden.get(admitted, tenant="a\udc80")),
         ("get tenant huge", lambda: warden.get(admitted, tenant="x" * 1_100_000)),
         ("list application bytes", lambda: warden.list("t", b"app")),
+        ("list_page limit 0", lambda: warden.list_page("t", "app", 0)),
+        ("list_page limit 1001", lambda: warden.list_page("t", "app", 1_001)),
+        ("list_page limit True", lambda: warden.list_page("t", "app", True)),
+        ("list_page after garbage", lambda: warden.list_page("t", "app", 5, "garbage!")),
+        ("list_page after number", lambda: warden.list_page("t", "app", 5, 7)),
         ("purge older than 2**63", lambda: warden.purge(20_000, older_than_ms=2**63)),
     ]
     answers: list[tuple[str, Any]] = []
@@ -365,12 +370,47 @@ def test_the_client_refuses_bad_arguments_as_the_library_does_and_sends_nothing(
     assert len(stored(fresh)) == 1
 
 
+def _pages(warden: Any, limit: int) -> list[tuple[list[str], bool]]:
+    """Admissions at three priorities, then the scope walked by pages: ids and whether more."""
+    for n in range(11):
+        warden.admit(request(idempotency_key=f"page-{n}", priority=n % 3), 20_000 + n)
+    pages, after = [], None
+    while True:
+        page = warden.list_page("t", "app", limit, after)
+        pages.append(([w.idempotency_key for w in page.workloads], page.next is not None))
+        if page.next is None:
+            return pages
+        after = page.next
+
+
+def test_a_scope_is_listed_by_pages_alike_through_the_client_and_the_library(
+    fresh: RunningService,
+) -> None:
+    library = Authority(MemoryStore(), grants=GrantVerifier({KEY_ID: SECRET}))
+    with fresh.client(fresh.token("worker", "w1"), fresh.token("operator", "alice")) as client:
+        over_http = _pages(client, 4)
+        whole = [w.idempotency_key for w in client.list("t", "app")]
+    assert over_http == _pages(library, 4)
+    assert [len(ids) for ids, _ in over_http] == [4, 4, 3]
+    assert [key for ids, _ in over_http for key in ids] == whole
+    token = fresh.token("worker", "w1")
+    for limit in ("+5", "5.0", "1_0", "", "99999999999"):
+        reply = httpx.get(
+            f"{fresh.url}/v1/list_page",
+            params={"tenant": "t", "application": "app", "limit": limit},
+            headers={"Authorization": "Bearer " + token},
+        )
+        body = _assert_problem(reply, "WORKLOAD_INVALID")
+        assert "limit" in body["detail"], (limit, body)
+
+
 def test_the_openapi_document_names_every_operation_and_its_models(fresh: RunningService) -> None:
     document = httpx.get(fresh.url + "/openapi.json").json()
     operations = {
         "admit", "claim", "claim_next", "start", "heartbeat", "execution_context", "checkpoint",
         "complete", "fail", "cancel", "confirm_cancel", "timeout", "retry", "operate",
         "recover_expired", "enforce_deadlines", "admit_many", "claim_many", "report_many",
+        "list_page",
     }  # fmt: skip
     assert {f"/v1/{op}" for op in operations} <= set(document["paths"])
     paths = document["paths"]

@@ -31,6 +31,7 @@ from workwarden.storage import (
     StoreFailure,
 )
 from workwarden.storage.base import (
+    CandidateCursor,
     ChooseClaims,
     Pauses,
     Purges,
@@ -198,6 +199,23 @@ def test_a_store_reading_a_negative_audit_bound_from_the_end_fails_the_suite() -
     assert (
         "audit_log(after=-1): expected WORKLOAD_INVALID, got 1 records"
         in failures["audit_log_refuses_a_negative_or_non_integer_bound"]
+    )
+
+
+class IgnoresTheListCursor(MemoryStore):
+    """Broken on purpose: every page of `list_page` starts from the first document."""
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: CandidateCursor | None = None
+    ) -> Sequence[StoredDocument]:
+        return super().list_page(tenant, application, limit)
+
+
+def test_a_store_whose_list_pages_ignore_their_cursor_fails_the_suite() -> None:
+    failures = failures_of(IgnoresTheListCursor)
+    assert set(failures) == {"list_pages_walk_a_scope_in_list_order"}
+    assert (
+        "list_page walked by 1, against list" in failures["list_pages_walk_a_scope_in_list_order"]
     )
 
 

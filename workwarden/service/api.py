@@ -26,7 +26,7 @@ from workwarden.service.batches import batch_routes
 from workwarden.service.operators import operator_routes
 from workwarden.service.routing import Authed, GuardedRoute, Now, json_reply
 from workwarden.service.state import Service
-from workwarden.statemachine import errors, inputs
+from workwarden.statemachine import errors, inputs, listing
 from workwarden.statemachine.commands import (
     AdmitReply,
     CancelCommand,
@@ -43,6 +43,7 @@ from workwarden.statemachine.commands import (
     StartCommand,
     StateReply,
     TimeoutCommand,
+    WorkloadPage,
 )
 from workwarden.statemachine.conformance.runner import ReferenceImplementation
 from workwarden.statemachine.core import operation_of
@@ -278,11 +279,40 @@ def api_router(service: Service) -> APIRouter:
             service.call("list", who, lambda: service.authority.list(tenant, application))
         )
 
+    @router.get(
+        "/list_page", response_model=WorkloadPage, summary="List a scope's workloads by pages"
+    )
+    def list_page(
+        who: Authed,
+        tenant: Annotated[str, Query()],
+        application: Annotated[str, Query()],
+        limit: Annotated[str, Query()],
+        after: Annotated[str | None, Query()] = None,
+    ) -> Response:
+        """`Authority.list_page`: the next `limit` workloads after `after`, and the next cursor."""
+        return json_reply(
+            service.call(
+                "list_page",
+                who,
+                lambda: service.authority.list_page(tenant, application, _page_limit(limit), after),
+            )
+        )
+
     batch_routes(router, service)
     operator_routes(router, service)
     if service.config.allow_reset:
         _test_routes(router, service)
     return router
+
+
+def _page_limit(text: str) -> int:
+    """`limit` of `/v1/list_page` as a number: ASCII digits only (not `+5`, `1_000` or `²`),
+    else `WORKLOAD_INVALID` naming it; its range is `Authority.list_page`'s to check."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 8:
+        raise errors.bad_argument(
+            "limit", f"limit must be a whole number from 1 to {listing.MAX_PAGE}"
+        )
+    return int(text)
 
 
 def _authorized_as(service: Service, command: OperatorCommand) -> str:

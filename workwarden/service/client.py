@@ -53,7 +53,7 @@ from workwarden.service.operator_models import (
     purge_report,
 )
 from workwarden.service.state import MIN_BODY_BYTES, NOW_HEADER
-from workwarden.statemachine import errors, fairness, inputs, safety
+from workwarden.statemachine import errors, fairness, inputs, listing, safety
 from workwarden.statemachine.batches import MAX_BATCH, REPORT_COMMANDS, as_batch
 from workwarden.statemachine.commands import (
     AdmitCommand,
@@ -73,6 +73,7 @@ from workwarden.statemachine.commands import (
     StartCommand,
     StateReply,
     TimeoutCommand,
+    WorkloadPage,
 )
 from workwarden.statemachine.conformance.schemas import REPLY_MODELS
 from workwarden.statemachine.models import (
@@ -835,6 +836,19 @@ class HttpAuthority:
             "GET", "/v1/workloads", "list", params={"tenant": tenant, "application": application}
         )
         return _reply(data, builtins.list[Workload], False)  # type: ignore[no-any-return]
+
+    def list_page(
+        self, tenant: str, application: str, limit: int, after: str | None = None
+    ) -> WorkloadPage:
+        """`Authority.list_page` over HTTP."""
+        tenant, application = inputs.as_full_scope(tenant, application)
+        limit = listing.check_limit(limit)
+        listing.parse_cursor(after)
+        params = {"tenant": tenant, "application": application, "limit": str(limit)}
+        if after is not None:
+            params["after"] = after
+        data = self.request("GET", "/v1/list_page", "list_page", params=params)
+        return _reply(data, WorkloadPage, False)  # type: ignore[no-any-return]
 
 
 def _json_body(value: Any) -> bytes:
