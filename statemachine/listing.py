@@ -14,12 +14,12 @@ import base64
 import binascii
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.commands import WorkloadPage
-from workwarden.storage.base import CandidateCursor, ListPages, StoredDocument
+from workwarden.storage.base import CandidateCursor, ListPages, Store, StoredDocument
 
 # The authority is handed in by `Authority.list_page`; typed loosely so this module
 # need not import the one that imports it.
@@ -71,23 +71,38 @@ def _order(doc: StoredDocument) -> tuple[int, int, str]:
     return (-doc.index.priority, doc.index.created_at, doc.key)
 
 
-def list_page(
-    authority: Authority, tenant: Any, application: Any, limit: Any, after: Any = None
-) -> WorkloadPage:
-    """See `Authority.list_page`."""
+def _direct(method: Callable[..., Any], *args: Any) -> Any:
+    return method(*args)
+
+
+def read_page(
+    store: Store,
+    tenant: Any,
+    application: Any,
+    limit: Any,
+    after: Any = None,
+    call: Callable[..., Any] | None = None,
+) -> tuple[list[StoredDocument], str | None]:
+    """A page of a scope's stored documents and the next page's cursor (None after the last).
+
+    Checks what `Authority.list_page` checks (the scope, `limit`, `after`),
+    and the store's answer: another scope's document, a page out of order,
+    too long or not after its cursor is `WORKLOAD_STORAGE_FAILURE`. `call`
+    runs each store call (the authority's, which turns store errors into
+    coded refusals); by default the store is called as it is.
+    """
+    run: Callable[..., Any] = call if call is not None else _direct
     scope = inputs.as_full_scope(tenant, application)
     limit = check_limit(limit)
     cursor = parse_cursor(after)
-    store = authority.store
-    docs: Sequence[StoredDocument]
+    docs: list[StoredDocument]
     if isinstance(store, ListPages):
-        docs = authority._store_call(store.list_page, *scope, limit, cursor)
+        docs = list(run(store.list_page, *scope, limit, cursor))
     else:
         start = None if cursor is None else (-cursor.priority, cursor.created_at, cursor.key)
-        every = authority._store_call(store.list, *scope)
+        every = run(store.list, *scope)
         docs = [doc for doc in every if start is None or _order(doc) > start][:limit]
-    workloads = [inputs.parse_stored(doc) for doc in docs]
-    if any((w.tenant_id, w.application_id) != scope for w in workloads):
+    if any((doc.index.tenant, doc.index.application) != scope for doc in docs):
         raise errors.WorkloadError(
             errors.STORAGE_FAILURE, "the store listed a workload of another scope"
         )
@@ -109,5 +124,19 @@ def list_page(
             errors.STORAGE_FAILURE, "the store's page does not start after its cursor"
         )
     last = docs[-1] if len(docs) == limit else None
-    following = None if last is None else _cursor_text(*_position(last))
+    return docs, None if last is None else _cursor_text(*_position(last))
+
+
+def list_page(
+    authority: Authority, tenant: Any, application: Any, limit: Any, after: Any = None
+) -> WorkloadPage:
+    """See `Authority.list_page`."""
+    docs, following = read_page(
+        authority.store, tenant, application, limit, after, authority._store_call
+    )
+    workloads = [inputs.parse_stored(doc) for doc in docs]
+    if any((w.tenant_id, w.application_id) != (tenant, application) for w in workloads):
+        raise errors.WorkloadError(
+            errors.STORAGE_FAILURE, "the store listed a workload of another scope"
+        )
     return WorkloadPage(workloads=workloads, next=following)

@@ -115,6 +115,46 @@ def test_list_keeps_the_workloads_in_the_state_asked_for(
     )
 
 
+def test_list_walks_a_scope_a_page_at_a_time(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--store", url, "--limit", "1", "t", "app"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[0] == _workload_id()
+    assert lines[-2] == "1 workload(s)"
+    assert lines[-1].startswith("next page: --limit 1 --after ")
+    after = lines[-1].split()[-1]
+    # The page after, kept to READY: the option for the page after it is printed too.
+    assert main(["list", "--store", url, "--limit", "1", "--after", after, "t", "app"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[0] == _workload_id("queued")
+    last = lines[-1].split()[-1]
+    assert main(["list", "--store", url, "--limit", "1", "--after", last, "t", "app"]) == 0
+    assert capsys.readouterr().out == "no workloads on this page for tenant t, application app\n"
+    assert main(["list", "--store", url, "--limit", "2", "t", "app"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "next page: --limit 2 --after " + last
+    assert main(["list", "--store", url, "--limit", "1", "--state", "READY", "t", "app"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "no workloads in state READY on this page for tenant t, application app",
+        f"next page: --limit 1 --after {after}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--limit", "0"], 2, "argument --limit: a page is 1 to 1000 workloads, not '0'"),
+        (["--limit", "+3"], 2, "argument --limit: a page is 1 to 1000 workloads, not '+3'"),
+        (["--after", "x"], 2, "list: --after continues a page; give --limit with it"),
+        (["--limit", "3", "--after", "x"], 1, "after must be the `next` cursor"),
+    ],
+)
+def test_a_bad_page_option_is_refused_naming_it(
+    url: str, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    assert main(["list", "--store", url, *argv, "t", "app"]) == code
+    assert message in capsys.readouterr().err
+
+
 def test_an_unknown_state_is_a_usage_error_naming_the_states(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

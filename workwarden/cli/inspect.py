@@ -23,9 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workwarden.cli import STORE_HELP, instant, opened_store, plain_table, print_table, shown
+from workwarden.cli import STORE_HELP, USAGE, instant, opened_store, plain_table, print_table, shown
 from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.deadlines import next_deadline_at
+from workwarden.statemachine.listing import MAX_PAGE, read_page
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget, operator_retries
 from workwarden.statemachine.spec import default_spec
@@ -76,9 +77,27 @@ def register(subparsers: Any) -> None:
         metavar="STATE",
         help="only workloads in this state (a state of the spec: READY, RUNNING, ...)",
     )
+    listing.add_argument(
+        "--limit",
+        type=page_limit,
+        metavar="N",
+        help=f"list a page of N workloads (1 to {MAX_PAGE}), then the option for the next page",
+    )
+    listing.add_argument(
+        "--after",
+        metavar="CURSOR",
+        help="start after the page that printed this cursor (with --limit)",
+    )
     listing.add_argument("tenant", metavar="TENANT", help="the tenant id")
     listing.add_argument("application", metavar="APPLICATION", help="the application id")
     listing.set_defaults(handler=_list)
+
+
+def page_limit(text: str) -> int:
+    """An option type: a page size, a whole number from 1 to `MAX_PAGE`."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text[:8]) <= MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"a page is 1 to {MAX_PAGE} workloads, not {text!r}")
+    return int(text)
 
 
 def _parse(doc: StoredDocument) -> Workload:
@@ -268,16 +287,31 @@ def _list(args: argparse.Namespace) -> int:
     # holding a control character the "no workloads" line would send to the terminal,
     # names no scope.
     inputs.as_full_scope(args.tenant, args.application)
+    if args.after is not None and args.limit is None:
+        raise errors.WorkloadError(USAGE, "list: --after continues a page; give --limit with it")
+    following = None
     with opened_store(args.store, "read") as store:
-        docs = list(store.list(args.tenant, args.application))
+        if args.limit is None:
+            docs = list(store.list(args.tenant, args.application))
+        else:
+            docs, following = read_page(
+                store, args.tenant, args.application, args.limit, args.after
+            )
     if args.state is not None:
         docs = [doc for doc in docs if doc.index.state == args.state]
     if not docs:
         state = f" in state {args.state}" if args.state is not None else ""
+        where = "on this page " if args.limit is not None else ""
         print(
-            shown(f"no workloads{state} for tenant {args.tenant}, application {args.application}")
+            shown(
+                f"no workloads{state} {where}for tenant {args.tenant},"
+                f" application {args.application}"
+            )
         )
-        return 0
-    print_table(_LIST_HEADERS, _list_rows(docs))
-    print(f"{len(docs)} workload(s)")
+    else:
+        print_table(_LIST_HEADERS, _list_rows(docs))
+        print(f"{len(docs)} workload(s)")
+    if following is not None:
+        # `--state` keeps a page's workloads in that state: the next page may hold more.
+        print(f"next page: --limit {args.limit} --after {following}")
     return 0
