@@ -457,6 +457,33 @@ def test_on_the_night_clocks_go_back_a_fixed_hour_runs_once_and_a_wildcard_hour_
 
 
 @pytest.mark.parametrize(
+    # Lord Howe Island sets its clocks back by half an hour (02:00 to 01:30).
+    ("zone", "night"),
+    [("Australia/Lord_Howe", datetime(2026, 4, 4, 12, tzinfo=UTC)), ("Europe/Berlin", None)],
+    ids=["lord-howe", "berlin"],
+)
+def test_a_catch_up_over_the_night_clocks_go_back_admits_what_a_running_scheduler_would(
+    zone: str, night: datetime | None
+) -> None:
+    start = int((night or datetime(2026, 10, 24, 20, tzinfo=UTC)).timestamp() * 1000)
+    schedule = Schedule(
+        name="thirds",
+        request=_template(),
+        cron="*/20 1-3 * * *",
+        timezone=zone,
+        catch_up="all",
+        start_at=start,
+    )
+    running = _ticks_between(schedule, start, start + 12 * HOUR)
+    assert len(running) == 9, "01:00 to 03:40, the repeated times once"
+    store = MemoryStore()
+    scheduler = PeriodicScheduler(Authority(store, grants=VERIFIER), [schedule])
+    answers = scheduler.run_once(start + 12 * HOUR)
+    keys = [a.workload.idempotency_key for a in answers if not isinstance(a, WorkloadError)]
+    assert keys == [tick_key("thirds", tick) for tick in running]
+
+
+@pytest.mark.parametrize(
     # `localtime` and `posixrules` (where the zone database holds them) are the host's zone.
     "zone",
     ["Europe", "a" * 300, "../etc/passwd", "Nowhere/City", "localtime", "posixrules"],

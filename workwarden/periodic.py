@@ -226,21 +226,31 @@ class Schedule(errors.ValidatedModel):
         """
         assert self.cron is not None
         zone = ZoneInfo(self.timezone)
-        try:
-            start = datetime.fromtimestamp(instant / 1000, tz=UTC).astimezone(zone)
-            iterator = croniter(self.cron, start)
-        except (CroniterError, ValueError, OverflowError, OSError):
-            raise _past_calendar(instant) from None
-        step = iterator.get_prev if backwards else iterator.get_next
         fixed_hours = not self.cron.split()[1].startswith("*")
         while True:
             try:
-                moment: datetime = step(datetime)
+                start = datetime.fromtimestamp(instant / 1000, tz=UTC).astimezone(zone)
+                iterator = croniter(self.cron, start)
             except (CroniterError, ValueError, OverflowError, OSError):
                 raise _past_calendar(instant) from None
-            if fixed_hours and _repeated(moment, zone):
-                continue
-            yield int(moment.timestamp() * 1000)
+            step = iterator.get_prev if backwards else iterator.get_next
+            while True:
+                try:
+                    moment: datetime = step(datetime)
+                except (CroniterError, ValueError, OverflowError, OSError):
+                    raise _past_calendar(instant) from None
+                if not (fixed_hours and _repeated(moment, zone)):
+                    yield int(moment.timestamp() * 1000)
+                    continue
+                # The second occurrence of a repeated local time is no tick. Backwards,
+                # croniter steps from it to the local time before it, passing over its
+                # first occurrence when the clocks went back by less than an hour (half
+                # an hour on Lord Howe Island): start again just after that occurrence.
+                instant = int(moment.timestamp() * 1000)
+                if backwards:
+                    first = moment.astimezone(zone).replace(fold=0)
+                    instant = int(first.timestamp() * 1000) + 1
+                break
 
     # -- requests ----------------------------------------------------------------------
 
