@@ -21,6 +21,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -454,6 +455,30 @@ def test_on_the_night_clocks_go_back_a_fixed_hour_runs_once_and_a_wildcard_hour_
     # Through the repeated hour every half hour of elapsed time ticks: 02:00 and 02:30 twice.
     between = _ticks_between(halves, night + 2 * HOUR - 1, night + 4 * HOUR)
     assert between == [night + 2 * HOUR + k * 30 * MINUTE for k in range(4)]
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York"])
+def test_on_the_night_clocks_go_forward_a_fixed_hour_fires_after_the_gap_and_every_hour_ticks_on(
+    zone: str,
+) -> None:
+    # 2026-03-29 in Berlin, 2026-03-08 in New York: 02:00 local is 03:00 at once.
+    day = (29, 3) if zone == "Europe/Berlin" else (8, 3)
+    gap = datetime(2026, day[1], day[0], 3, tzinfo=ZoneInfo(zone))
+    at_gap = int(gap.timestamp() * 1000)
+    evening = at_gap - 6 * HOUR
+
+    def ticks(cron: str) -> list[int]:
+        schedule = Schedule(name="s", request=_template(), cron=cron, timezone=zone)
+        return [t - at_gap for t in _ticks_between(schedule, evening, at_gap + 2 * HOUR)]
+
+    # 02:30 does not exist: a schedule at that hour fires at the first moment after it.
+    assert ticks("30 2 * * *") == [0]
+    assert ticks("30 1-3 * * *") == [-30 * MINUTE, 0, 30 * MINUTE]
+    # A schedule of every hour ticks by elapsed time, one hour from 01:30 to 03:30: no
+    # tick at 03:00 for the 02:30 that does not exist.
+    expected = [k * HOUR + 30 * MINUTE for k in range(-6, 2)]
+    assert ticks("30 * * * *") == expected
+    assert ticks("30 0-23 * * *") == expected
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,9 @@ workloads longer than a schedule's period (and than `lookback` ticks for
 
 Cron ticks are read in the schedule's time zone the way cron reads local
 time. A tick that falls in the hour the clocks skip (spring forward) falls
-at the first instant after the gap. When the clocks go back, a local time
+at the first instant after the gap (`30 2 * * *` at 03:00), unless the hour
+field names every hour (`*`, `0-23`): such a schedule ticks by elapsed time,
+and `30 * * * *` goes from 01:30 to 03:30. When the clocks go back, a local time
 that happens twice is one tick, at its first occurrence, for a schedule at
 fixed hours (its hour field does not start with `*`): `30 2 * * *` in
 `Europe/Paris` runs once that night. A schedule whose hour field starts
