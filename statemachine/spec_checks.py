@@ -56,6 +56,8 @@ _EVENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _ERROR_CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _FAILURE_KIND = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 _FAILURE_KIND_MAX = 256  # the longest `Name`, as `FailCommand.kind` takes it
+#: An operation name as a call gives one (`models.Name`): 1 to 256 printable characters.
+_OPERATION_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,256}\Z")
 
 
 #: How many valid names a message lists before it says how many more there are: a
@@ -418,6 +420,16 @@ class _Checker:
                     f"the {name!r} command needs the effect {effect!r}, not {entry.effect!r}",
                 )
         for name, entry in operations.items():
+            if not _OPERATION_NAME.match(name):
+                # Callers name an operation (`Authority.operate`, `OperatorCommand`, the HTTP
+                # API) and the audit log records it, each as a name: one no call could
+                # give would be an edge no one takes.
+                shown = repr(name)[1:-1]
+                self.add(
+                    f"operations.{shown if len(shown) <= 40 else shown[:37] + '...'}",
+                    "an operation name is what `operate` is called with: 1 to 256 characters,"
+                    " no control character (a line break, a tab)",
+                )
             if entry is not None:
                 self.operation(f"operations.{name}", name, entry)
         self.results_lead_somewhere(operations)

@@ -186,6 +186,21 @@ _FIRST_EDGE = (
 _CLAIMABLE = '{ when = [], decision = "claimable" }'
 _RETRY_ON_FAILURE = '{ when = [], decision = "retry", to = "READY", delay = "backoff" }'
 
+
+def with_pause(operation: str) -> str:
+    """The shipped spec with a PAUSED state, entered by `operation` and left by `resume`."""
+    return with_edges(
+        '{ from = "READY", to = "PAUSED", event = "workload.paused", actors = ["operator"], '
+        f'operations = ["{operation}"] }}',
+        '{ from = "PAUSED", to = "READY", event = "workload.resumed", actors = ["operator"], '
+        'operations = ["resume"] }',
+        text=SHIPPED
+        + '\n[states.PAUSED]\nkind = "held"\nmeaning = "Held."\n'
+        + f'\n[operations."{operation}"]\nactor = "operator"\neffect = "move"\nmeaning = "m"\n'
+        + '\n[operations.resume]\nactor = "operator"\neffect = "move"\nmeaning = "m"\n',
+    )
+
+
 PROBLEM_CASES: list[tuple[str, str, str, str]] = [
     (
         "unknown state in an edge",
@@ -406,6 +421,26 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         edited('effect = "extend_lease"\nstays = true', 'effect = "extend_lease"'),
         "operations.heartbeat",
         "no edge lists 'heartbeat' (set stays = true if it takes none)",
+    ),
+    # An operation is called by its name (`Authority.operate`, the HTTP API) and recorded
+    # by it in the audit log: a name no call can give is an edge no one could take.
+    (
+        "an operation name with a line break",
+        with_pause("pa\\nuse"),
+        "operations.pa\\nuse",
+        "an operation name is what `operate` is called with: 1 to 256 characters",
+    ),
+    (
+        "an empty operation name",
+        with_pause(""),
+        "operations.",
+        "an operation name is what `operate` is called with",
+    ),
+    (
+        "an operation name longer than a name",
+        with_pause("p" * 257),
+        "operations." + "p" * 37 + "...",
+        "1 to 256 characters, no control character",
     ),
     (
         "state name not in capitals",
