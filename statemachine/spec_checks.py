@@ -520,6 +520,16 @@ class _Checker:
                 self.add(f"{where}.policy", f"the effect {op.effect!r} takes {wanted}")
         if self.parts.errors is not None and op.denied not in self.parts.errors:
             self.add(f"{where}.denied", f"unknown error code {op.denied!r}")
+        elif self.parts.errors is not None:
+            entry = self.parts.errors[op.denied]
+            if entry is not None and entry.records:
+                # A denial is raised before anything is decided or written; a code marked
+                # records = true tells the caller the workload changed.
+                self.add(
+                    f"{where}.denied",
+                    f"{op.denied} says records = true (raised after a committed decision), but"
+                    " a denial changes nothing: name a code whose entry does not record",
+                )
         if op.then is not None:
             self.chained(where, op)
         if not self.parts.transitions_complete:

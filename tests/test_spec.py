@@ -443,6 +443,15 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "1 to 256 characters, no control character",
     ),
     (
+        "a denial with a code that says it records a decision",
+        edited(
+            'denied = "WORKLOAD_NOT_READY"\nreplay = "own_claim"\nmeaning = "claim a READY',
+            'denied = "WORKLOAD_TIMED_OUT"\nreplay = "own_claim"\nmeaning = "claim a READY',
+        ),
+        "operations.claim.denied",
+        "WORKLOAD_TIMED_OUT says records = true (raised after a committed decision), but a denial",
+    ),
+    (
         "state name not in capitals",
         SHIPPED + '\n[states.Parked]\nkind = "queued"\nmeaning = "Waiting."\n',
         "states.Parked",
