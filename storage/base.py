@@ -26,6 +26,7 @@ __all__ = [
     "ChooseClaims",
     "DueInstants",
     "IndexFields",
+    "KeyedAudit",
     "ListPages",
     "LocalWakeUps",
     "NextInstants",
@@ -439,6 +440,15 @@ class ScopeListing(Protocol):
 
         Paused scopes are listed as well: a claim in one finds nothing.
         """
+        ...
+
+
+@runtime_checkable
+class KeyedAudit(Protocol):
+    """A store that reads one key's audit records itself, so a caller never reads the whole log."""
+
+    def audit_of(self, key: str) -> Sequence[AuditRecord]:
+        """Every audit record of `key` (a workload, or a pause scope's key), in commit order."""
         ...
 
 

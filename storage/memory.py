@@ -450,6 +450,11 @@ class MemoryStore:
             ]
         return heapq.nsmallest(limit, rows, key=_order)
 
+    def audit_of(self, key: str) -> Sequence[AuditRecord]:
+        """Every audit record of `key`, in commit order (`KeyedAudit`)."""
+        with self._lock:
+            return [record for record in self._audit if record.key == key]
+
     def scan(self) -> Iterator[StoredDocument]:
         """Every document, by key."""
         with self._lock:

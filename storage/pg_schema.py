@@ -785,6 +785,12 @@ _AUDIT = f"""
     FROM workwarden_audit WHERE sequence > %s ORDER BY sequence LIMIT %s
 """
 
+# One key's records: no index holds them by key, so the server scans the log.
+_AUDIT_OF = f"""
+    SELECT {_AUDIT_COLUMNS}
+    FROM workwarden_audit WHERE key = %s ORDER BY sequence
+"""
+
 _FIND_REQUEST = f"""
     SELECT {_AUDIT_COLUMNS}
     FROM workwarden_audit WHERE request_id IS NOT NULL AND request_id = %s

@@ -133,6 +133,7 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _AUDIT,
     _AUDIT_COLUMNS,
     _AUDIT_INSERT,
+    _AUDIT_OF,
     _CANDIDATES,
     _CANDIDATES_FIRST,
     _CLAIMABLE_SCOPES,
@@ -819,6 +820,11 @@ class PostgresStore:
         """
         check_audit_bounds(after, limit)
         rows = self._fetchall("cannot read the audit log", _AUDIT, (after, limit))
+        return [_audit(row) for row in rows]
+
+    def audit_of(self, key: str) -> Sequence[AuditRecord]:
+        """Every audit record of `key`, in commit order (`KeyedAudit`)."""
+        rows = self._fetchall(f"cannot read the audit records of {key}", _AUDIT_OF, (key,))
         return [_audit(row) for row in rows]
 
     # -- optional capabilities (`DueInstants`, `ScopeListing`, `WakeUps`) -----------------------

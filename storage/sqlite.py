@@ -73,6 +73,7 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _APPEND_AUDIT,
     _AUDIT,
     _AUDIT_LOG,
+    _AUDIT_OF,
     _BURY,
     _CLAIM_CANDIDATES,
     _CLAIM_CANDIDATES_AFTER,
@@ -744,6 +745,10 @@ class SQLiteStore:
         check_audit_bounds(after, limit)
         params = {"after": after, "limit": _limit(limit)}
         return [_audit(row) for row in self._query("audit log", _AUDIT_LOG, params)]
+
+    def audit_of(self, key: str) -> Sequence[AuditRecord]:
+        """Every audit record of `key`, in commit order (`KeyedAudit`)."""
+        return [_audit(row) for row in self._query("audit of a key", _AUDIT_OF, {"key": key})]
 
     def close(self) -> None:
         """Close every connection; later calls raise `StoreFailure`. Closing twice is harmless.

@@ -247,6 +247,9 @@ _FIND_REQUEST = (
     " WHERE request_id IS NOT NULL AND request_id = :request_id ORDER BY sequence LIMIT 1"
 )
 _AUDIT_LOG = f"SELECT {_AUDIT} FROM audit WHERE sequence > :after ORDER BY sequence LIMIT :limit"
+# One key's records: no index holds them by key, so SQLite scans the log, in C,
+# without handing the caller a row of another key.
+_AUDIT_OF = f"SELECT {_AUDIT} FROM audit WHERE key = :key ORDER BY sequence"
 
 #: How many keys one `read_many` query names (SQLite allows 32766 parameters).
 _READ_MANY_CHUNK: Final = 500

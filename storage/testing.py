@@ -35,6 +35,7 @@ Further checks cover optional capabilities (`workwarden.storage.base`), and
 pass for a store that does not offer them: `next_instants` (`DueInstants`),
 `claimable_scopes` (`ScopeListing`), `list_page` (`ListPages`: walked by
 pages of several sizes, it lists what `list` lists, in its order),
+`audit_of` (`KeyedAudit`: one key's records of the log, in commit order),
 the work signal (`WakeUps`), and batches (`BatchStore`: `write_many`
 outcomes, conflicts, duplicate keys, result id clashes and audit records;
 `read_many`; `claim_batch` pages, limits and compare-and-swaps, and two
@@ -81,6 +82,7 @@ from workwarden.storage.base import (
     CandidateCursor,
     DueInstants,
     IndexFields,
+    KeyedAudit,
     ListPages,
     NextInstants,
     PauseRecord,
@@ -947,6 +949,20 @@ def _claimable_scopes_are_the_scopes_with_work_eligible_now(store: Store) -> Non
     writer.put("k2", _index("t1", "b", state="CLAIMED", claim_worker="w"))
     writer.put("k5", _index("t1", "b", state="SUCCEEDED"))
     _equal(store.claimable_scopes(500), [("t1", "a"), ("t2", "a")], "after the claims")
+
+
+def _audit_of_a_key_is_its_records_of_the_log(store: Store) -> None:
+    if not isinstance(store, KeyedAudit):
+        return
+    _equal(list(store.audit_of("k1")), [], "audit_of in an empty store")
+    writer = _Writer(store)
+    for step in range(12):
+        writer.put(f"k{step % 3}", _index(priority=step))
+    log = list(store.audit_log())
+    for key in ("k0", "k1", "k2"):
+        mine = [record for record in log if record.key == key]
+        _equal(list(store.audit_of(key)), mine, f"audit_of({key!r}) against the log")
+    _equal(list(store.audit_of("k")), [], "audit_of a key never written (a prefix of others)")
 
 
 def _list_pages_walk_a_scope_in_list_order(store: Store) -> None:
@@ -2028,6 +2044,7 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
         _claimable_scopes_are_the_scopes_with_work_eligible_now,
     ),
     ("list_pages_walk_a_scope_in_list_order", _list_pages_walk_a_scope_in_list_order),
+    ("audit_of_a_key_is_its_records_of_the_log", _audit_of_a_key_is_its_records_of_the_log),
     (
         "a_work_signal_wakes_on_a_write_that_makes_work_claimable",
         _a_work_signal_wakes_on_a_write_that_makes_work_claimable,
@@ -2328,6 +2345,10 @@ class StoreConformance:
     def test_claimable_scopes_are_the_scopes_with_work_eligible_now(self) -> None:
         """`claimable_scopes` lists each scope with work eligible now once, sorted."""
         self._check("claimable_scopes_are_the_scopes_with_work_eligible_now")
+
+    def test_audit_of_a_key_is_its_records_of_the_log(self) -> None:
+        """`audit_of` answers the records of one key the log holds, in commit order."""
+        self._check("audit_of_a_key_is_its_records_of_the_log")
 
     def test_list_pages_walk_a_scope_in_list_order(self) -> None:
         """`list_page`, walked by pages of several sizes, lists what `list` lists, in its order."""

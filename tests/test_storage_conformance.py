@@ -219,6 +219,19 @@ def test_a_store_whose_list_pages_ignore_their_cursor_fails_the_suite() -> None:
     )
 
 
+class AuditOfAPrefix(MemoryStore):
+    """Broken on purpose: `audit_of` answers every key that starts with the one asked."""
+
+    def audit_of(self, key: str) -> Sequence[AuditRecord]:
+        return [record for record in self.audit_log() if record.key.startswith(key)]
+
+
+def test_a_store_answering_other_keys_audit_records_fails_the_suite() -> None:
+    failures = failures_of(AuditOfAPrefix)
+    assert set(failures) == {"audit_of_a_key_is_its_records_of_the_log"}
+    assert "a prefix of others" in failures["audit_of_a_key_is_its_records_of_the_log"]
+
+
 def test_a_closed_memory_store_fails_like_a_closed_sqlite_store(tmp_path: Path) -> None:
     memory, sqlite = MemoryStore(), SQLiteStore(tmp_path / "closed.db")
     for store in (memory, sqlite):

@@ -21,7 +21,7 @@ from typing import Any
 
 from workwarden.cli import STORE_HELP, at_least, between, instant, opened_store, print_table, shown
 from workwarden.statemachine import inputs
-from workwarden.storage.base import AuditRecord, Store
+from workwarden.storage.base import AuditRecord, KeyedAudit, Store
 
 __all__ = ["register"]
 
@@ -59,6 +59,10 @@ def register(subparsers: Any) -> None:
 
 
 def _records(store: Store, after: int, workload: str | None) -> Iterator[AuditRecord]:
+    if workload is not None and isinstance(store, KeyedAudit):
+        # The store picks the workload's records; the log is not read here.
+        yield from (record for record in store.audit_of(workload) if record.sequence > after)
+        return
     while True:
         page = store.audit_log(after=after, limit=_PAGE)
         for record in page:

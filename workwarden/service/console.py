@@ -54,7 +54,7 @@ from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
 from workwarden.statemachine.models import Name, Workload
-from workwarden.storage.base import PauseRecord, StoredDocument
+from workwarden.storage.base import KeyedAudit, PauseRecord, StoredDocument
 
 __all__ = [
     "COOKIE",
@@ -453,7 +453,10 @@ def console_router(service: Service) -> APIRouter:
             diagram_error = None
         except DiagramError as exc:
             svg, diagram_error = None, f"{exc.code}: {exc.message}"
-        audit = [r for r in service.store.audit_log() if r.key == w.workload_id]
+        if isinstance(service.store, KeyedAudit):
+            audit = list(service.store.audit_of(w.workload_id))
+        else:
+            audit = [r for r in service.store.audit_log() if r.key == w.workload_id]
         return pages.page(
             request,
             "workload.html",
