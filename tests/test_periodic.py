@@ -18,6 +18,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,35 @@ def test_a_clock_set_back_never_admits_a_tick_its_catch_up_passed_over(store: St
     assert scheduler.run_once(behind) == []
     assert PeriodicScheduler(Authority(store, grants=VERIFIER), [one, skip]).run_once(behind) == []
     assert sorted(_admitted_keys(store).values()) == [1] * 4
+
+
+class _Reckoning(Schedule):
+    """A schedule that notes each cron tick it reckons."""
+
+    def _cron_from(self, instant: int, *, backwards: bool) -> Iterator[int]:
+        for tick in super()._cron_from(instant, backwards=backwards):
+            _RECKONED.append(tick)
+            yield tick
+
+
+_RECKONED: list[int] = []
+
+
+def test_a_catch_up_all_pass_with_nothing_due_reckons_no_tick_before_the_latest() -> None:
+    # A pass every second with lookback = 10,000 must not reckon 10,000 cron ticks each time.
+    schedule = _Reckoning(
+        name="minutely",
+        request=_template(),
+        cron="* * * * *",
+        catch_up="all",
+        lookback=10_000,
+        start_at=DAY_START,
+    )
+    scheduler = PeriodicScheduler(Authority(MemoryStore(), grants=VERIFIER), [schedule])
+    assert len(scheduler.run_once(DAY_START + 30 * MINUTE)) == 31
+    _RECKONED.clear()
+    assert scheduler.run_once(DAY_START + 30 * MINUTE + 10) == []
+    assert _RECKONED == [DAY_START + 30 * MINUTE], "the latest tick only: it is admitted"
 
 
 def test_no_tick_before_the_schedule_starts_is_admitted() -> None:

@@ -57,6 +57,7 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -194,20 +195,22 @@ class Schedule(errors.ValidatedModel):
 
     def ticks_back(self, now: int, count: int) -> list[int]:
         """Up to `count` ticks at or before `now`, latest first, none before `start_at`."""
+        return list(islice(self._ticks_back(now), count))
+
+    def _ticks_back(self, now: int) -> Iterator[int]:
+        """The ticks at or before `now`, latest first, none before `start_at`, as they are
+        asked for: a catch-up that stops at the first tick admitted reckons no more."""
         latest = self.latest_tick(now)
         if latest is None:
-            return []
+            return
         if self.every_ms is not None:
-            found = [latest - k * self.every_ms for k in range(count)]
-            return [tick for tick in found if tick >= self.start_at]
-        ticks = [latest]
-        backwards = self._cron_from(latest, backwards=True)
-        while len(ticks) < count:
-            tick = next(backwards)
+            yield from range(latest, self.start_at - 1, -self.every_ms)
+            return
+        yield latest
+        for tick in self._cron_from(latest, backwards=True):
             if tick < self.start_at:
-                break
-            ticks.append(tick)
-        return ticks
+                return
+            yield tick
 
     def next_tick(self, after: int) -> int:
         """The first tick strictly after `after` (and not before `start_at`)."""
@@ -355,7 +358,7 @@ class PeriodicScheduler:
         """The ticks of `schedule` to admit at `now` under its catch-up rule, oldest first."""
         if schedule.catch_up == "all":
             missed: list[int] = []
-            for tick in schedule.ticks_back(now, schedule.lookback):
+            for tick in islice(schedule._ticks_back(now), schedule.lookback):
                 if self._admitted(schedule, tick):
                     break
                 missed.append(tick)
