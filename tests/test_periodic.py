@@ -8,8 +8,10 @@ and the `workwarden scheduler` process admits and stops as documented.
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
+import re
 import shlex
 import signal
 import subprocess
@@ -755,3 +757,15 @@ def test_a_second_signal_ends_a_scheduler_whose_pass_does_not_end(tmp_path: Path
         process.kill()
     assert process.returncode == 130, err
     assert "Traceback" not in err
+
+
+def test_the_scheduler_help_points_to_the_page_that_documents_it() -> None:
+    from workwarden.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    described = commands.choices["scheduler"].description or ""
+    pages = re.findall(r"docs/[\w/]+\.md", described)
+    assert pages == ["docs/periodic.md"]
+    page = Path(__file__).parent.parent / pages[0]
+    assert "workwarden scheduler --store URL --schedules" in page.read_text(encoding="utf-8")

@@ -124,7 +124,7 @@ def register(subparsers: Any) -> None:
             "Admit one workload per tick of each schedule (cron in a time zone, or a fixed "
             "interval), with an idempotency key made of the schedule's name and the tick's "
             "instant: any number of schedulers admit each tick once. Missed ticks follow "
-            "each schedule's catch_up rule (skip, one, all). See docs/worker.md."
+            "each schedule's catch_up rule (skip, one, all). See docs/periodic.md."
         ),
     )
     parser.add_argument("--store", default=None, metavar="URL", help=STORE_HELP)
