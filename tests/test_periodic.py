@@ -241,6 +241,10 @@ def test_no_tick_before_the_schedule_starts_is_admitted() -> None:
         ({"cron": "0 r(1-5) * * *"}, "cron"),
         ({"cron": "R/15 * * * *"}, "cron"),
         ({"name": "n" * (SCHEDULE_NAME_MAX + 1)}, "name"),
+        # The tick needs an object to go in, and a key of its own there.
+        ({"tick_field": "tick", "request": _template(input=None)}, "tick_field"),
+        ({"tick_field": "tick", "request": _template(input=[1, 2])}, "tick_field"),
+        ({"tick_field": "id"}, "tick_field"),
     ],
 )
 def test_a_bad_schedule_is_refused_naming_its_field(changes: dict[str, Any], field: str) -> None:

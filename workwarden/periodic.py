@@ -114,12 +114,12 @@ class Schedule(errors.ValidatedModel):
     every_ms`). `start_at`: no tick before this instant (ms) is ever
     admitted. `catch_up`, `grace_ms` and `lookback`: the module docstring.
     `request`: the admission each tick makes; its `idempotency_key` is
-    replaced by `tick_key(name, tick)`. `tick_field`: when set and the
-    template's input is an object, the tick instant is added to the input
-    under that name. Bad fields are `WORKLOAD_INVALID` naming each: `name`
-    is 1 to `SCHEDULE_NAME_MAX` (230) printable characters, so that every
-    tick's key is a name of at most 256; a `cron` whose date never comes
-    (`0 0 31 2 *`) is refused.
+    replaced by `tick_key(name, tick)`. `tick_field`: when set, the tick
+    instant is added to the template's input under that name (the input is
+    an object without that key, or the schedule is refused). Bad fields are
+    `WORKLOAD_INVALID` naming each: `name` is 1 to `SCHEDULE_NAME_MAX` (230)
+    printable characters, so that every tick's key is a name of at most 256;
+    a `cron` whose date never comes (`0 0 31 2 *`) is refused.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -179,6 +179,21 @@ class Schedule(errors.ValidatedModel):
         # Checked on `every_ms` (after `cron`), so that the refusal names a field.
         if "cron" in info.data and (info.data["cron"] is None) == (value is None):
             raise ValueError("give exactly one of cron or every_ms")
+        return value
+
+    @field_validator("tick_field")
+    @classmethod
+    def _room_for_the_tick(cls, value: str | None, info: ValidationInfo) -> str | None:
+        request = info.data.get("request")
+        if value is None or request is None:
+            return value
+        # Refused rather than passed over: a handler reading the tick would find none, or
+        # find the instant where the template's own value was.
+        if not isinstance(request.input, dict):
+            kind = "null" if request.input is None else type(request.input).__name__
+            raise ValueError(f"the tick is added to the request's input, {kind}, not an object")
+        if value in request.input:
+            raise ValueError(f"the request's input has a {value[:64]!r} of its own already")
         return value
 
     # -- ticks -------------------------------------------------------------------------
