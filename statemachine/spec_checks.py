@@ -432,7 +432,45 @@ class _Checker:
                 )
             if entry is not None:
                 self.operation(f"operations.{name}", name, entry)
+        self.same_command(operations)
         self.results_lead_somewhere(operations)
+
+    def same_command(self, operations: Mapping[str, OperationSpec | None]) -> None:
+        """An operation the core decides by another's row (they share a command) agrees with it.
+
+        `claim_next` sends the command `claim` sends (`ClaimCommand`, for the workload
+        the scheduler picked), and the core decides a command by the row its `op`
+        names: a key or an edge of `claim_next` that differed from `claim`'s would be
+        a rule the file states and the core never applies.
+        """
+        for name, effect in REQUIRED_OPERATIONS.items():
+            command = EFFECTS[effect].command
+            assert issubclass(command, BaseModel), "every effect takes a command model"
+            decided_by = command.model_fields["op"].default
+            row, by = operations.get(name), operations.get(decided_by)
+            if decided_by == name or row is None or by is None:
+                continue
+            why = f"{name!r} is decided by the row of {decided_by!r} (they send one command)"
+            for key in OperationSpec.model_fields:
+                if key != "meaning" and getattr(row, key) != getattr(by, key):
+                    self.add(
+                        f"operations.{name}.{key}",
+                        f"{why}: its {key} must equal that of {decided_by!r},"
+                        f" {getattr(by, key)!r}, not {getattr(row, key)!r}",
+                    )
+            if not self.parts.transitions_complete:
+                continue
+            listing = {(e.from_state, e.to) for e in self.listing.get(name, [])}
+            wanted = {(e.from_state, e.to) for e in self.listing.get(decided_by, [])}
+            for source, target in sorted(listing ^ wanted):
+                lists, lacks = name, decided_by
+                if (source, target) in wanted:
+                    lists, lacks = decided_by, name
+                self.add(
+                    f"operations.{name}",
+                    f"{why}: an edge lists both or neither, and {source} -> {target} lists"
+                    f" {lists!r} but not {lacks!r}",
+                )
 
     def results_lead_somewhere(self, operations: Mapping[str, OperationSpec | None]) -> None:
         """Some edge takes an operation of effect `record_result`: where results lead.

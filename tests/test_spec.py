@@ -451,6 +451,27 @@ PROBLEM_CASES: list[tuple[str, str, str, str]] = [
         "operations.claim.denied",
         "WORKLOAD_TIMED_OUT says records = true (raised after a committed decision), but a denial",
     ),
+    # claim_next sends claim's command, and the core decides a command by the row its `op`
+    # names: claim_next's own `then` (or any other key, or edge) was never applied.
+    (
+        "claim_next with a key claim does not have",
+        edited(
+            'replay = "own_claim"\nmeaning = "claim the next',
+            'replay = "own_claim"\nthen = "start"\nmeaning = "claim the next',
+        ),
+        "operations.claim_next.then",
+        "'claim_next' is decided by the row of 'claim' (they send one command): its then must"
+        " equal that of 'claim', None, not 'start'",
+    ),
+    (
+        "claim_next missing from an edge claim takes",
+        edited(
+            'actors = ["worker"], operations = ["claim", "claim_next"] },',
+            'actors = ["worker"], operations = ["claim"] },',
+        ),
+        "operations.claim_next",
+        "an edge lists both or neither, and READY -> CLAIMED lists 'claim' but not 'claim_next'",
+    ),
     (
         "state name not in capitals",
         SHIPPED + '\n[states.Parked]\nkind = "queued"\nmeaning = "Waiting."\n',
@@ -853,7 +874,7 @@ def _large_spec(states: int, rules: int, kept: int) -> str:
     held = "".join(f'\n[states.H{i}]\nkind = "held"\nmeaning = ""\n' for i in range(states))
     edges = "".join(
         f'  {{ from = "READY", to = "H{i}", event = "workload.h{i}", actors = ["system"], '
-        'operations = ["claim"] },\n'
+        'operations = ["claim", "claim_next"] },\n'
         for i in range(states)
     )
     more = '  { when = ["budget_exhausted"], decision = "d", to = "DEAD_LETTER" },\n' * rules
