@@ -40,6 +40,7 @@ from workwarden.statemachine.spec import (
     shipped_spec_text,
     spec_json_schema,
 )
+from workwarden.statemachine.spec_model import CheckSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = shipped_spec_text()
@@ -1078,3 +1079,22 @@ def test_the_readme_keys_check_sees_the_nested_models() -> None:
     keys = _spec_file_keys()
     assert {"from", "while", "when", "contains", "max_reason_chars", "records"} <= keys
     assert {"queued", "rearm", "backoff", "fix_request", "attempt"} <= _literals()
+
+
+def test_specs_readme_gives_each_check_count_the_range_the_loader_takes() -> None:
+    # A copy's `lease_ms = 5000` is refused ("less than or equal to 1000"): the page a user
+    # writes the table from says so first.
+    properties = CheckSpec.model_json_schema()["properties"]
+    ranges = {
+        name: (bound["minimum"], bound["maximum"])
+        for name, field in properties.items()
+        for bound in field.get("anyOf", [])
+        if bound.get("type") == "integer"
+    }
+    assert {"workers", "lease_ms", "horizon_ms", "max_delay_ms"} <= set(ranges)
+    wrong = {
+        name: (low, high)
+        for name, (low, high) in ranges.items()
+        if f"| `{name}` | integer {low:,}..{high:,} |" not in README
+    }
+    assert not wrong, f"specs/README.md's [check] table lacks these ranges: {wrong}"
