@@ -913,6 +913,14 @@ def parse_spec_text(text: str, file: str) -> tuple[SpecFile | None, list[Problem
     """Parse and check spec text: its model (None if its structure is broken), every problem."""
     if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         return None, [Problem(file, "(file)", f"larger than {MAX_SPEC_BYTES:,} bytes: not a spec")]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # A file read as UTF-8 has none, but text given to `load_spec_text` may (read with
+        # errors="surrogateescape"): a name or meaning holding one could be written to no
+        # file, diagram or store.
+        message = f"not UTF-8 text: {exc.reason} at character {exc.start}"
+        return None, [Problem(file, "(file)", message)]
     if text.startswith("\ufeff"):
         # TOML has no byte order mark: the parser would only say "Invalid statement".
         message = "not valid TOML: the file starts with a byte order mark (U+FEFF)"

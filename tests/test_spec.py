@@ -855,6 +855,23 @@ def test_the_check_tables_default_delays_are_the_checkers() -> None:
     assert "initial_delay_ms (3) exceeds max_delay_ms (2)" in raised.value.message
 
 
+def test_spec_text_holding_a_lone_surrogate_is_refused_as_not_utf8() -> None:
+    # Text read with errors="surrogateescape" is a str no file can hold: the spec's name
+    # in it made write_diagrams fail with a UnicodeEncodeError, not a coded refusal.
+    text = edited('name = "workload"', 'name = "work\udc80load"')
+    with pytest.raises(WorkloadError) as raised:
+        load_spec_text(text, "copy.toml")
+    assert raised.value.code == errors.SPEC_INVALID
+    assert raised.value.details["problems"] == [
+        {
+            "file": "copy.toml",
+            "field": "(file)",
+            "message": "not UTF-8 text: surrogates not allowed at character "
+            + str(text.index("\udc80")),
+        }
+    ]
+
+
 def test_a_spec_file_larger_than_the_bound_is_refused_unparsed(tmp_path: Path) -> None:
     # A wrong path (a disk image, a log) is refused for its size, before it is parsed.
     text = "# padding\n" * (MAX_SPEC_BYTES // 10 + 1)
