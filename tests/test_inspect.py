@@ -20,6 +20,7 @@ from workwarden.cli import main
 from workwarden.cli.progress import Progress
 from workwarden.cli.stats import duration
 from workwarden.statemachine import Timeouts
+from workwarden.statemachine.spec import load_spec
 from workwarden.storage import SQLiteStore
 
 
@@ -162,6 +163,28 @@ def test_an_unknown_state_is_a_usage_error_naming_the_states(
     err = capsys.readouterr().err
     assert err.startswith("WORKWARDEN_USAGE: workwarden list: argument --state: no state 'DONE'")
     assert "READY, CLAIMED" in err
+
+
+def test_list_keeps_a_state_of_the_spec_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PAUSED is a state of the pause example only: `--state PAUSED` needs its `--spec`.
+    pause = Path(__file__).resolve().parents[1] / "specs" / "examples" / "pause.toml"
+    store = SQLiteStore(tmp_path / "paused.sqlite3")
+    try:
+        warden = authority_over(store, load_spec(pause))
+        held = warden.admit(request(), now=10_000).workload.workload_id
+        warden.admit(request(idempotency_key="queued"), now=10_000)
+        warden.operate(held, "pause", "ops", 11_000)
+    finally:
+        store.close()
+    url = f"sqlite:///{tmp_path / 'paused.sqlite3'}"
+    argv = ["list", "--store", url, "--state", "PAUSED"]
+    assert main([*argv, "--spec", str(pause), "t", "app"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:-1]] == [[held, "PAUSED"]]
+    assert main([*argv, "t", "app"]) == 2
+    assert "a state of your own spec needs --spec FILE" in capsys.readouterr().err
 
 
 def test_errors_print_as_code_and_message(

@@ -3,9 +3,10 @@
 - `inspect [--store URL] WORKLOAD_ID`: one workload: its state, version,
   definition, budget and eligibility, its current claim, its result, its
   attempts and its history (each event with its actor and evidence).
-- `list [--store URL] [--state STATE] TENANT APPLICATION`: the workloads of a
-  tenant and application, highest priority first, then oldest; `--state`
-  keeps those in one state of the spec.
+- `list [--store URL] [--state STATE] [--spec FILE] TENANT APPLICATION`: the
+  workloads of a tenant and application, highest priority first, then oldest;
+  `--state` keeps those in one state of the spec (`--spec`, the shipped one by
+  default: a copy's own states, `PAUSED` or `AWAITING_APPROVAL`, need it).
 
 The store is `--store URL`, or the `WORKWARDEN_STORE` environment variable;
 it is opened read-only and never created. Instants are printed as ISO-8601
@@ -29,7 +30,7 @@ from workwarden.statemachine.deadlines import next_deadline_at
 from workwarden.statemachine.listing import MAX_PAGE, read_page
 from workwarden.statemachine.models import Workload
 from workwarden.statemachine.predicates import attempt_budget, operator_retries
-from workwarden.statemachine.spec import default_spec
+from workwarden.statemachine.spec import Spec, default_spec, load_spec
 from workwarden.storage import StoredDocument
 from workwarden.storage.urls import STORE_VARIABLE
 
@@ -44,9 +45,9 @@ __all__ = [
 ]
 
 
-def spec_state(text: str) -> str:
-    """An option type: a state of the shipped spec (else a usage error naming the states)."""
-    states = default_spec().states
+def spec_state(text: str, spec: Spec | None = None) -> str:
+    """A state of `spec` (the shipped one by default), else a usage error naming its states."""
+    states = (spec or default_spec()).states
     if text not in states:
         raise argparse.ArgumentTypeError(
             f"no state {text!r} in the spec; its states: {', '.join(states)}"
@@ -73,9 +74,13 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--store", metavar="URL", help=STORE_HELP)
     listing.add_argument(
         "--state",
-        type=spec_state,
         metavar="STATE",
         help="only workloads in this state (a state of the spec: READY, RUNNING, ...)",
+    )
+    listing.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="the spec whose states --state names (the shipped spec by default)",
     )
     listing.add_argument(
         "--limit",
@@ -289,6 +294,17 @@ def _list(args: argparse.Namespace) -> int:
     inputs.as_full_scope(args.tenant, args.application)
     if args.after is not None and args.limit is None:
         raise errors.WorkloadError(USAGE, "list: --after continues a page; give --limit with it")
+    spec = load_spec(args.spec)  # before the store: a spec that cannot load is said first
+    if args.state is not None:
+        # Checked here, not as the option's type: the states are those of `--spec`.
+        try:
+            spec_state(args.state, spec)
+        except argparse.ArgumentTypeError as exc:
+            hint = "; a state of your own spec needs --spec FILE" if args.spec is None else ""
+            raise errors.WorkloadError(
+                USAGE,
+                f"workwarden list: argument --state: {exc}{hint} (see workwarden list --help)",
+            ) from None
     following = None
     with opened_store(args.store, "read") as store:
         if args.limit is None:
