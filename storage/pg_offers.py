@@ -166,14 +166,16 @@ class _Offers:
             tries = 0
             while True:
                 tries += 1
-                if self._conn is None or not _answers(self._conn):
+                conn = self._conn
+                fresh = conn is None or not _answers(conn)
+                if conn is None or fresh:
                     self._close()
-                    self._conn = _connect(
+                    conn = self._conn = _connect(
                         self._dsn, self._connect_timeout_s, "cannot read claim candidates"
                     )
-                    self._look_again = self._prepare(self._conn)
-                conn = self._conn
                 try:
+                    if fresh:
+                        self._look_again = self._prepare(conn)
                     return self._page(conn, me, query, params)
                 except (psycopg.Error, UnicodeError) as exc:
                     self._close()  # the session's locks end with it
