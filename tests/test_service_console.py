@@ -282,6 +282,56 @@ def test_an_operator_pauses_a_scope_from_the_console_and_resumes_it_audited(
     page.close()
 
 
+def test_an_operator_approves_work_from_the_console_under_the_approval_spec(
+    browser: Browser,
+) -> None:
+    # The workload page offers the moves the spec gives an operator out of the state it
+    # shows: approve and reject of AWAITING_APPROVAL, none of READY. A worker cannot.
+    approval = Path(__file__).resolve().parents[1] / "specs" / "examples" / "approval.toml"
+    extra = ["--spec", str(approval)]
+    with running_service(grant_keys={KEY_ID: SECRET}, extra_args=extra) as service:
+        with service.client(service.token("worker", "w1")) as client:
+            admitted = client.admit(_request("gated", "acme", "mail"), wall_clock_ms())  # type: ignore[arg-type]
+        wid = admitted.workload.workload_id
+        assert admitted.workload.state == "AWAITING_APPROVAL"
+        url = f"{service.url}/console/workloads/{quote(wid, safe='')}"
+        page = browser.new_page()
+        page.goto(url)
+        forms = page.locator("form.move")
+        assert [f.get_attribute("data-operation") for f in forms.all()] == ["approve", "reject"]
+        assert forms.locator("button").count() == 0  # read-only until an operator signs in
+        posted = page.request.post(url + "/operate", form={"operation": "approve"})
+        assert posted.status == 403
+        worker = page.request.post(
+            url + "/operate",
+            form={"operation": "approve"},
+            headers={"Authorization": "Bearer " + service.token("worker", "w1")},
+        )
+        assert worker.status == 403
+        with service.client() as client:
+            assert client.get(wid).state == "AWAITING_APPROVAL"
+
+        page.goto(service.url + "/console/login?next=" + quote(url.removeprefix(service.url)))
+        page.fill("#token", service.token("operator", "alice"))
+        page.click("#sign-in")
+        page.wait_for_url("**/console/workloads/**")
+        page.locator('form.move[data-operation="approve"] input[name=reason]').fill("ok")
+        page.locator('form.move[data-operation="approve"] button').click()
+        page.wait_for_url("**/console/workloads/**message=**")
+        assert page.locator("#state").inner_text() == "READY"
+        assert "approve by alice: now READY" in page.locator("#message").inner_text()
+        assert page.locator("form.move").count() == 0
+        with service.client() as client:
+            claim = client.claim_next("acme", "mail", "w1", CAPS, wall_clock_ms(), 60_000)
+            assert claim is not None
+            assert claim.workload_id == wid
+        page.goto(service.url + "/console/audit")
+        approved = page.locator('#audit tr[data-actor="alice"]')
+        assert approved.count() == 1
+        assert wid in approved.inner_text()
+        page.close()
+
+
 def test_a_pause_form_that_is_not_utf8_is_refused_and_pauses_nothing(
     quiet_console: RunningService,
 ) -> None:

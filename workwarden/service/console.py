@@ -12,6 +12,9 @@ a refresh would wipe as it is typed):
   audit records, and the legal-transition diagram with its path drawn
   (`workwarden.statemachine.diagram`, as `workwarden diagram --history`; needs
   Graphviz's `dot`);
+  The page offers a form for each operation of effect `move` the spec gives an
+  operator out of the workload's state (`approve` and `reject` of
+  `specs/examples/approval.toml`, `pause` and `resume` of `pause.toml`);
 - `/console/dead-letters`: the workloads at rest in a state an operator's
   `retry` leaves (read from the table), each with a re-arm form;
 - `/console/pauses`: the pauses of claiming in force, a form to pause a
@@ -23,7 +26,7 @@ a refresh would wipe as it is typed):
 
 Reading needs no credentials. A posted form over `FORM_MAX_BYTES` is refused
 (`WORKLOAD_INVALID`, status 413) as it arrives, before anyone is signed in.
-An operator action (a re-arm, a pause, a resume) needs an operator's token,
+An operator action (a re-arm, a move, a pause, a resume) needs an operator's token,
 in the cookie or an `Authorization` header; it goes through `Service.call`
 like an API call, with the token's subject as the actor, so the authority's
 audit log records who did it.
@@ -62,6 +65,7 @@ __all__ = [
     "PAGE_HEADERS",
     "REFRESH_S",
     "console_router",
+    "move_operations",
     "rearmable_states",
 ]
 
@@ -124,6 +128,19 @@ def rearmable_states(service: Service) -> list[str]:
         name
         for name, state in spec.data.states.items()
         if state.kind == "terminal" and spec.edges_for(name, "retry")
+    ]
+
+
+def move_operations(service: Service, state: str) -> list[str]:
+    """The operations of effect `move` an operator may take out of `state` (those a copy of
+    the spec adds: `approve`, `reject`, `pause`, `resume` in the examples), in spec order."""
+    spec = service.spec
+    return [
+        name
+        for name, operation in spec.operations.items()
+        if operation.spec.effect == "move"
+        and operation.actor == "operator"
+        and spec.own_edge(state, name) is not None
     ]
 
 
@@ -446,6 +463,7 @@ def console_router(service: Service) -> APIRouter:
         if doc is None:
             return pages.page(request, "missing.html", status=404, workload_id=workload_id)
         w = Workload.model_validate_json(doc.document)
+        moves = move_operations(service, w.state)
         history = list(w.execution_history)
         try:
             dot = diagram_dot(service.spec, history=history, name=w.workload_id)
@@ -467,9 +485,10 @@ def console_router(service: Service) -> APIRouter:
             diagram_error=diagram_error,
             audit=audit,
             rearmable=w.state in rearmable_states(service),
+            moves=moves,
             document=json.dumps(json.loads(doc.document), indent=2, sort_keys=True),
             message=_heard(request),
-            forms=w.state in rearmable_states(service),
+            forms=w.state in rearmable_states(service) or bool(moves),
         )
 
     @router.get("/dead-letters")
@@ -509,6 +528,35 @@ def console_router(service: Service) -> APIRouter:
             message = f"refused: {exc.code}: {exc.message}"
         target = _told(f"/console/workloads/{quote(workload_id, safe='')}", message)
         return RedirectResponse(target, status_code=303)
+
+    @router.post("/workloads/{workload_id:path}/operate")
+    async def move(request: Request, workload_id: str) -> Response:
+        form = await _read_form(request)
+        caller = pages.operator(request)
+        back = f"/console/workloads/{quote(workload_id, safe='')}"
+        if caller is None:
+            return pages.sign_in_first(request, "Moving a workload", back)
+        actor = _actor(caller)
+        operation = form.get("operation", "")
+        reason = form.get("reason") or None
+        request_id = form.get("request_id") or None
+
+        def run() -> str:
+            at = service.wall_now()
+            return service.authority.operate(
+                workload_id, operation, actor, at, reason, request_id=request_id
+            )
+
+        # Authorized as the move it names; anything else as `operate`, which no row names,
+        # so the authority refuses it (`WORKLOAD_INVALID`), as on `/v1/operate`.
+        row = service.spec.operations.get(operation)
+        named = operation if row is not None and row.spec.effect == "move" else "operate"
+        try:
+            state = await run_in_threadpool(service.call, named, caller, run, acting_as=actor)
+            message = f"{operation} by {actor}: now {state}"
+        except errors.WorkloadError as exc:
+            message = f"refused: {exc.code}: {exc.message}"
+        return RedirectResponse(_told(back, message), status_code=303)
 
     @router.get("/pauses")
     def pauses(request: Request) -> Response:
