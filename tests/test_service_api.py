@@ -504,6 +504,26 @@ def test_metrics_parse_and_count_what_the_store_holds(fresh: RunningService) -> 
     assert grew("workwarden_claim_to_complete_seconds_sum") == pytest.approx(3.0)
 
 
+def test_claims_that_start_their_attempt_are_counted_and_timed_from_admission() -> None:
+    # Under the claim-starts example a granted claim is in RUNNING, not CLAIMED, and no
+    # `start` call follows: the claim is still a claim, and its start is still a start.
+    claim_starts = DOCS.parents[1] / "specs" / "examples" / "claim_starts.toml"
+    extra = ["--spec", str(claim_starts)]
+    with running_service(grant_keys={KEY_ID: SECRET}, extra_args=extra) as served:
+        with served.client(served.token("worker", "w1")) as client:
+            for n in range(3):
+                client.admit(request(idempotency_key=f"k{n}"), 10_000)
+            one = client.claim_next("t", "app", "w1", CAPS, 11_000, 60_000)
+            more = client.claim_many("t", "app", "w1", CAPS, 12_000, 60_000, 2)
+            assert one is not None
+            assert client.get(one.workload_id).state == "RUNNING"
+            assert len(more) == 2
+        samples = _samples(httpx.get(served.url + "/metrics").text)
+    assert [s.value for s in samples["workwarden_claims_total"]] == [3]
+    assert [s.value for s in samples["workwarden_admission_to_start_seconds_count"]] == [3]
+    assert [s.value for s in samples["workwarden_admission_to_start_seconds_sum"]] == [5.0]
+
+
 def test_a_failure_reported_through_execute_is_counted_as_through_fail(
     fresh: RunningService,
 ) -> None:

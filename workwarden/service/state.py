@@ -311,11 +311,14 @@ class Service:
         self, writes: Sequence[tuple[AuditRecord, str, IndexFields]], kinds: Mapping[str, str]
     ) -> None:
         metrics = self.metrics
-        for audit, document, index in writes:
+        for audit, document, _index in writes:
             operation = audit.operation
-            if operation in ("claim", "claim_next") and index.state in self.spec.roles.claimed:
+            # A granted claim carries the token it issued (a claim that dead-letters, none);
+            # under a claim whose row names `then = "start"` it also started the attempt.
+            granted = operation in ("claim", "claim_next") and audit.fencing_token is not None
+            if granted:
                 metrics.claims.inc()
-            elif operation == "start":
+            if operation == "start" or granted:
                 doc = json.loads(document)
                 attempts = doc.get("attempts") or []
                 started = attempts[-1].get("started_at") if attempts else None
