@@ -50,8 +50,14 @@ def parse_cursor(value: Any) -> CandidateCursor | None:
         priority, created_at, key = json.loads(raw)
     except (binascii.Error, UnicodeError, ValueError, TypeError):
         raise errors.bad_argument("after", problem) from None
-    whole = all(isinstance(n, int) and not isinstance(n, bool) for n in (priority, created_at))
-    if not whole or not isinstance(key, str) or _cursor_text(priority, created_at, key) != value:
+    # What a stored workload can hold: numbers a store's 64-bit columns take, an id
+    # that is a name (a forged cursor is refused here, not by the store's driver).
+    whole = all(
+        isinstance(n, int) and not isinstance(n, bool) and -(2**63) < n < 2**63
+        for n in (priority, created_at)
+    )
+    named = isinstance(key, str) and 0 < len(key) <= 256 and key.isprintable()
+    if not whole or not named or _cursor_text(priority, created_at, key) != value:
         raise errors.bad_argument("after", problem)
     return CandidateCursor(priority=priority, created_at=created_at, key=key)
 
