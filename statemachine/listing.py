@@ -21,6 +21,8 @@ from workwarden.statemachine import errors, inputs
 from workwarden.statemachine.commands import WorkloadPage
 from workwarden.storage.base import CandidateCursor, ListPages, Store, StoredDocument
 
+__all__ = ["MAX_PAGE", "check_limit", "list_page", "parse_cursor", "read_page"]
+
 # The authority is handed in by `Authority.list_page`; typed loosely so this module
 # need not import the one that imports it.
 Authority = Any
