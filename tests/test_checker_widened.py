@@ -534,6 +534,33 @@ def test_a_trace_of_the_new_calls_replays_from_the_command_line(
 
 
 @pytest.mark.parametrize(
+    ("edited", "number"),
+    [
+        # The clock going back: each call is answered, and no property can break.
+        ([{"action": "jump", "to": 9}, {"action": "jump", "to": 3}], 2),
+        # A crash the universe's bound (no crashes) never allows.
+        ([{"action": "claim", "slot": 0, "worker": 0}, {"action": "crash", "worker": 0}], 2),
+        # A claim with its worker left out: -1, which Python reads as the last worker.
+        ([{"action": "claim_next"}], 1),
+    ],
+    ids=["clock-going-back", "crash-past-the-bound", "claim-by-no-worker"],
+)
+def test_a_trace_edited_into_steps_the_universe_never_offers_is_refused(
+    edited: list[dict[str, object]],
+    number: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert SMALL.crashes == 0
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"universe": SMALL.to_dict(), "steps": edited}), encoding="utf-8")
+    assert main(["replay", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{errors.INVALID}: trace {path}: step {number}: ")
+    assert "cannot be taken where the steps before it leave the universe" in err
+
+
+@pytest.mark.parametrize(
     ("action", "arg"),
     [("checkpoint", "again"), ("fail", "fatal/none"), ("stale_fail", ""), ("stale_complete", "x")],
 )
