@@ -182,6 +182,33 @@ def test_scheduling_options_without_the_flag_are_one_coded_line(
     assert capsys.readouterr().err.startswith("WORKLOAD_INVALID: --limit is one integer")
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--workloads", "3"],
+        ["--horizon-ms", "5"],
+        ["--single"],
+        ["--no-racer"],
+        ["--request-ids"],
+        ["--first-timeouts", "claim_ms=3"],
+        ["--engine", "compiled"],
+        ["--samples", "0"],
+        ["--processes", "4"],
+    ],
+)
+def test_an_option_of_the_cores_universe_is_refused_with_scheduling_not_ignored(
+    option: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "report.json"
+    args = ["check", "--scheduling", "--max-states", "50", "--json", str(report), *option]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith("WORKLOAD_INVALID: --") and option[0] in first
+    assert "an option of the core's universe, not of --scheduling" in first
+    assert not report.exists()
+
+
 def test_a_larger_universe_with_a_clock_and_a_sweeper_holds_both_properties() -> None:
     # Leases expire and are recovered: a recovered claim frees its slot of the
     # key, and its stale worker is fenced out.

@@ -79,6 +79,8 @@ _UNIVERSE_MAXIMUM = {
     "max_delay_ms": 1_000_000,
 }
 _COUNT_MAXIMUM = 100
+DEFAULT_SAMPLES = 16
+"""The random traces the compiled engine replays without `--samples`."""
 MAX_SAMPLES = 100_000
 """The most random traces `--samples` replays."""
 MAX_PROCESSES = 64
@@ -301,6 +303,34 @@ def _named_mutant(name: str | None) -> None:
         raise errors.bad_argument("--mutant", "--mutant is empty: name a mutant, or leave it out")
 
 
+#: The options of the core's universe and engine, by the name `args` holds them under,
+#: with the flag a user types; the scheduling universe has none of them.
+_CORE_ONLY = {
+    **{name: f"--{name.replace('_', '-')}" for name in _UNIVERSE_INTS},
+    "racer": "--racer/--no-racer",
+    "request_ids": "--request-ids/--no-request-ids",
+    "dependent": "--single",
+    "first_timeouts": "--first-timeouts",
+    "engine": "--engine",
+    "samples": "--samples",
+    "processes": "--processes",
+}
+#: The bounds the scheduling universe reads as well (its help says so).
+_SHARED = ("workers", "lease_ms")
+
+
+def _refuse_core_options(args: argparse.Namespace) -> None:
+    """Refuse, with `--scheduling`, an option only the core's universe reads: it would be
+    silently ignored, and the report would not be of the universe the command line says."""
+    for name, flag in _CORE_ONLY.items():
+        if name not in _SHARED and getattr(args, name) is not None:
+            raise errors.bad_argument(
+                flag.split("/")[0],
+                f"{flag} is an option of the core's universe, not of --scheduling "
+                "(which reads --workers, --lease-ms and --max-states)",
+            )
+
+
 def _checked(args: argparse.Namespace) -> int:
     from workwarden.statemachine.check.checker import check
     from workwarden.statemachine.check.universe import Model
@@ -310,6 +340,8 @@ def _checked(args: argparse.Namespace) -> int:
     spec_file = spec_argument(args.spec, args.spec_option)
     if args.scheduling:
         from workwarden.cli.check_scheduling import run_scheduling
+
+        _refuse_core_options(args)
 
         json_file = _writable_file(args.json, "--json") if args.json is not None else None
         clean, complete = run_scheduling(args, spec_file, json_file)
@@ -322,6 +354,9 @@ def _checked(args: argparse.Namespace) -> int:
             f"--{given[0]} is an option of the scheduling universe: add --scheduling",
         )
     mutant = _mutant(args.mutant)
+    args.engine = args.engine or "compiled"
+    args.samples = DEFAULT_SAMPLES if args.samples is None else args.samples
+    args.processes = 1 if args.processes is None else args.processes
     if not 0 <= args.samples <= MAX_SAMPLES:
         raise errors.WorkloadError(
             errors.INVALID, f"--samples must be 0 to {MAX_SAMPLES:,}", {"field": "--samples"}
@@ -762,7 +797,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--engine",
         choices=("compiled", "reference"),
-        default="compiled",
+        default=None,
         help=(
             "compiled: explore the spec compiled into tables and hold them to the real core "
             "(the default); reference: run the core at every step"
@@ -771,16 +806,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--samples",
         type=int,
-        default=16,
-        help="random traces of the compiled model replayed through the real core (compiled)",
+        default=None,
+        help=(
+            "random traces of the compiled model replayed through the real core (compiled) "
+            f"(default: {DEFAULT_SAMPLES})"
+        ),
     )
     parser.add_argument(
         "--processes",
         type=int,
-        default=1,
+        default=None,
         help=(
             "compiled: ask the real core for each level's missing table entries in this "
-            "many helper processes (forked; POSIX only); the report is the same"
+            "many helper processes (forked; POSIX only); the report is the same (default: 1)"
         ),
     )
     from workwarden.cli.check_scheduling import register_options
