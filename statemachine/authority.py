@@ -125,6 +125,12 @@ def _in_scope(workload: Workload, tenant: str | None, application: str | None) -
 _DECIDE_AGAIN = frozenset({errors.CONFLICT, errors.CONCURRENCY_LIMITED, errors.RATE_LIMITED})
 
 
+def _audited_as(command: Command) -> str:
+    """The operation a command's audit record names: a move its own (`approve`, `pause`),
+    as the checker's model records it, not the `op` every move shares; else its `op`."""
+    return command.operation if isinstance(command, OperatorCommand) else command.op
+
+
 def serialise(workload: Workload) -> str:
     """The document text a store keeps for `workload`."""
     # `model_dump_json(by_alias=True)` exactly, without its keyword handling on every write.
@@ -276,7 +282,7 @@ class Authority:
         inputs.check_now(now)
         if isinstance(parsed, ClaimCommand):
             self._refuse_paused(parsed.workload_id)
-        return self._prepare(parsed, now, parsed.op)
+        return self._prepare(parsed, now, _audited_as(parsed))
 
     def _prepare(self, command: Command, now: int, operation: str) -> Prepared:
         if isinstance(command, AdmitCommand):
@@ -442,7 +448,8 @@ class Authority:
         inputs.check_now(now)
         if isinstance(parsed, ClaimCommand):
             self._refuse_paused(parsed.workload_id)
-        return self._run(parsed, now, parsed.op, self._speculate(parsed, now, parsed.op))
+        operation = _audited_as(parsed)
+        return self._run(parsed, now, operation, self._speculate(parsed, now, operation))
 
     def _call(self, model: type[Command], now: int, /, **fields: Any) -> Any:
         """Execute a `model` command made of a one-call method's arguments."""

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from backends import BACKENDS
+from support import authority, request
 from workwarden.cli import main
 from workwarden.statemachine.check.abstraction import move_edges
 from workwarden.statemachine.check.checker import CheckReport, check
@@ -372,6 +373,20 @@ def test_replay_into_an_unknown_store_url_is_one_coded_line(
 
 
 # -- the diagram ---------------------------------------------------------------------------------
+
+
+def test_a_move_is_audited_by_its_own_name_as_the_checker_records_it() -> None:
+    # An approval and a rejection are told apart in the audit log (`workwarden audit`, the
+    # console's audit page), as the checker's model names a move's write.
+    store = MemoryStore()
+    warden = authority(store, example("approval"))
+    approved = warden.admit(request(), 10_000).workload.workload_id
+    rejected = warden.admit(request(idempotency_key="two"), 10_000).workload.workload_id
+    assert warden.operate(approved, "approve", "ops", 11_000) == "READY"
+    command = {"op": "operator", "operation": "reject", "workload_id": rejected, "actor": "ops"}
+    assert warden.prepare(command, 11_000).commit().state == "REJECTED"
+    moves = [(r.key, r.operation) for r in store.audit_log() if r.actor == "ops"]
+    assert moves == [(approved, "approve"), (rejected, "reject")]
 
 
 @pytest.mark.parametrize("name", NAMES)
