@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -202,6 +203,19 @@ def test_an_operation_operate_does_not_take_is_invalid_for_either_token_and_writ
             )
             assert (execute.status_code, execute.json()["code"]) == (400, "WORKLOAD_INVALID")
     assert stored(fresh) == before
+
+
+def test_a_move_of_the_service_s_spec_is_sent_with_the_operator_s_token() -> None:
+    # The client is given both tokens and no spec: `approve` is no row of its shipped spec,
+    # but `/v1/operate` is an operator's call, so the operator's token goes, not the first.
+    approval = Path(__file__).resolve().parents[1] / "specs" / "examples" / "approval.toml"
+    extra = ["--spec", str(approval)]
+    with running_service(grant_keys={KEY_ID: SECRET}, extra_args=extra) as served:
+        tokens = (served.token("worker", "w1"), served.token("operator", "alice"))
+        with served.client(*tokens) as both:
+            wid = both.admit(request(), 10_000).workload.workload_id
+            assert both.operate(wid, "approve", "alice", 11_000) == "READY"
+            assert both.get(wid).state == "READY"
 
 
 class _Answering:

@@ -642,12 +642,16 @@ class HttpAuthority:
             reason=reason,
             request_id=request_id,
         )
+        # A move the client's spec lacks (the service's copy adds it) is an operator's, as
+        # `/v1/operate` is: sent with the operator's token, not with the first one given.
+        row = self.spec.operations.get(operation)
         data = self.request(
             "POST",
             "/v1/operate",
             operation,
             body=command.model_dump(mode="json", by_alias=True),
             now=now,
+            actor_class=row.spec.actor if row is not None else "operator",
         )
         return _reply(data, StateReply).state  # type: ignore[no-any-return]
 
