@@ -187,6 +187,20 @@ def test_list_keeps_a_state_of_the_spec_it_is_given(
     assert "a state of your own spec needs --spec FILE" in capsys.readouterr().err
 
 
+def test_inspect_names_the_kind_of_a_state_of_the_spec_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    approval = Path(__file__).resolve().parents[1] / "specs" / "examples" / "approval.toml"
+    store = SQLiteStore(tmp_path / "gated.sqlite3")
+    try:
+        held = authority_over(store, load_spec(approval)).admit(request(), now=10_000)
+    finally:
+        store.close()
+    argv = ["inspect", "--store", f"sqlite:///{tmp_path / 'gated.sqlite3'}"]
+    assert main([*argv, "--spec", str(approval), held.workload.workload_id]) == 0
+    assert "  state          AWAITING_APPROVAL (held)\n" in capsys.readouterr().out
+
+
 def test_errors_print_as_code_and_message(
     url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

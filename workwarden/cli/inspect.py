@@ -1,8 +1,9 @@
 """`workwarden inspect` and `workwarden list`: read a store's workloads as tables.
 
-- `inspect [--store URL] WORKLOAD_ID`: one workload: its state, version,
-  definition, budget and eligibility, its current claim, its result, its
-  attempts and its history (each event with its actor and evidence).
+- `inspect [--store URL] [--spec FILE] WORKLOAD_ID`: one workload: its state
+  (and its kind in the spec), version, definition, budget and eligibility, its
+  current claim, its result, its attempts and its history (each event with its
+  actor and evidence).
 - `list [--store URL] [--state STATE] [--spec FILE] TENANT APPLICATION`: the
   workloads of a tenant and application, highest priority first, then oldest;
   `--state` keeps those in one state of the spec (`--spec`, the shipped one by
@@ -63,6 +64,11 @@ def register(subparsers: Any) -> None:
         description="Show one workload's state, claim, attempts and history as tables.",
     )
     inspect.add_argument("--store", metavar="URL", help=STORE_HELP)
+    inspect.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="the spec the workload was admitted under (the shipped spec by default)",
+    )
     inspect.add_argument("workload_id", metavar="WORKLOAD_ID", help="the workload's id")
     inspect.set_defaults(handler=_inspect)
 
@@ -122,9 +128,10 @@ Section = tuple[str | None, Sequence[str], Sequence[Sequence[str]]]
 """A titled table: (title, headers, rows)."""
 
 
-def workload_sections(workload: Workload, version: int) -> list[Section]:
-    """One workload as titled tables: a summary, its attempts and its history."""
-    spec = default_spec()
+def workload_sections(workload: Workload, version: int, spec: Spec | None = None) -> list[Section]:
+    """One workload as titled tables: a summary, its attempts and its history, read under
+    `spec` (the shipped one by default): the kind of its state, its next deadline."""
+    spec = spec or default_spec()
     w = workload
     policy = w.retry_policy
     timeouts = {k: v for k, v in w.timeouts.model_dump().items() if v is not None}
@@ -223,9 +230,9 @@ def workload_sections(workload: Workload, version: int) -> list[Section]:
     ]
 
 
-def render_workload(workload: Workload, version: int) -> list[str]:
+def render_workload(workload: Workload, version: int, spec: Spec | None = None) -> list[str]:
     """One workload as plain lines: a summary, its claim, its attempts and its history."""
-    summary, *tables = workload_sections(workload, version)
+    summary, *tables = workload_sections(workload, version, spec)
     lines = [str(summary[0]), *plain_table(summary[2], indent="  ")]
     for title, headers, rows in tables:
         lines += ["", str(title), *plain_table([tuple(headers), *rows], indent="  ")]
@@ -272,6 +279,7 @@ def _inspect(args: argparse.Namespace) -> int:
     # A name, as `Authority.get` takes it (else WORKLOAD_INVALID): an empty id, one of
     # control characters or one longer than any id names no workload.
     workload_id = inputs.as_name(args.workload_id, "WORKLOAD_ID")
+    spec = load_spec(args.spec)
     with opened_store(args.store, "read") as store:
         doc = store.read(workload_id)
     if doc is None:
@@ -280,9 +288,9 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     workload = _parse(doc)
     if not sys.stdout.isatty():
-        print("\n".join(render_workload(workload, doc.version)))
+        print("\n".join(render_workload(workload, doc.version, spec)))
         return 0
-    for title, headers, rows in workload_sections(workload, doc.version):
+    for title, headers, rows in workload_sections(workload, doc.version, spec):
         print_table(headers, rows, title=title)
     return 0
 
