@@ -11,8 +11,10 @@ import pytest
 from workwarden.cli import main
 from workwarden.statemachine import default_spec, errors
 from workwarden.statemachine.check.checker import CheckReport, check, policy_findings
+from workwarden.statemachine.check.compiled_check import check_compiled
 from workwarden.statemachine.check.mutants import MUTANTS
 from workwarden.statemachine.check.replay import replay_trace
+from workwarden.statemachine.check.scheduling import check_scheduling
 from workwarden.statemachine.check.universe import Model, Universe
 from workwarden.statemachine.diagram import diagram_dot, diagram_mermaid
 from workwarden.statemachine.models import Workload
@@ -136,6 +138,19 @@ def test_a_universe_with_a_bound_below_its_least_is_refused_not_reported_clean(
         check(spec, universe, max_states=20)
     assert refused.value.code == errors.INVALID
     assert refused.value.details["field"] == bound
+
+
+@pytest.mark.parametrize("explore", [check, check_compiled, check_scheduling])
+@pytest.mark.parametrize("max_states", [0, -5, 2.5, "10", True])
+def test_a_state_limit_below_one_or_not_a_whole_number_is_refused_not_reported_incomplete(
+    explore: Any, max_states: Any
+) -> None:
+    # A limit of 0 stopped every check before its first level, reported incomplete as if
+    # the universe were too big; one of another type failed mid-check with a TypeError.
+    with pytest.raises(errors.WorkloadError) as refused:
+        explore(default_spec(), max_states=max_states)
+    assert refused.value.code == errors.INVALID
+    assert refused.value.details["field"] == "max_states"
 
 
 def test_every_shipped_policy_is_total_and_deterministic() -> None:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from workwarden.statemachine import errors
 from workwarden.statemachine.check.oracle import PROPERTY
 from workwarden.statemachine.check.oracle import check_step as spec_refinement
 from workwarden.statemachine.check.universe import (
@@ -76,6 +77,7 @@ __all__ = [
     "StepFindings",
     "check",
     "policy_findings",
+    "refuse_max_states",
     "state_violations",
     "step_findings",
     "with_spec_refinement",
@@ -359,6 +361,18 @@ class _Explorer:
         return tuple(steps)
 
 
+def refuse_max_states(max_states: int | None) -> None:
+    """`WORKLOAD_INVALID` (field `max_states`) unless `max_states` is None or a whole number,
+    1 or more: a limit of 0 or less stops a check before its first level and reports it
+    incomplete, as if the universe were too big, and one of another type fails mid-check."""
+    if max_states is not None and (
+        isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1
+    ):
+        raise errors.bad_argument(
+            "max_states", f"max_states is a whole number, 1 or more, not {max_states!r}"
+        )
+
+
 def check(
     spec: Spec,
     universe: Universe | None = None,
@@ -374,8 +388,10 @@ def check(
     frozen for Python's cycle collector (`gc.freeze`) as it grows, so that
     the collector does not walk it again at every full collection; it is
     unfrozen when the check returns. A process that freezes objects itself
-    is left as it is, and its checks are not frozen.
+    is left as it is, and its checks are not frozen. A `max_states` below 1 is
+    `WORKLOAD_INVALID` (`refuse_max_states`).
     """
+    refuse_max_states(max_states)
     freeze = gc.get_freeze_count() == 0
     try:
         return _check(spec, universe, model, max_states, stop_at_first, progress, freeze)

@@ -32,6 +32,7 @@ from workwarden.statemachine.check.checker import (
     _Explorer,
     _first_per_property,
     policy_findings,
+    refuse_max_states,
 )
 from workwarden.statemachine.check.compiled import (
     CLOCK,
@@ -92,8 +93,10 @@ def check_compiled(
     transitions, coverage, witnesses and violations, with the same traces. A
     count below 1, or above 1 where the system cannot fork, is `WORKLOAD_INVALID`
     (field `processes`); a helper that stops mid-check raises
-    `compiled.HelperStopped`.
+    `compiled.HelperStopped`. A `max_states` below 1 is `WORKLOAD_INVALID`
+    (`checker.refuse_max_states`).
     """
+    refuse_max_states(max_states)
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise errors.bad_argument("processes", "must be a whole number, 1 or more")
     freeze = gc.get_freeze_count() == 0

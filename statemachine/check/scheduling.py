@@ -41,6 +41,7 @@ from typing import Any
 
 from workwarden.statemachine import errors
 from workwarden.statemachine.authority import Authority
+from workwarden.statemachine.check.checker import refuse_max_states
 from workwarden.statemachine.check.universe import (
     APPLICATION,
     CAPABILITY,
@@ -428,7 +429,11 @@ def check_scheduling(
     progress: Callable[[int, int, int], None] | None = None,
     mutant: SchedulingMutant | None = None,
 ) -> SchedulingReport:
-    """Explore the scheduling universe breadth first; each property's first violation, traced."""
+    """Explore the scheduling universe breadth first; each property's first violation, traced.
+
+    A `max_states` below 1 is `WORKLOAD_INVALID` (`checker.refuse_max_states`).
+    """
+    refuse_max_states(max_states)
     universe = universe or SchedulingUniverse()
     world = _World(spec, universe, mutant)
     report = SchedulingReport(universe, world.spec.data.fairness.policy)
