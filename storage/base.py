@@ -34,6 +34,7 @@ __all__ = [
     "PauseScope",
     "Pauses",
     "Purges",
+    "RecentAudit",
     "ScopeListing",
     "Store",
     "StoreAbsent",
@@ -50,6 +51,7 @@ __all__ = [
     "Write",
     "WriteOutcome",
     "check_audit_bounds",
+    "check_audit_since",
     "distinct_keys",
     "document_from_row",
     "over_limit",
@@ -453,6 +455,19 @@ class KeyedAudit(Protocol):
 
 
 @runtime_checkable
+class RecentAudit(Protocol):
+    """A store that reads the end of its audit log itself, so a caller never reads all of it."""
+
+    def audit_tail(self, limit: int) -> Sequence[AuditRecord]:
+        """The last `limit` audit records (a whole number from 0), newest first."""
+        ...
+
+    def audit_since(self, at: int) -> Sequence[AuditRecord]:
+        """Every audit record whose instant is `at` or later, in commit order."""
+        ...
+
+
+@runtime_checkable
 class ListPages(Protocol):
     """A store that can list a scope a page at a time, so a listing never holds every document."""
 
@@ -579,6 +594,17 @@ class BatchStore(Protocol):
 
 #: The largest bound `audit_log` takes: a signed 64-bit integer, as the SQL stores keep one.
 _MAX_BOUND: Final = 2**63 - 1
+
+
+def check_audit_since(at: object) -> None:
+    """Refuse a `RecentAudit.audit_since` instant that is not a whole number from 0 to 2**63 - 1.
+
+    The refusal is `WORKLOAD_INVALID` naming `at`, before the store reads.
+    """
+    if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= _MAX_BOUND:
+        raise errors.bad_argument(
+            "at", f"audit_since's at must be a whole number from 0 to 2**63 - 1, not {at!r}"
+        )
 
 
 def check_audit_bounds(after: object, limit: object) -> None:

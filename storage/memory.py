@@ -32,6 +32,7 @@ from workwarden.storage.base import (
     Write,
     WriteOutcome,
     check_audit_bounds,
+    check_audit_since,
     distinct_keys,
     over_limit,
     spend_rate,
@@ -454,6 +455,18 @@ class MemoryStore:
         """Every audit record of `key`, in commit order (`KeyedAudit`)."""
         with self._lock:
             return [record for record in self._audit if record.key == key]
+
+    def audit_tail(self, limit: int) -> Sequence[AuditRecord]:
+        """The last `limit` audit records, newest first (`RecentAudit`)."""
+        check_audit_bounds(0, limit)
+        with self._lock:
+            return self._audit[::-1][:limit]
+
+    def audit_since(self, at: int) -> Sequence[AuditRecord]:
+        """Every audit record at `at` or later, in commit order (`RecentAudit`)."""
+        check_audit_since(at)
+        with self._lock:
+            return [record for record in self._audit if record.at >= at]
 
     def scan(self) -> Iterator[StoredDocument]:
         """Every document, by key."""

@@ -791,6 +791,17 @@ _AUDIT_OF = f"""
     FROM workwarden_audit WHERE key = %s ORDER BY sequence
 """
 
+_AUDIT_TAIL = f"""
+    SELECT {_AUDIT_COLUMNS}
+    FROM workwarden_audit ORDER BY sequence DESC LIMIT %s
+"""
+
+# No index holds the records by instant: the server scans the log.
+_AUDIT_SINCE = f"""
+    SELECT {_AUDIT_COLUMNS}
+    FROM workwarden_audit WHERE at >= %s ORDER BY sequence
+"""
+
 _FIND_REQUEST = f"""
     SELECT {_AUDIT_COLUMNS}
     FROM workwarden_audit WHERE request_id IS NOT NULL AND request_id = %s

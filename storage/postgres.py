@@ -105,6 +105,7 @@ from workwarden.storage.base import (
     Write,
     WriteOutcome,
     check_audit_bounds,
+    check_audit_since,
     distinct_keys,
     pause_from_row,
 )
@@ -134,6 +135,8 @@ from workwarden.storage.pg_schema import (  # noqa: F401
     _AUDIT_COLUMNS,
     _AUDIT_INSERT,
     _AUDIT_OF,
+    _AUDIT_SINCE,
+    _AUDIT_TAIL,
     _CANDIDATES,
     _CANDIDATES_FIRST,
     _CLAIMABLE_SCOPES,
@@ -825,6 +828,18 @@ class PostgresStore:
     def audit_of(self, key: str) -> Sequence[AuditRecord]:
         """Every audit record of `key`, in commit order (`KeyedAudit`)."""
         rows = self._fetchall(f"cannot read the audit records of {key}", _AUDIT_OF, (key,))
+        return [_audit(row) for row in rows]
+
+    def audit_tail(self, limit: int) -> Sequence[AuditRecord]:
+        """The last `limit` audit records, newest first (`RecentAudit`)."""
+        check_audit_bounds(0, limit)
+        rows = self._fetchall("cannot read the audit log", _AUDIT_TAIL, (limit,))
+        return [_audit(row) for row in rows]
+
+    def audit_since(self, at: int) -> Sequence[AuditRecord]:
+        """Every audit record at `at` or later, in commit order (`RecentAudit`)."""
+        check_audit_since(at)
+        rows = self._fetchall("cannot read the audit log", _AUDIT_SINCE, (at,))
         return [_audit(row) for row in rows]
 
     # -- optional capabilities (`DueInstants`, `ScopeListing`, `WakeUps`) -----------------------

@@ -59,6 +59,7 @@ from workwarden.storage.base import (
     Write,
     WriteOutcome,
     check_audit_bounds,
+    check_audit_since,
     distinct_keys,
     pause_from_row,
     wakes_claimers,
@@ -74,6 +75,8 @@ from workwarden.storage.sqlite_schema import (  # noqa: F401
     _AUDIT,
     _AUDIT_LOG,
     _AUDIT_OF,
+    _AUDIT_SINCE,
+    _AUDIT_TAIL,
     _BURY,
     _CLAIM_CANDIDATES,
     _CLAIM_CANDIDATES_AFTER,
@@ -749,6 +752,16 @@ class SQLiteStore:
     def audit_of(self, key: str) -> Sequence[AuditRecord]:
         """Every audit record of `key`, in commit order (`KeyedAudit`)."""
         return [_audit(row) for row in self._query("audit of a key", _AUDIT_OF, {"key": key})]
+
+    def audit_tail(self, limit: int) -> Sequence[AuditRecord]:
+        """The last `limit` audit records, newest first (`RecentAudit`)."""
+        check_audit_bounds(0, limit)
+        return [_audit(row) for row in self._query("audit tail", _AUDIT_TAIL, {"limit": limit})]
+
+    def audit_since(self, at: int) -> Sequence[AuditRecord]:
+        """Every audit record at `at` or later, in commit order (`RecentAudit`)."""
+        check_audit_since(at)
+        return [_audit(row) for row in self._query("recent audit", _AUDIT_SINCE, {"at": at})]
 
     def close(self) -> None:
         """Close every connection; later calls raise `StoreFailure`. Closing twice is harmless.

@@ -250,6 +250,9 @@ _AUDIT_LOG = f"SELECT {_AUDIT} FROM audit WHERE sequence > :after ORDER BY seque
 # One key's records: no index holds them by key, so SQLite scans the log, in C,
 # without handing the caller a row of another key.
 _AUDIT_OF = f"SELECT {_AUDIT} FROM audit WHERE key = :key ORDER BY sequence"
+_AUDIT_TAIL = f"SELECT {_AUDIT} FROM audit ORDER BY sequence DESC LIMIT :limit"
+# No index holds the records by instant: SQLite scans the log, in C.
+_AUDIT_SINCE = f"SELECT {_AUDIT} FROM audit WHERE at >= :at ORDER BY sequence"
 
 #: How many keys one `read_many` query names (SQLite allows 32766 parameters).
 _READ_MANY_CHUNK: Final = 500

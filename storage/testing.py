@@ -36,6 +36,7 @@ pass for a store that does not offer them: `next_instants` (`DueInstants`),
 `claimable_scopes` (`ScopeListing`), `list_page` (`ListPages`: walked by
 pages of several sizes, it lists what `list` lists, in its order),
 `audit_of` (`KeyedAudit`: one key's records of the log, in commit order),
+`audit_tail` and `audit_since` (`RecentAudit`: the end of the log),
 the work signal (`WakeUps`), and batches (`BatchStore`: `write_many`
 outcomes, conflicts, duplicate keys, result id clashes and audit records;
 `read_many`; `claim_batch` pages, limits and compare-and-swaps, and two
@@ -89,6 +90,7 @@ from workwarden.storage.base import (
     Pauses,
     PauseScope,
     Purges,
+    RecentAudit,
     ScopeListing,
     Store,
     StoreConflict,
@@ -963,6 +965,33 @@ def _audit_of_a_key_is_its_records_of_the_log(store: Store) -> None:
         mine = [record for record in log if record.key == key]
         _equal(list(store.audit_of(key)), mine, f"audit_of({key!r}) against the log")
     _equal(list(store.audit_of("k")), [], "audit_of a key never written (a prefix of others)")
+
+
+def _recent_audit_is_the_end_of_the_log(store: Store) -> None:
+    if not isinstance(store, RecentAudit):
+        return
+    _equal(list(store.audit_tail(5)), [], "audit_tail of an empty store")
+    writer = _Writer(store)
+    for step in range(12):
+        writer.put(f"k{step % 3}", _index(priority=step))
+    log = list(store.audit_log())
+    for limit in (0, 1, 5, 12, 50):
+        _equal(list(store.audit_tail(limit)), log[::-1][:limit], f"audit_tail({limit})")
+    # The writer's records are at 1,001, 1,002, ... (one instant a step).
+    for at in (0, 1_001, 1_007, 1_012, 1_013):
+        since = [record for record in log if record.at >= at]
+        _equal(list(store.audit_since(at)), since, f"audit_since({at})")
+    calls: list[Callable[[], object]] = [
+        lambda: store.audit_tail(-1),
+        lambda: store.audit_since(-1),
+    ]
+    for call in calls:
+        try:
+            answer = call()
+        except WorkloadError as exc:
+            _expect(exc.code == INVALID, f"a negative bound: expected WORKLOAD_INVALID, {exc.code}")
+        else:
+            raise AssertionError(f"a negative bound: expected WORKLOAD_INVALID, got {answer!r}")
 
 
 def _list_pages_walk_a_scope_in_list_order(store: Store) -> None:
@@ -2045,6 +2074,7 @@ _CHECKS: Final[tuple[tuple[str, Callable[[Store], None]], ...]] = (
     ),
     ("list_pages_walk_a_scope_in_list_order", _list_pages_walk_a_scope_in_list_order),
     ("audit_of_a_key_is_its_records_of_the_log", _audit_of_a_key_is_its_records_of_the_log),
+    ("recent_audit_is_the_end_of_the_log", _recent_audit_is_the_end_of_the_log),
     (
         "a_work_signal_wakes_on_a_write_that_makes_work_claimable",
         _a_work_signal_wakes_on_a_write_that_makes_work_claimable,
@@ -2345,6 +2375,10 @@ class StoreConformance:
     def test_claimable_scopes_are_the_scopes_with_work_eligible_now(self) -> None:
         """`claimable_scopes` lists each scope with work eligible now once, sorted."""
         self._check("claimable_scopes_are_the_scopes_with_work_eligible_now")
+
+    def test_recent_audit_is_the_end_of_the_log(self) -> None:
+        """`audit_tail` and `audit_since` answer the end of the log, refusing negative bounds."""
+        self._check("recent_audit_is_the_end_of_the_log")
 
     def test_audit_of_a_key_is_its_records_of_the_log(self) -> None:
         """`audit_of` answers the records of one key the log holds, in commit order."""

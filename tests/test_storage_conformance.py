@@ -232,6 +232,19 @@ def test_a_store_answering_other_keys_audit_records_fails_the_suite() -> None:
     assert "a prefix of others" in failures["audit_of_a_key_is_its_records_of_the_log"]
 
 
+class TailOldestFirst(MemoryStore):
+    """Broken on purpose: `audit_tail` answers the last records oldest first."""
+
+    def audit_tail(self, limit: int) -> Sequence[AuditRecord]:
+        return list(reversed(super().audit_tail(limit)))
+
+
+def test_a_store_whose_audit_tail_is_oldest_first_fails_the_suite() -> None:
+    failures = failures_of(TailOldestFirst)
+    assert set(failures) == {"recent_audit_is_the_end_of_the_log"}
+    assert "audit_tail(5)" in failures["recent_audit_is_the_end_of_the_log"]
+
+
 def test_a_closed_memory_store_fails_like_a_closed_sqlite_store(tmp_path: Path) -> None:
     memory, sqlite = MemoryStore(), SQLiteStore(tmp_path / "closed.db")
     for store in (memory, sqlite):

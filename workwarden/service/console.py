@@ -57,7 +57,7 @@ from workwarden.service.state import Service
 from workwarden.statemachine import errors
 from workwarden.statemachine.diagram import DiagramError, diagram_dot, render
 from workwarden.statemachine.models import Name, Workload
-from workwarden.storage.base import KeyedAudit, PauseRecord, StoredDocument
+from workwarden.storage.base import KeyedAudit, PauseRecord, RecentAudit, StoredDocument
 
 __all__ = [
     "COOKIE",
@@ -402,7 +402,10 @@ def console_router(service: Service) -> APIRouter:
             for t, a in scopes
         ]
         since = now - _HOUR_MS
-        recent = [record for record in service.store.audit_log() if record.at >= since]
+        if isinstance(service.store, RecentAudit):
+            recent = list(service.store.audit_since(max(since, 0)))
+        else:
+            recent = [record for record in service.store.audit_log() if record.at >= since]
         hour = Counter(record.operation for record in recent)
         # A deadline's timeout is written by the sweep or at the worker call that found it
         # (audited as that call: a start, a heartbeat...), always by the deadline's actor.
@@ -626,8 +629,11 @@ def console_router(service: Service) -> APIRouter:
 
     @router.get("/audit")
     def audit(request: Request) -> Response:
-        records = list(service.store.audit_log())[-_AUDIT_PAGE:]
-        records.reverse()
+        if isinstance(service.store, RecentAudit):
+            records = list(service.store.audit_tail(_AUDIT_PAGE))
+        else:
+            records = list(service.store.audit_log())[-_AUDIT_PAGE:]
+            records.reverse()
         return pages.page(request, "audit.html", records=records)
 
     @router.get("/check")
