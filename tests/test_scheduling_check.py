@@ -204,7 +204,8 @@ def test_an_option_of_the_cores_universe_is_refused_with_scheduling_not_ignored(
     assert main(args) == 1
     err = capsys.readouterr().err
     first = err.splitlines()[0]
-    assert first.startswith("WORKLOAD_INVALID: --") and option[0] in first
+    assert first.startswith("WORKLOAD_INVALID: --")
+    assert option[0] in first
     assert "an option of the core's universe, not of --scheduling" in first
     assert not report.exists()
 
