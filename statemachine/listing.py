@@ -103,11 +103,12 @@ def read_page(
     scope = inputs.as_full_scope(tenant, application)
     limit = check_limit(limit)
     cursor = parse_cursor(after)
+    # Where the page must start: strictly after this place in `list`'s order.
+    start = None if cursor is None else (-cursor.priority, cursor.created_at, cursor.key)
     docs: list[StoredDocument]
     if isinstance(store, ListPages):
         docs = list(run(store.list_page, *scope, limit, cursor))
     else:
-        start = None if cursor is None else (-cursor.priority, cursor.created_at, cursor.key)
         every = run(store.list, *scope)
         docs = [doc for doc in every if start is None or _order(doc) > start][:limit]
     if any((doc.index.tenant, doc.index.application) != scope for doc in docs):
@@ -118,16 +119,7 @@ def read_page(
         raise errors.WorkloadError(
             errors.STORAGE_FAILURE, "the store's page is not in list order or is too long"
         )
-    if (
-        cursor is not None
-        and docs
-        and _order(docs[0])
-        <= (
-            -cursor.priority,
-            cursor.created_at,
-            cursor.key,
-        )
-    ):
+    if start is not None and docs and _order(docs[0]) <= start:
         raise errors.WorkloadError(
             errors.STORAGE_FAILURE, "the store's page does not start after its cursor"
         )
